@@ -1,0 +1,430 @@
+//! `postern.toml`: parsed and validated in one place so every verb sees the same rules.
+//! Unknown keys are refused with the file, line and key; secrets appear only as references;
+//! every tool becomes a validated [`ToolContract`].
+
+mod raw;
+mod secret;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use secret::SecretRef;
+
+use crate::class::{ActionClass, RecoveryMethod};
+use crate::contract::{
+    Approval, ArgumentRules, ChannelSpec, HttpBody, HttpRequestSpec, HttpSpec, McpSpec, SshSpec,
+    ToolContract, ToolContractDraft,
+};
+use crate::duration::parse_duration;
+
+/// A configuration error, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub gateway: GatewaySettings,
+    pub actors: Vec<Actor>,
+    pub credentials: BTreeMap<String, Credential>,
+    pub upstreams: BTreeMap<String, Upstream>,
+    pub tools: Vec<ToolContract>,
+}
+
+#[derive(Clone, Debug)]
+pub struct GatewaySettings {
+    pub listen: String,
+    pub store: String,
+    pub fingerprint_key: SecretRef,
+    pub signing_key: Option<SecretRef>,
+    /// Retention for tools that do not set their own.
+    pub retention: Duration,
+    pub max_body_bytes: u64,
+    /// Extra `Origin` values accepted besides loopback ones.
+    pub allowed_origins: Vec<String>,
+    pub approval_ttl: Duration,
+    /// How long a call attached to an in-flight execution waits before answering "in progress".
+    pub attach_wait: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionApproval {
+    Auto,
+    Required,
+}
+
+#[derive(Clone, Debug)]
+pub struct Actor {
+    pub name: String,
+    pub token: Option<SecretRef>,
+    pub session_approval: SessionApproval,
+    /// Tools the actor may call; `None` means all.
+    pub tools: Option<BTreeSet<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialKind {
+    Bearer,
+    Basic { username: String },
+    Header { name: String },
+    SshKey,
+}
+
+#[derive(Clone, Debug)]
+pub struct Credential {
+    pub name: String,
+    pub kind: CredentialKind,
+    pub secret: SecretRef,
+    pub approval: Approval,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Upstream {
+    Stdio { command: Vec<String> },
+    Http { url: String },
+}
+
+impl Config {
+    /// Parses and validates `text`, naming `file` in every error.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let at = |offset: usize, message: String| {
+            let (line, column) = line_col(text, offset);
+            ConfigError {
+                file: file.to_string(),
+                line,
+                column,
+                message,
+            }
+        };
+        let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
+            let offset = e.span().map_or(0, |s| s.start);
+            at(offset, e.message().trim().to_string())
+        })?;
+        let dur = |value: &Option<String>, default: &str, offset: usize, field: &str| {
+            parse_duration(value.as_deref().unwrap_or(default))
+                .map_err(|e| at(offset, format!("{field}: {e}")))
+        };
+
+        let g = raw.gateway;
+        let gateway = GatewaySettings {
+            listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
+            store: g.store.unwrap_or_else(|| "sqlite://postern.db".to_string()),
+            fingerprint_key: g.fingerprint_key,
+            signing_key: g.signing_key,
+            retention: dur(&g.retention, "7d", 0, "gateway.retention")?,
+            max_body_bytes: g.max_body_bytes.unwrap_or(1 << 20),
+            allowed_origins: g.allowed_origins.unwrap_or_default(),
+            approval_ttl: dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?,
+            attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
+        };
+
+        let mut credentials = BTreeMap::new();
+        for (name, c) in raw.credential {
+            let kind = match (c.kind.as_str(), c.username, c.header) {
+                ("bearer", None, None) => CredentialKind::Bearer,
+                ("basic", Some(username), None) => CredentialKind::Basic { username },
+                ("header", None, Some(name)) => CredentialKind::Header { name },
+                ("ssh_key", None, None) => CredentialKind::SshKey,
+                (kind, _, _) => {
+                    return Err(at(
+                        0,
+                        format!(
+                            "credential.{name}: kind {kind:?} with these fields is not valid: bearer (no extra fields), basic (username), header (header), ssh_key (no extra fields)"
+                        ),
+                    ))
+                }
+            };
+            let approval = parse_approval(c.approval.as_deref())
+                .map_err(|m| at(0, format!("credential.{name}.approval: {m}")))?;
+            credentials.insert(
+                name.clone(),
+                Credential {
+                    name,
+                    kind,
+                    secret: c.secret,
+                    approval,
+                },
+            );
+        }
+
+        let mut upstreams = BTreeMap::new();
+        for (name, u) in raw.upstream {
+            let upstream = match (u.command, u.url) {
+                (Some(command), None) if !command.is_empty() => Upstream::Stdio { command },
+                (None, Some(url)) => Upstream::Http { url },
+                _ => {
+                    return Err(at(
+                        0,
+                        format!("upstream.{name}: give exactly one of command = [\"prog\", \"arg\"] or url = \"http://…\""),
+                    ))
+                }
+            };
+            upstreams.insert(name, upstream);
+        }
+
+        let mut tools: Vec<ToolContract> = Vec::new();
+        for t in raw.tool {
+            let offset = t.name.span().start;
+            let name = t.name.get_ref().clone();
+            if tools.iter().any(|x| x.name == name) {
+                return Err(at(offset, format!("tool {name:?} is declared twice")));
+            }
+            let contract =
+                build_tool(t, &gateway, &credentials, &upstreams).map_err(|m| at(offset, m))?;
+            tools.push(contract);
+        }
+
+        let mut actors: Vec<Actor> = Vec::new();
+        for a in raw.actor {
+            let offset = a.name.span().start;
+            let name = a.name.into_inner();
+            if name.is_empty() || actors.iter().any(|x| x.name == name) {
+                return Err(at(
+                    offset,
+                    format!("actor {name:?} is empty or declared twice"),
+                ));
+            }
+            let session_approval = match a.session_approval.as_deref() {
+                None | Some("required") => SessionApproval::Required,
+                Some("auto") => SessionApproval::Auto,
+                Some(other) => {
+                    return Err(at(
+                        offset,
+                        format!("actor {name:?}: session_approval {other:?} is not \"auto\" or \"required\""),
+                    ))
+                }
+            };
+            let allowed = match a.tools {
+                None => None,
+                Some(list) => {
+                    if let Some(unknown) = list
+                        .iter()
+                        .find(|t| !tools.iter().any(|c| &c.name == *t) && *t != "execution_status")
+                    {
+                        return Err(at(
+                            offset,
+                            format!("actor {name:?}: tool {unknown:?} is not declared"),
+                        ));
+                    }
+                    Some(list.into_iter().collect())
+                }
+            };
+            actors.push(Actor {
+                name,
+                token: a.token,
+                session_approval,
+                tools: allowed,
+            });
+        }
+
+        Ok(Config {
+            gateway,
+            actors,
+            credentials,
+            upstreams,
+            tools,
+        })
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&ToolContract> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    pub fn actor(&self, name: &str) -> Option<&Actor> {
+        self.actors.iter().find(|a| a.name == name)
+    }
+}
+
+fn parse_approval(value: Option<&str>) -> Result<Approval, String> {
+    match value {
+        None | Some("session") => Ok(Approval::Session),
+        Some("every_call") => Ok(Approval::EveryCall),
+        Some(other) => Err(format!("{other:?} is not \"session\" or \"every_call\"")),
+    }
+}
+
+fn build_tool(
+    t: raw::RawTool,
+    gateway: &GatewaySettings,
+    credentials: &BTreeMap<String, Credential>,
+    upstreams: &BTreeMap<String, Upstream>,
+) -> Result<ToolContract, String> {
+    let name = t.name.get_ref().clone();
+    let field = |f: &str, m: String| format!("tool {name:?}: {f}: {m}");
+    let dur = |v: &Option<String>, f: &str| -> Result<Option<Duration>, String> {
+        v.as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|e| field(f, e.to_string()))
+    };
+    let known_credential = |c: &str| -> Result<(), String> {
+        if credentials.contains_key(c) {
+            Ok(())
+        } else {
+            Err(field(
+                "credential",
+                format!("{c:?} is not declared in [credential.*]"),
+            ))
+        }
+    };
+
+    let channel = match (t.http, t.ssh, t.mcp) {
+        (Some(h), None, None) => {
+            if let Some(c) = &h.credential {
+                known_credential(c)?;
+            }
+            let method = h.method.to_ascii_uppercase();
+            let body = match h.body.as_deref() {
+                Some("arguments") => HttpBody::Arguments,
+                Some("none") => HttpBody::None,
+                None if matches!(method.as_str(), "POST" | "PUT" | "PATCH") => HttpBody::Arguments,
+                None => HttpBody::None,
+                Some(other) => {
+                    return Err(field(
+                        "http.body",
+                        format!("{other:?} is not \"arguments\" or \"none\""),
+                    ))
+                }
+            };
+            Some(ChannelSpec::Http(HttpSpec {
+                request: HttpRequestSpec { method, url: h.url },
+                credential: h.credential,
+                body,
+                idempotency_header: h
+                    .idempotency_header
+                    .unwrap_or_else(|| "Idempotency-Key".to_string()),
+                connect_timeout: dur(&h.connect_timeout, "http.connect_timeout")?
+                    .unwrap_or(Duration::from_secs(5)),
+                response_timeout: dur(&h.response_timeout, "http.response_timeout")?
+                    .unwrap_or(Duration::from_secs(30)),
+            }))
+        }
+        (None, Some(s), None) => {
+            known_credential(&s.credential)?;
+            if credentials[&s.credential].kind != CredentialKind::SshKey {
+                return Err(field(
+                    "ssh.credential",
+                    format!("{:?} is not of kind ssh_key", s.credential),
+                ));
+            }
+            Some(ChannelSpec::Ssh(SshSpec {
+                host: s.host,
+                port: s.port.unwrap_or(22),
+                user: s.user,
+                host_key: s.host_key,
+                credential: s.credential,
+                command: s.command,
+            }))
+        }
+        (None, None, Some(m)) => {
+            if !upstreams.contains_key(&m.server) {
+                return Err(field(
+                    "mcp.server",
+                    format!("{:?} is not declared in [upstream.*]", m.server),
+                ));
+            }
+            Some(ChannelSpec::Mcp(McpSpec {
+                server: m.server,
+                tool: m.tool,
+            }))
+        }
+        (None, None, None) => None,
+        _ => {
+            return Err(field(
+                "channel",
+                "declare exactly one of http, ssh or mcp".into(),
+            ))
+        }
+    };
+
+    let class = match t.class.as_deref() {
+        Some(s) => Some(
+            ActionClass::ALL
+                .into_iter()
+                .find(|c| c.as_str() == s)
+                .ok_or_else(|| field("class", format!("{s:?} is not one of read_only, idempotent_write, conditional_write, irreversible, remote_command")))?,
+        ),
+        // Upstream MCP annotations are untrusted hints: without a declared class, assume the worst.
+        None if matches!(channel, Some(ChannelSpec::Mcp(_))) => Some(ActionClass::Irreversible),
+        None => None,
+    };
+    let recovery = t.recovery.unwrap_or(raw::RawRecovery {
+        method: None,
+        status_query: None,
+        precondition: None,
+    });
+    let recovery_method = match recovery.method.as_deref() {
+        None => None,
+        Some(s) => Some(
+            [
+                RecoveryMethod::Retry,
+                RecoveryMethod::RetrySameKey,
+                RecoveryMethod::StatusQuery,
+                RecoveryMethod::Precondition,
+                RecoveryMethod::Marker,
+                RecoveryMethod::Review,
+            ]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| field("recovery.method", format!("{s:?} is not one of retry, retry_same_key, status_query, precondition, marker, review")))?,
+        ),
+    };
+    let request = |r: raw::RawRequest| HttpRequestSpec {
+        method: r.method.to_ascii_uppercase(),
+        url: r.url,
+    };
+    let input_schema = t
+        .input_schema
+        .map(|v| serde_json::to_value(v).map_err(|e| field("input_schema", e.to_string())))
+        .transpose()?;
+    let defaults = match t.defaults {
+        None => serde_json::Map::new(),
+        Some(table) => {
+            match serde_json::to_value(table).map_err(|e| field("defaults", e.to_string()))? {
+                Value::Object(m) => m,
+                _ => return Err(field("defaults", "must be a table".into())),
+            }
+        }
+    };
+    let is_read = class.is_some_and(ActionClass::is_read_only);
+    let draft = ToolContractDraft {
+        name: name.clone(),
+        description: t.description,
+        class,
+        channel,
+        input_schema,
+        arguments: ArgumentRules {
+            defaults,
+            non_semantic: t.non_semantic.unwrap_or_default().into_iter().collect(),
+            secret: t.secret_fields.unwrap_or_default().into_iter().collect(),
+        },
+        match_window: dur(&t.match_window, "match_window")?,
+        retention: dur(&t.retention, "retention")?.or(if is_read {
+            None
+        } else {
+            Some(gateway.retention)
+        }),
+        recovery_method,
+        status_query: recovery.status_query.map(request),
+        precondition: recovery.precondition.map(request),
+        approval: parse_approval(t.approval.as_deref()).map_err(|m| field("approval", m))?,
+        long_running: t.long_running,
+    };
+    draft.validate().map_err(|e| e.to_string())
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}

@@ -1,0 +1,129 @@
+//! The TOML shapes of `postern.toml`, exactly as written. Every table denies unknown keys.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::SecretRef;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub gateway: RawGateway,
+    #[serde(default)]
+    pub actor: Vec<RawActor>,
+    #[serde(default)]
+    pub credential: BTreeMap<String, RawCredential>,
+    #[serde(default)]
+    pub upstream: BTreeMap<String, RawUpstream>,
+    #[serde(default)]
+    pub tool: Vec<RawTool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGateway {
+    pub listen: Option<String>,
+    pub store: Option<String>,
+    pub fingerprint_key: SecretRef,
+    pub signing_key: Option<SecretRef>,
+    pub retention: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub approval_ttl: Option<String>,
+    pub attach_wait: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawActor {
+    pub name: Spanned<String>,
+    pub token: Option<SecretRef>,
+    pub session_approval: Option<String>,
+    pub tools: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCredential {
+    pub kind: String,
+    pub secret: SecretRef,
+    pub username: Option<String>,
+    pub header: Option<String>,
+    pub approval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub command: Option<Vec<String>>,
+    pub url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTool {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub description: String,
+    pub class: Option<String>,
+    pub match_window: Option<String>,
+    pub retention: Option<String>,
+    pub input_schema: Option<toml::Value>,
+    pub defaults: Option<toml::Table>,
+    pub non_semantic: Option<Vec<String>>,
+    pub secret_fields: Option<Vec<String>>,
+    pub approval: Option<String>,
+    #[serde(default)]
+    pub long_running: bool,
+    pub http: Option<RawHttp>,
+    pub ssh: Option<RawSsh>,
+    pub mcp: Option<RawMcp>,
+    pub recovery: Option<RawRecovery>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub method: String,
+    pub url: String,
+    pub credential: Option<String>,
+    pub body: Option<String>,
+    pub idempotency_header: Option<String>,
+    pub connect_timeout: Option<String>,
+    pub response_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSsh {
+    pub host: String,
+    pub port: Option<u16>,
+    pub user: String,
+    pub host_key: String,
+    pub credential: String,
+    pub command: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcp {
+    pub server: String,
+    pub tool: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecovery {
+    pub method: Option<String>,
+    pub status_query: Option<RawRequest>,
+    pub precondition: Option<RawRequest>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRequest {
+    pub method: String,
+    pub url: String,
+}

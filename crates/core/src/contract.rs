@@ -1,0 +1,468 @@
+//! Tool contracts: per tool, what its side effect is and how it may be recovered. A contract is
+//! validated when it is built, so the rest of the gateway never meets an unsafe combination
+//! (an irreversible tool that "retries", a conditional write with no precondition to query).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::canon;
+use crate::class::{ActionClass, RecoveryMethod};
+
+/// Why a tool contract was refused. Always names the tool and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool {tool:?}: {field}: {reason}")]
+pub struct ContractError {
+    pub tool: String,
+    pub field: String,
+    pub reason: String,
+}
+
+/// Which channel performs the side effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    Http,
+    Ssh,
+    Mcp,
+}
+
+impl Channel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Http => "http",
+            Channel::Ssh => "ssh",
+            Channel::Mcp => "mcp",
+        }
+    }
+}
+
+/// How an HTTP request body is built from the arguments.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpBody {
+    /// No body.
+    None,
+    /// The (validated) arguments object as a JSON body.
+    Arguments,
+}
+
+/// An HTTP request template; `{name}` in the URL is replaced by the argument `name`
+/// (percent-encoded), `{execution_id}` by the execution id.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HttpRequestSpec {
+    pub method: String,
+    pub url: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HttpSpec {
+    pub request: HttpRequestSpec,
+    pub credential: Option<String>,
+    pub body: HttpBody,
+    /// Header that carries the execution id on every non-read request.
+    pub idempotency_header: String,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SshSpec {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// Pinned host key (OpenSSH public key line).
+    pub host_key: String,
+    pub credential: String,
+    /// Command template; `{name}` is replaced by the shell-quoted argument.
+    pub command: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct McpSpec {
+    pub server: String,
+    pub tool: String,
+}
+
+/// The channel-specific part of a contract.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelSpec {
+    Http(HttpSpec),
+    Ssh(SshSpec),
+    Mcp(McpSpec),
+}
+
+impl ChannelSpec {
+    pub fn channel(&self) -> Channel {
+        match self {
+            ChannelSpec::Http(_) => Channel::Http,
+            ChannelSpec::Ssh(_) => Channel::Ssh,
+            ChannelSpec::Mcp(_) => Channel::Mcp,
+        }
+    }
+
+    /// The target as it enters the action record: where the effect lands, without arguments.
+    pub fn target(&self) -> String {
+        match self {
+            ChannelSpec::Http(h) => h.request.url.clone(),
+            ChannelSpec::Ssh(s) => format!("ssh://{}@{}:{}", s.user, s.host, s.port),
+            ChannelSpec::Mcp(m) => format!("mcp://{}/{}", m.server, m.tool),
+        }
+    }
+
+    /// The operation as it enters the action record.
+    pub fn method(&self) -> String {
+        match self {
+            ChannelSpec::Http(h) => h.request.method.clone(),
+            ChannelSpec::Ssh(s) => s.command.clone(),
+            ChannelSpec::Mcp(_) => "tools/call".to_string(),
+        }
+    }
+
+    pub fn credential_ref(&self) -> Option<&str> {
+        match self {
+            ChannelSpec::Http(h) => h.credential.as_deref(),
+            ChannelSpec::Ssh(s) => Some(s.credential.as_str()),
+            ChannelSpec::Mcp(_) => None,
+        }
+    }
+}
+
+/// When a human must approve a use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Covered by the run's session authorization.
+    #[default]
+    Session,
+    /// Every call needs its own approval.
+    EveryCall,
+}
+
+/// How arguments are normalised before fingerprinting.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArgumentRules {
+    /// Filled in when the caller omits them, so omission and the default are the same intent.
+    pub defaults: Map<String, Value>,
+    /// Dropped from the record: they do not change what the action does (e.g. a trace id).
+    pub non_semantic: BTreeSet<String>,
+    /// Replaced by a keyed reference: the raw value never enters the record.
+    pub secret: BTreeSet<String>,
+}
+
+/// How an unknown outcome is recovered.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RecoverySpec {
+    pub method: RecoveryMethod,
+    /// Asks the target whether this execution's key was applied; tried before the method.
+    pub status_query: Option<HttpRequestSpec>,
+    /// Asks the target whether the precondition of a conditional write still holds.
+    pub precondition: Option<HttpRequestSpec>,
+}
+
+/// Everything the gateway needs to know about a tool to perform and recover it safely.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ToolContract {
+    pub name: String,
+    pub description: String,
+    pub class: ActionClass,
+    pub channel: ChannelSpec,
+    pub input_schema: Value,
+    pub arguments: ArgumentRules,
+    /// How long an identical call is matched to a prior execution. Zero for reads.
+    pub match_window: Duration,
+    /// How long the record (and an operation key) is kept.
+    pub retention: Duration,
+    pub recovery: RecoverySpec,
+    pub approval: Approval,
+    /// Declared long-running: served as an MCP task.
+    pub long_running: bool,
+}
+
+/// A contract as written, before validation. Optional fields are filled or refused by
+/// [`ToolContractDraft::validate`].
+#[derive(Clone, Debug, Default)]
+pub struct ToolContractDraft {
+    pub name: String,
+    pub description: String,
+    pub class: Option<ActionClass>,
+    pub channel: Option<ChannelSpec>,
+    pub input_schema: Option<Value>,
+    pub arguments: ArgumentRules,
+    pub match_window: Option<Duration>,
+    pub retention: Option<Duration>,
+    pub recovery_method: Option<RecoveryMethod>,
+    pub status_query: Option<HttpRequestSpec>,
+    pub precondition: Option<HttpRequestSpec>,
+    pub approval: Approval,
+    pub long_running: bool,
+}
+
+impl ToolContractDraft {
+    pub fn validate(self) -> Result<ToolContract, ContractError> {
+        let err = |field: &str, reason: String| ContractError {
+            tool: self.name.clone(),
+            field: field.to_string(),
+            reason,
+        };
+        if !valid_tool_name(&self.name) {
+            return Err(err(
+                "name",
+                "must be 1-64 characters of letters, digits, '_', '-' or '.'".into(),
+            ));
+        }
+        if self.name == "execution_status" {
+            return Err(err("name", "execution_status is a built-in tool".into()));
+        }
+        let class = self.class.ok_or_else(|| {
+            err(
+                "class",
+                "missing: every tool declares its action class".into(),
+            )
+        })?;
+        let channel = self
+            .channel
+            .clone()
+            .ok_or_else(|| err("channel", "missing: declare one of http, ssh or mcp".into()))?;
+        let input_schema = self
+            .input_schema
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        validate_schema(&input_schema).map_err(|r| err("input_schema", r))?;
+        validate_arguments(&self.arguments, &input_schema, &|f, r| err(f, r))?;
+        validate_channel(&channel, &|f, r| err(f, r))?;
+
+        let (match_window, retention) = if class.is_read_only() {
+            if self.match_window.is_some_and(|w| !w.is_zero()) {
+                return Err(err(
+                    "match_window",
+                    "a read_only tool is never matched: remove the match window".into(),
+                ));
+            }
+            (Duration::ZERO, self.retention.unwrap_or(Duration::ZERO))
+        } else {
+            let w = self.match_window.ok_or_else(|| {
+                err(
+                    "match_window",
+                    format!("missing: a {class} tool must say how long an identical call is the same intent (\"0s\" to never match)"),
+                )
+            })?;
+            let r = self.retention.ok_or_else(|| {
+                err(
+                    "retention",
+                    format!("missing: a {class} tool must say how long its record is kept"),
+                )
+            })?;
+            if r < w {
+                return Err(err(
+                    "retention",
+                    "must be at least the match window: a record cannot be matched after it is gone".into(),
+                ));
+            }
+            (w, r)
+        };
+
+        let method = self.recovery_method.unwrap_or_else(|| {
+            if class == ActionClass::Irreversible && self.status_query.is_some() {
+                RecoveryMethod::StatusQuery
+            } else {
+                class.default_recovery()
+            }
+        });
+        if !class.allows(method) {
+            return Err(err(
+                "recovery.method",
+                format!("{method} is not safe for a {class} tool"),
+            ));
+        }
+        if method == RecoveryMethod::StatusQuery && self.status_query.is_none() {
+            return Err(err(
+                "recovery.status_query",
+                "missing: recovery method status_query needs a status query request".into(),
+            ));
+        }
+        if class == ActionClass::ConditionalWrite && self.precondition.is_none() {
+            return Err(err(
+                "recovery.precondition",
+                "missing: a conditional_write tool needs a precondition query".into(),
+            ));
+        }
+        if self.precondition.is_some() && class != ActionClass::ConditionalWrite {
+            return Err(err(
+                "recovery.precondition",
+                format!("only a conditional_write tool has a precondition, this one is {class}"),
+            ));
+        }
+        if method == RecoveryMethod::Marker && channel.channel() != Channel::Ssh {
+            return Err(err(
+                "recovery.method",
+                "the marker protocol exists only on the ssh channel; use review".into(),
+            ));
+        }
+        for (field, probe) in [
+            ("recovery.status_query", &self.status_query),
+            ("recovery.precondition", &self.precondition),
+        ] {
+            if let Some(p) = probe {
+                validate_request(p, &|r| err(field, r))?;
+            }
+        }
+        if self.long_running && class.is_read_only() {
+            return Err(err(
+                "long_running",
+                "a read_only tool is not run as a task".into(),
+            ));
+        }
+        Ok(ToolContract {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            class,
+            channel,
+            input_schema,
+            arguments: self.arguments.clone(),
+            match_window,
+            retention,
+            recovery: RecoverySpec {
+                method,
+                status_query: self.status_query.clone(),
+                precondition: self.precondition.clone(),
+            },
+            approval: self.approval,
+            long_running: self.long_running,
+        })
+    }
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn validate_schema(schema: &Value) -> Result<(), String> {
+    let obj = schema
+        .as_object()
+        .ok_or("must be a JSON Schema object".to_string())?;
+    match obj.get("type") {
+        Some(Value::String(t)) if t == "object" => {}
+        _ => return Err("must have \"type\": \"object\" (tool arguments are an object)".into()),
+    }
+    if let Some(props) = obj.get("properties") {
+        if !props.is_object() {
+            return Err("properties must be an object".into());
+        }
+    }
+    canon::check_numbers(schema).map_err(|e| e.to_string())
+}
+
+type FieldErr<'a> = &'a dyn Fn(&str, String) -> ContractError;
+
+fn validate_arguments(
+    rules: &ArgumentRules,
+    schema: &Value,
+    err: FieldErr<'_>,
+) -> Result<(), ContractError> {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let known = |field: &str, name: &str| -> Result<(), ContractError> {
+        match props {
+            Some(p) if !p.contains_key(name) => Err(err(
+                field,
+                format!("{name:?} is not a property of input_schema"),
+            )),
+            _ => Ok(()),
+        }
+    };
+    for name in rules.defaults.keys() {
+        known("defaults", name)?;
+        if rules.secret.contains(name) {
+            return Err(err(
+                "defaults",
+                format!("{name:?} is a secret field: secrets have no defaults in config"),
+            ));
+        }
+    }
+    canon::check_numbers(&Value::Object(rules.defaults.clone()))
+        .map_err(|e| err("defaults", e.to_string()))?;
+    for name in &rules.non_semantic {
+        known("non_semantic", name)?;
+        if rules.secret.contains(name) {
+            return Err(err(
+                "non_semantic",
+                format!("{name:?} is also a secret field: pick one"),
+            ));
+        }
+    }
+    for name in &rules.secret {
+        known("secret_fields", name)?;
+    }
+    Ok(())
+}
+
+fn validate_request(
+    req: &HttpRequestSpec,
+    err: &dyn Fn(String) -> ContractError,
+) -> Result<(), ContractError> {
+    const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+    if !METHODS.contains(&req.method.as_str()) {
+        return Err(err(format!(
+            "method {:?} is not one of {}",
+            req.method,
+            METHODS.join(", ")
+        )));
+    }
+    if !(req.url.starts_with("http://") || req.url.starts_with("https://")) {
+        return Err(err(format!(
+            "url {:?} must start with http:// or https://",
+            req.url
+        )));
+    }
+    if req.url.matches('{').count() != req.url.matches('}').count() {
+        return Err(err(format!(
+            "url {:?} has an unbalanced {{placeholder}}",
+            req.url
+        )));
+    }
+    Ok(())
+}
+
+fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), ContractError> {
+    match channel {
+        ChannelSpec::Http(h) => {
+            validate_request(&h.request, &|r| err("http", r))?;
+            if h.idempotency_header.is_empty()
+                || !h
+                    .idempotency_header
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            {
+                return Err(err(
+                    "http.idempotency_header",
+                    format!("{:?} is not a valid header name", h.idempotency_header),
+                ));
+            }
+            if h.response_timeout.is_zero() || h.connect_timeout.is_zero() {
+                return Err(err("http", "timeouts must be greater than zero".into()));
+            }
+        }
+        ChannelSpec::Ssh(s) => {
+            if s.host.is_empty() || s.user.is_empty() || s.command.is_empty() {
+                return Err(err("ssh", "host, user and command are required".into()));
+            }
+            if s.host_key.split_whitespace().count() < 2 {
+                return Err(err(
+                    "ssh.host_key",
+                    "must be a pinned OpenSSH public key line (\"ssh-ed25519 AAAA…\")".into(),
+                ));
+            }
+        }
+        ChannelSpec::Mcp(m) => {
+            if m.server.is_empty() || m.tool.is_empty() {
+                return Err(err("mcp", "server and tool are required".into()));
+            }
+        }
+    }
+    Ok(())
+}

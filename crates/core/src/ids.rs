@@ -1,0 +1,177 @@
+//! Identities: the execution id (one accepted attempt to perform an action) and timestamps.
+//!
+//! The core only formats and parses them; generating a UUIDv7 needs a clock and randomness,
+//! which belong to the crates that do I/O.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Crockford base32 alphabet (no I, L, O, U): unambiguous when read aloud or copied by hand.
+const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+
+/// The identity of ONE accepted attempt to perform an action, shown as `exe_<26 base32 chars>`.
+/// It is forwarded to the target as its idempotency key, so it must never be reused for another
+/// action and never change between re-dispatches of the same one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecutionId(u128);
+
+impl ExecutionId {
+    /// Wraps the 16 bytes of a UUID (the ledger hands in a UUIDv7, so ids sort by time).
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        ExecutionId(u128::from_be_bytes(bytes))
+    }
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = [0u8; 26];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let shift = 5 * (25 - i);
+            *slot = ALPHABET[((self.0 >> shift) & 31) as usize];
+        }
+        f.write_str("exe_")?;
+        f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Debug for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// An execution id string that is not of the form `exe_<26 base32 chars>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid execution id {0:?}: expected exe_ followed by 26 base32 characters")]
+pub struct InvalidExecutionId(pub String);
+
+impl FromStr for ExecutionId {
+    type Err = InvalidExecutionId;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || InvalidExecutionId(s.chars().take(64).collect());
+        let body = s.strip_prefix("exe_").ok_or_else(bad)?;
+        if body.len() != 26 {
+            return Err(bad());
+        }
+        let mut value: u128 = 0;
+        for (i, c) in body.bytes().enumerate() {
+            let digit = ALPHABET
+                .iter()
+                .position(|&a| a == c.to_ascii_lowercase())
+                .ok_or_else(bad)? as u128;
+            // 26 × 5 = 130 bits: the first character carries only the top 3 bits.
+            if i == 0 && digit > 7 {
+                return Err(bad());
+            }
+            value = (value << 5) | digit;
+        }
+        Ok(ExecutionId(value))
+    }
+}
+
+impl serde::Serialize for ExecutionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ExecutionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Milliseconds since the Unix epoch, UTC. The core never reads a clock: callers pass `now`.
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+    pub fn saturating_add(self, d: std::time::Duration) -> Timestamp {
+        Timestamp(
+            self.0
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
+    }
+}
+
+impl fmt::Display for Timestamp {
+    /// RFC 3339 in UTC with milliseconds, e.g. `2026-11-29T21:21:19.123Z`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.rem_euclid(1000);
+        let secs = self.0.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let sod = secs.rem_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+            sod / 3600,
+            (sod % 3600) / 60,
+            sod % 60
+        )
+    }
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execution_id_round_trips_through_text() {
+        for v in [
+            0u128,
+            1,
+            u128::MAX,
+            0x0193_8f00_dead_beef_0000_0000_0000_0001,
+        ] {
+            let id = ExecutionId(v);
+            let s = id.to_string();
+            assert_eq!(s.len(), 30, "{s}");
+            assert_eq!(s.parse::<ExecutionId>().unwrap(), id);
+        }
+        assert!("exe_".parse::<ExecutionId>().is_err());
+        assert!("exe_zzzzzzzzzzzzzzzzzzzzzzzzzz"
+            .parse::<ExecutionId>()
+            .is_err());
+        assert!("inv_00000000000000000000000000"
+            .parse::<ExecutionId>()
+            .is_err());
+    }
+
+    #[test]
+    fn timestamps_format_as_rfc3339() {
+        assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp(1_795_987_279_123).to_string(),
+            "2026-11-29T21:21:19.123Z"
+        );
+        assert_eq!(
+            Timestamp(951_782_400_000).to_string(),
+            "2000-02-29T00:00:00.000Z"
+        );
+    }
+}

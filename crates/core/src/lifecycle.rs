@@ -1,0 +1,386 @@
+//! The execution lifecycle (DESIGN §3): one table of states and allowed transitions.
+//!
+//! The ledger refuses to write, and the offline audit verifier reports, any event that is not a
+//! row of [`TRANSITIONS`]. Both call [`apply`]; there is no second copy of these rules.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// What the target said about a dispatched request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The effect happened.
+    Applied,
+    /// The target answered that nothing was applied (e.g. a 422).
+    Rejected,
+}
+
+/// A human's answer to an execution under review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    Applied,
+    NotApplied,
+}
+
+/// The durable state of an execution, derived from its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "verdict")]
+pub enum State {
+    Accepted,
+    AwaitingApproval,
+    Authorized,
+    Denied,
+    /// Refused before anything was sent (invalid input, vault locked, policy).
+    Rejected,
+    Cancelled,
+    /// Durable before the first byte leaves; the idempotency key is fixed from here on.
+    Dispatched,
+    /// Provably nothing reached the target (connection refused, DNS, TLS).
+    Failed,
+    OutcomeUnknown,
+    NeedsReview,
+    /// The target's answer is durable; the agent has not (yet) been answered.
+    Completed(Verdict),
+    /// The answer was fully written to the agent at least once.
+    Delivered(Verdict),
+    Resolved(Resolution),
+}
+
+/// What happened to an execution: one row of the append-only event log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "event", content = "verdict")]
+pub enum EventKind {
+    Accepted,
+    ApprovalRequested,
+    Authorized,
+    Denied,
+    Rejected,
+    Cancelled,
+    /// A cancellation that arrived after dispatch: recorded, but it does not un-send.
+    CancelRequested,
+    Dispatched,
+    Completed(Verdict),
+    Failed,
+    OutcomeUnknown,
+    ReviewRequired,
+    Resolved(Resolution),
+    Delivered,
+    DeliveryFailed,
+}
+
+use EventKind as E;
+use State as S;
+
+/// Every allowed transition: (state before, or `None` for a new execution; event; state after).
+pub const TRANSITIONS: &[(Option<State>, EventKind, State)] = &[
+    (None, E::Accepted, S::Accepted),
+    (Some(S::Accepted), E::ApprovalRequested, S::AwaitingApproval),
+    (Some(S::Accepted), E::Authorized, S::Authorized),
+    (Some(S::Accepted), E::Rejected, S::Rejected),
+    (Some(S::Accepted), E::Cancelled, S::Cancelled),
+    (Some(S::AwaitingApproval), E::Authorized, S::Authorized),
+    (Some(S::AwaitingApproval), E::Denied, S::Denied),
+    (Some(S::AwaitingApproval), E::Rejected, S::Rejected),
+    (Some(S::AwaitingApproval), E::Cancelled, S::Cancelled),
+    (Some(S::Authorized), E::Dispatched, S::Dispatched),
+    (Some(S::Authorized), E::Rejected, S::Rejected),
+    (Some(S::Authorized), E::Cancelled, S::Cancelled),
+    (Some(S::Dispatched), E::CancelRequested, S::Dispatched),
+    (
+        Some(S::Dispatched),
+        E::Completed(Verdict::Applied),
+        S::Completed(Verdict::Applied),
+    ),
+    (
+        Some(S::Dispatched),
+        E::Completed(Verdict::Rejected),
+        S::Completed(Verdict::Rejected),
+    ),
+    (Some(S::Dispatched), E::Failed, S::Failed),
+    (Some(S::Dispatched), E::OutcomeUnknown, S::OutcomeUnknown),
+    (
+        Some(S::OutcomeUnknown),
+        E::CancelRequested,
+        S::OutcomeUnknown,
+    ),
+    // Re-dispatch of the SAME execution (same idempotency key) or a probe's answer.
+    (Some(S::OutcomeUnknown), E::Dispatched, S::Dispatched),
+    (
+        Some(S::OutcomeUnknown),
+        E::Completed(Verdict::Applied),
+        S::Completed(Verdict::Applied),
+    ),
+    (
+        Some(S::OutcomeUnknown),
+        E::Completed(Verdict::Rejected),
+        S::Completed(Verdict::Rejected),
+    ),
+    (Some(S::OutcomeUnknown), E::ReviewRequired, S::NeedsReview),
+    (
+        Some(S::NeedsReview),
+        E::Resolved(Resolution::Applied),
+        S::Resolved(Resolution::Applied),
+    ),
+    (
+        Some(S::NeedsReview),
+        E::Resolved(Resolution::NotApplied),
+        S::Resolved(Resolution::NotApplied),
+    ),
+    (
+        Some(S::Completed(Verdict::Applied)),
+        E::Delivered,
+        S::Delivered(Verdict::Applied),
+    ),
+    (
+        Some(S::Completed(Verdict::Rejected)),
+        E::Delivered,
+        S::Delivered(Verdict::Rejected),
+    ),
+    (
+        Some(S::Completed(Verdict::Applied)),
+        E::DeliveryFailed,
+        S::Completed(Verdict::Applied),
+    ),
+    (
+        Some(S::Completed(Verdict::Rejected)),
+        E::DeliveryFailed,
+        S::Completed(Verdict::Rejected),
+    ),
+    // A recovered call answers again from the record; each copy's delivery is recorded.
+    (
+        Some(S::Delivered(Verdict::Applied)),
+        E::Delivered,
+        S::Delivered(Verdict::Applied),
+    ),
+    (
+        Some(S::Delivered(Verdict::Rejected)),
+        E::Delivered,
+        S::Delivered(Verdict::Rejected),
+    ),
+    (
+        Some(S::Delivered(Verdict::Applied)),
+        E::DeliveryFailed,
+        S::Delivered(Verdict::Applied),
+    ),
+    (
+        Some(S::Delivered(Verdict::Rejected)),
+        E::DeliveryFailed,
+        S::Delivered(Verdict::Rejected),
+    ),
+];
+
+/// An event that the lifecycle does not allow in the current state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("impossible transition: {event} in state {}", from.map_or("(new)".to_string(), |s| s.to_string()))]
+pub struct TransitionError {
+    pub from: Option<State>,
+    pub event: EventKind,
+}
+
+/// The state after `event`, or an error if the table has no such row.
+pub fn apply(from: Option<State>, event: EventKind) -> Result<State, TransitionError> {
+    TRANSITIONS
+        .iter()
+        .find(|(f, e, _)| *f == from && *e == event)
+        .map(|(_, _, to)| *to)
+        .ok_or(TransitionError { from, event })
+}
+
+impl State {
+    pub const ALL: [State; 16] = [
+        S::Accepted,
+        S::AwaitingApproval,
+        S::Authorized,
+        S::Denied,
+        S::Rejected,
+        S::Cancelled,
+        S::Dispatched,
+        S::Failed,
+        S::OutcomeUnknown,
+        S::NeedsReview,
+        S::Completed(Verdict::Applied),
+        S::Completed(Verdict::Rejected),
+        S::Delivered(Verdict::Applied),
+        S::Delivered(Verdict::Rejected),
+        S::Resolved(Resolution::Applied),
+        S::Resolved(Resolution::NotApplied),
+    ];
+
+    /// The stored name (also used in the ledger's `state` column).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            S::Accepted => "accepted",
+            S::AwaitingApproval => "awaiting_approval",
+            S::Authorized => "authorized",
+            S::Denied => "denied",
+            S::Rejected => "rejected",
+            S::Cancelled => "cancelled",
+            S::Dispatched => "dispatched",
+            S::Failed => "failed",
+            S::OutcomeUnknown => "outcome_unknown",
+            S::NeedsReview => "needs_review",
+            S::Completed(_) => "completed",
+            S::Delivered(_) => "delivered",
+            S::Resolved(_) => "resolved",
+        }
+    }
+
+    /// The state as shown to agents and operators. A completed execution whose answer never
+    /// reached the agent is `completed_result_not_delivered`: the action happened, only the
+    /// answer was lost (calling it a failure would be a lie).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            S::Completed(_) => "completed_result_not_delivered",
+            S::Delivered(_) => "completed",
+            other => other.as_str(),
+        }
+    }
+
+    /// The target's (or the reviewer's) verdict, where there is one.
+    pub fn outcome(self) -> Option<&'static str> {
+        match self {
+            S::Completed(Verdict::Applied)
+            | S::Delivered(Verdict::Applied)
+            | S::Resolved(Resolution::Applied) => Some("applied"),
+            S::Completed(Verdict::Rejected) | S::Delivered(Verdict::Rejected) => Some("rejected"),
+            S::Resolved(Resolution::NotApplied) => Some("not_applied"),
+            _ => None,
+        }
+    }
+
+    /// No further event can change what happened (deliveries may still be recorded).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            S::Denied
+                | S::Rejected
+                | S::Cancelled
+                | S::Failed
+                | S::Completed(_)
+                | S::Delivered(_)
+                | S::Resolved(_)
+        )
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.outcome() {
+            Some(o) => write!(f, "{}({o})", self.as_str()),
+            None => f.write_str(self.as_str()),
+        }
+    }
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 17] = [
+        E::Accepted,
+        E::ApprovalRequested,
+        E::Authorized,
+        E::Denied,
+        E::Rejected,
+        E::Cancelled,
+        E::CancelRequested,
+        E::Dispatched,
+        E::Completed(Verdict::Applied),
+        E::Completed(Verdict::Rejected),
+        E::Failed,
+        E::OutcomeUnknown,
+        E::ReviewRequired,
+        E::Resolved(Resolution::Applied),
+        E::Resolved(Resolution::NotApplied),
+        E::Delivered,
+        E::DeliveryFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            E::Accepted => "accepted",
+            E::ApprovalRequested => "approval_requested",
+            E::Authorized => "authorized",
+            E::Denied => "denied",
+            E::Rejected => "rejected",
+            E::Cancelled => "cancelled",
+            E::CancelRequested => "cancel_requested",
+            E::Dispatched => "dispatched",
+            E::Completed(_) => "completed",
+            E::Failed => "failed",
+            E::OutcomeUnknown => "outcome_unknown",
+            E::ReviewRequired => "review_required",
+            E::Resolved(_) => "resolved",
+            E::Delivered => "delivered",
+            E::DeliveryFailed => "delivery_failed",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            E::Completed(v) => write!(
+                f,
+                "completed({})",
+                if *v == Verdict::Applied {
+                    "applied"
+                } else {
+                    "rejected"
+                }
+            ),
+            E::Resolved(r) => write!(
+                f,
+                "resolved({})",
+                if *r == Resolution::Applied {
+                    "applied"
+                } else {
+                    "not_applied"
+                }
+            ),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// An execution's lifecycle folded from its events: the current state plus the facts the
+/// recovery decision and the views need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub state: State,
+    /// How many times the execution was dispatched (re-dispatches reuse the same key).
+    pub dispatches: u32,
+    pub cancel_requested: bool,
+}
+
+impl Lifecycle {
+    /// Folds a sequence of events, refusing the first impossible one.
+    pub fn from_events(
+        events: impl IntoIterator<Item = EventKind>,
+    ) -> Result<Lifecycle, TransitionError> {
+        let mut lifecycle: Option<Lifecycle> = None;
+        for event in events {
+            lifecycle = Some(match lifecycle {
+                None => Lifecycle {
+                    state: apply(None, event)?,
+                    dispatches: 0,
+                    cancel_requested: false,
+                },
+                Some(l) => l.next(event)?,
+            });
+        }
+        lifecycle.ok_or(TransitionError {
+            from: None,
+            event: E::Accepted,
+        })
+    }
+
+    /// The lifecycle after one more event.
+    pub fn next(self, event: EventKind) -> Result<Lifecycle, TransitionError> {
+        Ok(Lifecycle {
+            state: apply(Some(self.state), event)?,
+            dispatches: self.dispatches + u32::from(event == E::Dispatched),
+            cancel_requested: self.cancel_requested || event == E::CancelRequested,
+        })
+    }
+}

@@ -1,0 +1,161 @@
+//! The configuration format and tool-contract validation.
+
+use std::time::Duration;
+
+use postern_core::class::{ActionClass, RecoveryMethod};
+use postern_core::config::{Config, ConfigError, SecretRef, SessionApproval};
+
+use crate::support::{config, CONFIG};
+
+fn parse_err(text: &str) -> ConfigError {
+    Config::parse(text, "bad.toml").unwrap_err()
+}
+
+const GATEWAY: &str = "[gateway]\nfingerprint_key = { env = \"K\" }\n";
+
+#[test]
+fn the_design_example_parses() {
+    let c = config();
+    assert_eq!(c.gateway.listen, "127.0.0.1:8750");
+    assert_eq!(
+        c.gateway.fingerprint_key,
+        SecretRef::Env("POSTERN_FINGERPRINT_KEY".into())
+    );
+    assert_eq!(
+        c.actor("billing-agent").unwrap().session_approval,
+        SessionApproval::Auto
+    );
+    assert_eq!(
+        c.actor("ops-agent").unwrap().session_approval,
+        SessionApproval::Required
+    );
+    let t = c.tool("create_invoice").unwrap();
+    assert_eq!(t.class, ActionClass::IdempotentWrite);
+    assert_eq!(t.match_window, Duration::from_secs(600));
+    assert_eq!(t.retention, Duration::from_secs(7 * 86_400));
+    assert_eq!(t.recovery.method, RecoveryMethod::RetrySameKey);
+    assert!(t.recovery.status_query.is_some());
+    assert_eq!(
+        c.tool("wire_money").unwrap().recovery.method,
+        RecoveryMethod::Review
+    );
+    assert_eq!(
+        c.tool("restart_service").unwrap().recovery.method,
+        RecoveryMethod::Marker
+    );
+    assert_eq!(
+        c.tool("list_invoices").unwrap().match_window,
+        Duration::ZERO
+    );
+}
+
+#[test]
+fn unknown_keys_name_file_line_and_key() {
+    let text = CONFIG.replace(
+        "match_window = \"10m\"",
+        "match_window = \"10m\"\nmatch_windw = \"5m\"",
+    );
+    let err = parse_err(&text);
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("match_windw"))
+        .unwrap()
+        + 1;
+    assert_eq!((err.file.as_str(), err.line), ("bad.toml", line));
+    assert!(err.message.contains("unknown field `match_windw`"), "{err}");
+    assert!(err.to_string().starts_with(&format!("bad.toml:{line}:")));
+
+    let err = parse_err(&format!("{GATEWAY}listn = \"x\"\n"));
+    assert_eq!(err.line, 3);
+    assert!(err.message.contains("`listn`"), "{err}");
+
+    let err = parse_err(&format!("{GATEWAY}[[tool]]\nname = \"t\"\nclass = \"read_only\"\nhttp = {{ method = \"GET\", url = \"http://127.0.0.1:1/\", verb = \"x\" }}\n"));
+    assert_eq!(err.line, 6);
+    assert!(err.message.contains("`verb`"), "{err}");
+}
+
+#[test]
+fn inline_secrets_are_refused_without_being_echoed() {
+    let err = parse_err("[gateway]\nfingerprint_key = \"deadbeefsecret\"\n");
+    assert_eq!(err.line, 2);
+    assert!(err.message.contains("never written inline"), "{err}");
+    assert!(!err.to_string().contains("deadbeefsecret"));
+}
+
+fn tool_err(body: &str) -> String {
+    parse_err(&format!("{GATEWAY}[credential.k]\nkind = \"ssh_key\"\nsecret = {{ env = \"S\" }}\n[[tool]]\nname = \"t\"\n{body}\n")).to_string()
+}
+
+#[test]
+fn invalid_contracts_name_the_tool_and_the_field() {
+    let http = "http = { method = \"POST\", url = \"http://127.0.0.1:9/x\" }";
+    let cases = [
+        (format!("class = \"idempotent_write\"\n{http}"), "tool \"t\": match_window: missing"),
+        (format!("class = \"conditional_write\"\nmatch_window = \"1m\"\n{http}"), "tool \"t\": recovery.precondition: missing"),
+        (format!("class = \"irreversible\"\nmatch_window = \"1m\"\nrecovery = {{ method = \"retry_same_key\" }}\n{http}"), "tool \"t\": recovery.method: retry_same_key is not safe for a irreversible tool"),
+        (format!("class = \"remote_command\"\nmatch_window = \"1m\"\n{http}"), "tool \"t\": recovery.method: the marker protocol exists only on the ssh channel"),
+        (format!("class = \"read_only\"\nmatch_window = \"1m\"\n{http}"), "tool \"t\": match_window: a read_only tool is never matched"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"2d\"\nretention = \"1d\"\n{http}"), "tool \"t\": retention: must be at least the match window"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"1m\"\nrecovery = {{ method = \"status_query\" }}\n{http}"), "tool \"t\": recovery.status_query: missing"),
+        (format!("class = \"sometimes\"\n{http}"), "tool \"t\": class: \"sometimes\" is not one of"),
+        ("class = \"read_only\"".to_string(), "tool \"t\": channel: missing"),
+        (format!("match_window = \"1m\"\n{http}"), "tool \"t\": class: missing"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"ten minutes\"\n{http}"), "tool \"t\": match_window: invalid duration"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"1m\"\nsecret_fields = [\"pin\"]\ninput_schema = {{ type = \"object\", properties = {{ amount = {{ type = \"integer\" }} }} }}\n{http}"), "tool \"t\": secret_fields: \"pin\" is not a property of input_schema"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"1m\"\ninput_schema = {{ type = \"array\" }}\n{http}"), "tool \"t\": input_schema: must have \"type\": \"object\""),
+        ("class = \"idempotent_write\"\nmatch_window = \"1m\"\nhttp = { method = \"POST\", url = \"http://127.0.0.1:9/x\", credential = \"nope\" }".to_string(), "tool \"t\": credential: \"nope\" is not declared"),
+        ("class = \"idempotent_write\"\nmatch_window = \"1m\"\nhttp = { method = \"FETCH\", url = \"http://127.0.0.1:9/x\" }".to_string(), "tool \"t\": http: method \"FETCH\""),
+        ("class = \"idempotent_write\"\nmatch_window = \"1m\"\nhttp = { method = \"POST\", url = \"ftp://127.0.0.1/x\" }".to_string(), "tool \"t\": http: url \"ftp://127.0.0.1/x\" must start with http"),
+        ("class = \"idempotent_write\"\nmatch_window = \"1m\"\nmcp = { server = \"ghost\", tool = \"x\" }".to_string(), "tool \"t\": mcp.server: \"ghost\" is not declared"),
+        (format!("class = \"idempotent_write\"\nmatch_window = \"1m\"\n{http}\nmcp = {{ server = \"a\", tool = \"b\" }}"), "tool \"t\": channel: declare exactly one"),
+    ];
+    for (body, expected) in cases {
+        let err = tool_err(&body);
+        assert!(
+            err.contains(expected),
+            "for\n{body}\nexpected {expected:?}\ngot {err}"
+        );
+        assert!(
+            err.starts_with("bad.toml:7:"),
+            "the tool's name line: {err}"
+        );
+    }
+}
+
+#[test]
+fn upstream_mcp_tools_default_to_irreversible() {
+    let text = format!("{GATEWAY}[upstream.files]\ncommand = [\"files-mcp\"]\n[[tool]]\nname = \"delete_file\"\nmatch_window = \"1m\"\nmcp = {{ server = \"files\", tool = \"delete\" }}\n");
+    let c = Config::parse(&text, "x.toml").unwrap();
+    assert_eq!(
+        c.tool("delete_file").unwrap().class,
+        ActionClass::Irreversible
+    );
+    assert_eq!(
+        c.tool("delete_file").unwrap().recovery.method,
+        RecoveryMethod::Review
+    );
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let t = "[[tool]]\nname = \"t\"\nclass = \"read_only\"\nhttp = { method = \"GET\", url = \"http://127.0.0.1:9/\" }\n";
+    let err = parse_err(&format!("{GATEWAY}{t}{t}"));
+    assert!(
+        err.message.contains("declared twice") && err.line == 8,
+        "{err}"
+    );
+    let err = parse_err(&format!(
+        "{GATEWAY}[[actor]]\nname = \"a\"\n[[actor]]\nname = \"a\"\n"
+    ));
+    assert!(
+        err.message.contains("declared twice") && err.line == 6,
+        "{err}"
+    );
+    let err = parse_err(&format!(
+        "{GATEWAY}[[actor]]\nname = \"a\"\ntools = [\"ghost\"]\n"
+    ));
+    assert!(
+        err.message.contains("tool \"ghost\" is not declared"),
+        "{err}"
+    );
+}

@@ -1,0 +1,8 @@
+//! The core's one integration-test binary.
+
+mod canon;
+mod config;
+mod fingerprint;
+mod lifecycle;
+mod recovery;
+mod support;

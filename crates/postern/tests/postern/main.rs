@@ -1,0 +1,3 @@
+//! The `postern` binary's one integration-test binary: runs the real executable.
+
+mod fingerprint;
