@@ -384,3 +384,28 @@ impl Lifecycle {
         })
     }
 }
+
+/// An event name that is not one of the lifecycle's (as printed by `Display`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown lifecycle event {0:?}")]
+pub struct UnknownEvent(pub String);
+
+impl std::str::FromStr for EventKind {
+    type Err = UnknownEvent;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventKind::ALL
+            .into_iter()
+            .find(|e| e.to_string() == s)
+            .ok_or_else(|| UnknownEvent(s.chars().take(64).collect()))
+    }
+}
+
+impl std::str::FromStr for State {
+    type Err = UnknownEvent;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        State::ALL
+            .into_iter()
+            .find(|e| e.to_string() == s)
+            .ok_or_else(|| UnknownEvent(s.chars().take(64).collect()))
+    }
+}

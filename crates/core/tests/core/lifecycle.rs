@@ -147,3 +147,14 @@ fn display_states_tell_delivery_apart_from_completion() {
     );
     assert_eq!(State::OutcomeUnknown.display_name(), "outcome_unknown");
 }
+
+#[test]
+fn names_round_trip() {
+    for e in EventKind::ALL {
+        assert_eq!(e.to_string().parse::<EventKind>().unwrap(), e);
+    }
+    for s in State::ALL {
+        assert_eq!(s.to_string().parse::<State>().unwrap(), s);
+    }
+    assert!("exploded".parse::<EventKind>().is_err());
+}

@@ -1,0 +1,274 @@
+//! The chain format: what is hashed, what is signed.
+
+use ed25519_dalek::{Signer, Verifier as _};
+use postern_core::canon;
+use postern_core::{EventKind, ExecutionId, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The `prev_hash` of the first event of a chain.
+pub const GENESIS_HASH: [u8; 32] = [0; 32];
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("signing key must be 32 bytes of hex (64 hex digits)")]
+    BadSigningKey,
+    #[error("public key must be 32 bytes of hex (64 hex digits), optionally prefixed ed25519:")]
+    BadPublicKey,
+    #[error("event cannot be canonicalised: {0}")]
+    Canon(#[from] canon::CanonError),
+}
+
+/// What one event says: this is what the chain hashes (everything but the hashes themselves).
+/// Secrets never enter it; results enter as a digest plus a reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventBody {
+    /// The writer's chain (one per gateway instance, so replicas never serialise on one head).
+    pub chain: String,
+    /// Position in the chain, from 1.
+    pub seq: u64,
+    pub execution_id: ExecutionId,
+    /// Position of the event in its execution's lifecycle, from 1 (`accepted`).
+    pub n: u32,
+    #[serde(with = "event_name")]
+    pub event: EventKind,
+    pub at: Timestamp,
+    /// Facts about the transition (fingerprint, idempotency key, target status, result digest).
+    pub detail: Value,
+}
+
+/// An event with its place in the chain.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "EventWire", into = "EventWire")]
+pub struct ChainedEvent {
+    pub body: EventBody,
+    pub prev_hash: [u8; 32],
+    pub hash: [u8; 32],
+}
+
+/// The flat form of a chained event in exports (no `flatten`: it would buffer every line).
+#[derive(Clone, Serialize, Deserialize)]
+struct EventWire {
+    chain: String,
+    seq: u64,
+    execution_id: ExecutionId,
+    n: u32,
+    #[serde(with = "event_name")]
+    event: EventKind,
+    at: Timestamp,
+    detail: Value,
+    #[serde(with = "hex32")]
+    prev_hash: [u8; 32],
+    #[serde(with = "hex32")]
+    hash: [u8; 32],
+}
+
+impl From<EventWire> for ChainedEvent {
+    fn from(w: EventWire) -> Self {
+        ChainedEvent {
+            body: EventBody {
+                chain: w.chain,
+                seq: w.seq,
+                execution_id: w.execution_id,
+                n: w.n,
+                event: w.event,
+                at: w.at,
+                detail: w.detail,
+            },
+            prev_hash: w.prev_hash,
+            hash: w.hash,
+        }
+    }
+}
+
+impl From<ChainedEvent> for EventWire {
+    fn from(e: ChainedEvent) -> Self {
+        let b = e.body;
+        EventWire {
+            chain: b.chain,
+            seq: b.seq,
+            execution_id: b.execution_id,
+            n: b.n,
+            event: b.event,
+            at: b.at,
+            detail: b.detail,
+            prev_hash: e.prev_hash,
+            hash: e.hash,
+        }
+    }
+}
+
+/// `SHA-256(prev_hash ‖ JCS(body))`.
+pub fn event_hash(prev_hash: &[u8; 32], body: &EventBody) -> Result<[u8; 32], AuditError> {
+    let mut h = Sha256::new();
+    h.update(prev_hash);
+    h.update(canon::canonical_bytes(body)?);
+    Ok(h.finalize().into())
+}
+
+impl ChainedEvent {
+    /// Links `body` after `prev_hash`.
+    pub fn link(body: EventBody, prev_hash: [u8; 32]) -> Result<ChainedEvent, AuditError> {
+        let hash = event_hash(&prev_hash, &body)?;
+        Ok(ChainedEvent {
+            body,
+            prev_hash,
+            hash,
+        })
+    }
+}
+
+/// A signed statement "chain C had head H at seq N": truncation behind it is detectable.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub chain: String,
+    pub seq: u64,
+    #[serde(with = "hex32")]
+    pub head_hash: [u8; 32],
+    pub at: Timestamp,
+    /// The signer's key id (first 16 hex digits of SHA-256 of the public key).
+    pub key_id: String,
+    /// Ed25519 signature over the JCS bytes of `{at, chain, head_hash, seq}`, hex.
+    pub signature: String,
+}
+
+#[derive(Serialize)]
+struct SignedPart<'a> {
+    chain: &'a str,
+    seq: u64,
+    head_hash: String,
+    at: Timestamp,
+}
+
+fn signed_bytes(
+    chain: &str,
+    seq: u64,
+    head_hash: &[u8; 32],
+    at: Timestamp,
+) -> Result<Vec<u8>, AuditError> {
+    Ok(canon::canonical_bytes(&SignedPart {
+        chain,
+        seq,
+        head_hash: hex::encode(head_hash),
+        at,
+    })?)
+}
+
+/// The gateway's Ed25519 signing key. `Debug` never shows it.
+pub struct SigningKey(ed25519_dalek::SigningKey);
+
+/// The public half, what verifiers hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct VerifyingKey(ed25519_dalek::VerifyingKey);
+
+impl SigningKey {
+    /// From 32 random bytes (the caller draws them: this crate does no I/O).
+    pub fn from_bytes(bytes: [u8; 32]) -> SigningKey {
+        SigningKey(ed25519_dalek::SigningKey::from_bytes(&bytes))
+    }
+    pub fn from_hex(text: &str) -> Result<SigningKey, AuditError> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text.trim(), &mut bytes).map_err(|_| AuditError::BadSigningKey)?;
+        Ok(SigningKey::from_bytes(bytes))
+    }
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0.to_bytes())
+    }
+    pub fn verifying_key(&self) -> VerifyingKey {
+        VerifyingKey(self.0.verifying_key())
+    }
+
+    pub fn checkpoint(
+        &self,
+        chain: &str,
+        seq: u64,
+        head_hash: [u8; 32],
+        at: Timestamp,
+    ) -> Result<Checkpoint, AuditError> {
+        let signature = self.0.sign(&signed_bytes(chain, seq, &head_hash, at)?);
+        Ok(Checkpoint {
+            chain: chain.to_string(),
+            seq,
+            head_hash,
+            at,
+            key_id: self.verifying_key().key_id(),
+            signature: hex::encode(signature.to_bytes()),
+        })
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningKey(<redacted>)")
+    }
+}
+
+impl VerifyingKey {
+    /// Reads `ed25519:<hex>` or plain hex.
+    pub fn from_text(text: &str) -> Result<VerifyingKey, AuditError> {
+        let t = text.trim();
+        let t = t.strip_prefix("ed25519:").unwrap_or(t);
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(t, &mut bytes).map_err(|_| AuditError::BadPublicKey)?;
+        ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+            .map(VerifyingKey)
+            .map_err(|_| AuditError::BadPublicKey)
+    }
+    pub fn key_id(&self) -> String {
+        hex::encode(&Sha256::digest(self.0.as_bytes())[..8])
+    }
+    /// True when the checkpoint's signature is this key's over its content.
+    pub fn verifies(&self, c: &Checkpoint) -> bool {
+        let Ok(bytes) = signed_bytes(&c.chain, c.seq, &c.head_hash, c.at) else {
+            return false;
+        };
+        let mut sig = [0u8; 64];
+        if hex::decode_to_slice(&c.signature, &mut sig).is_err() {
+            return false;
+        }
+        self.0
+            .verify(&bytes, &ed25519_dalek::Signature::from_bytes(&sig))
+            .is_ok()
+    }
+}
+
+impl std::fmt::Display for VerifyingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ed25519:{}", hex::encode(self.0.as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for VerifyingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+mod event_name {
+    use postern_core::EventKind;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &EventKind, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(e)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EventKind, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+mod hex32 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(b))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s.as_bytes(), &mut out)
+            .map_err(|_| serde::de::Error::custom("expected 64 hex digits"))?;
+        Ok(out)
+    }
+}

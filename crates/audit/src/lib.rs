@@ -1,0 +1,19 @@
+//! Postern's audit log: every lifecycle event is a link of a hash chain
+//! (`hash = SHA-256(prev_hash ‖ JCS(event))`), chain heads are signed as Ed25519 checkpoints,
+//! and [`Verifier`] checks an exported file or a database's rows fully offline, reporting each
+//! break with its reason and place.
+//!
+//! Architecture invariant: depends on `postern-core` only. It knows nothing of SQL, files or
+//! networks: callers feed it rows (from a JSONL export or a store) and print its [`Report`].
+//! The lifecycle rules it checks are core's one table, not a copy.
+
+mod chain;
+mod export;
+mod verify;
+
+pub use chain::{
+    event_hash, AuditError, ChainedEvent, Checkpoint, EventBody, SigningKey, VerifyingKey,
+    GENESIS_HASH,
+};
+pub use export::{read_line, ExportHeader, ExportLine, EXPORT_FORMAT};
+pub use verify::{Break, BreakReason, ChainRange, Report, Verifier};

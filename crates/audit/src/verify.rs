@@ -1,0 +1,453 @@
+//! Offline verification, in the manner of CloudTrail's validate-logs: feed rows in chain order,
+//! get a report of the range requested and covered, every break with its reason and place, and
+//! totals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use postern_core::lifecycle::{apply, EventKind, State};
+use postern_core::ExecutionId;
+use serde::{Deserialize, Serialize};
+
+use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
+
+/// A contiguous run of one chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainRange {
+    pub chain: String,
+    pub from: u64,
+    pub to: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BreakReason {
+    /// The event's content does not hash to its stored hash: it was edited.
+    HashMismatch,
+    /// The event does not link to the one before it: a row was replaced or inserted.
+    PrevHashMismatch,
+    /// Sequence numbers skip: rows are missing.
+    Gap {
+        expected: u64,
+    },
+    /// A row arrives after a later one: rows were moved.
+    Reorder {
+        after: u64,
+    },
+    /// The same seq twice.
+    Duplicate,
+    /// A signed checkpoint vouches for events that are not there.
+    Truncated {
+        last_seq: Option<u64>,
+    },
+    /// The signed head hash differs from the chain's hash at that seq.
+    CheckpointMismatch,
+    BadSignature,
+    /// Signed by another key than the one given to the verifier.
+    UnknownSigner {
+        key_id: String,
+    },
+    /// The requested range is not fully present (no signed checkpoint vouches for it).
+    RangeNotCovered {
+        last_seq: Option<u64>,
+    },
+    /// The execution's events do not form a possible lifecycle.
+    ImpossibleTransition {
+        execution_id: ExecutionId,
+        from: Option<State>,
+        event: EventKind,
+    },
+    /// An execution's event numbers skip (an event of it is missing).
+    MissingExecutionEvent {
+        execution_id: ExecutionId,
+        expected_n: u32,
+    },
+    /// A line or row that could not be read.
+    Malformed {
+        line: u64,
+        reason: String,
+    },
+}
+
+/// One break: where, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Break {
+    pub chain: Option<String>,
+    pub seq: Option<u64>,
+    pub reason: BreakReason,
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use BreakReason::*;
+        let at = match (&self.chain, self.seq) {
+            (Some(c), Some(s)) => format!(" at seq {s} (chain {c})"),
+            (Some(c), None) => format!(" (chain {c})"),
+            _ => String::new(),
+        };
+        match &self.reason {
+            HashMismatch => write!(
+                f,
+                "hash mismatch{at}: the event's content does not match its hash"
+            ),
+            PrevHashMismatch => write!(
+                f,
+                "chain link broken{at}: prev_hash is not the previous event's hash"
+            ),
+            Gap { expected } => write!(f, "gap{at}: expected seq {expected}, events are missing"),
+            Reorder { after } => write!(f, "reorder{at}: arrives after seq {after}"),
+            Duplicate => write!(f, "duplicate{at}: the same seq appears twice"),
+            Truncated { last_seq } => write!(
+                f,
+                "truncation behind a signed checkpoint{at}: the log ends at {}",
+                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+            ),
+            CheckpointMismatch => write!(
+                f,
+                "checkpoint mismatch{at}: the signed head hash differs from the chain"
+            ),
+            BadSignature => write!(
+                f,
+                "bad signature{at}: the checkpoint's signature does not verify"
+            ),
+            UnknownSigner { key_id } => write!(
+                f,
+                "bad signature{at}: signed by key {key_id}, not the key given"
+            ),
+            RangeNotCovered { last_seq } => write!(
+                f,
+                "range not covered{at}: the log ends at {}",
+                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+            ),
+            ImpossibleTransition {
+                execution_id,
+                from,
+                event,
+            } => write!(
+                f,
+                "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
+                from.map_or("(new)".into(), |s| s.to_string())
+            ),
+            MissingExecutionEvent {
+                execution_id,
+                expected_n,
+            } => {
+                write!(f, "impossible state sequence for execution {execution_id}: event #{expected_n} is missing")
+            }
+            Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct ChainState {
+    first: Option<u64>,
+    last: Option<u64>,
+    last_hash: Option<[u8; 32]>,
+    /// A skip that a later, lower seq may still explain as a reorder.
+    pending_gap: Option<(u64, u64)>,
+    hashes: HashMap<u64, [u8; 32]>,
+    events: u64,
+}
+
+#[derive(Default)]
+struct ExecutionState {
+    next_n: u32,
+    state: Option<State>,
+    /// Events that arrived ahead of their turn (possible when an execution spans chains).
+    waiting: BTreeMap<u32, (EventKind, String, u64)>,
+}
+
+/// The verification result.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub requested: Vec<ChainRange>,
+    pub covered: Vec<ChainRange>,
+    pub breaks: Vec<Break>,
+    pub events: u64,
+    pub checkpoints: u64,
+    pub valid_signatures: u64,
+    pub executions: u64,
+    /// Chains no signed checkpoint covers: truncation of their tail cannot be ruled out.
+    pub unsigned_chains: Vec<String>,
+}
+
+impl Report {
+    pub fn is_valid(&self) -> bool {
+        self.breaks.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ranges = |r: &[ChainRange]| {
+            if r.is_empty() {
+                "(none)".to_string()
+            } else {
+                r.iter()
+                    .map(|r| format!("chain {} seq {}..{}", r.chain, r.from, r.to))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        writeln!(f, "Range requested: {}", ranges(&self.requested))?;
+        writeln!(f, "Range covered:   {}", ranges(&self.covered))?;
+        for b in &self.breaks {
+            writeln!(f, "BREAK {b}")?;
+        }
+        for c in &self.unsigned_chains {
+            writeln!(f, "note: no signed checkpoint covers chain {c}: truncation of its tail cannot be ruled out")?;
+        }
+        writeln!(
+            f,
+            "Results: {} events in {} chain(s), {} executions; {} checkpoint(s), {} with a valid signature",
+            self.events,
+            self.covered.len(),
+            self.executions,
+            self.checkpoints,
+            self.valid_signatures
+        )?;
+        if self.is_valid() {
+            write!(
+                f,
+                "VALID: every event links, hashes and follows the lifecycle"
+            )
+        } else {
+            write!(f, "INVALID: {} break(s)", self.breaks.len())
+        }
+    }
+}
+
+/// Streams rows in, then [`Verifier::finish`] for the report.
+pub struct Verifier {
+    key: VerifyingKey,
+    requested: Vec<ChainRange>,
+    chains: BTreeMap<String, ChainState>,
+    executions: HashMap<ExecutionId, ExecutionState>,
+    checkpoints: Vec<Checkpoint>,
+    breaks: Vec<Break>,
+}
+
+impl Verifier {
+    pub fn new(key: VerifyingKey) -> Verifier {
+        Verifier {
+            key,
+            requested: Vec::new(),
+            chains: BTreeMap::new(),
+            executions: HashMap::new(),
+            checkpoints: Vec::new(),
+            breaks: Vec::new(),
+        }
+    }
+
+    /// Declares a range the log should contain (from an export's header or the caller).
+    pub fn request(&mut self, range: ChainRange) {
+        self.requested.push(range);
+    }
+
+    pub fn malformed(&mut self, line: u64, reason: String) {
+        self.breaks.push(Break {
+            chain: None,
+            seq: None,
+            reason: BreakReason::Malformed { line, reason },
+        });
+    }
+
+    /// One event, in the order the log holds it.
+    pub fn event(&mut self, e: &ChainedEvent) {
+        let b = &e.body;
+        let chain = self.chains.entry(b.chain.clone()).or_default();
+        let brk = |reason| Break {
+            chain: Some(b.chain.clone()),
+            seq: Some(b.seq),
+            reason,
+        };
+        chain.events += 1;
+        chain.first = Some(chain.first.map_or(b.seq, |f| f.min(b.seq)));
+        match event_hash(&e.prev_hash, b) {
+            Ok(h) if h == e.hash => {}
+            _ => self.breaks.push(brk(BreakReason::HashMismatch)),
+        }
+        let mut linked_in_order = true;
+        match chain.last {
+            None if b.seq != 1
+                && !self
+                    .requested
+                    .iter()
+                    .any(|r| r.chain == b.chain && r.from == b.seq) =>
+            {
+                self.breaks.push(brk(BreakReason::Gap { expected: 1 }));
+                linked_in_order = false;
+            }
+            None => {
+                if b.seq == 1 && e.prev_hash != GENESIS_HASH {
+                    self.breaks.push(brk(BreakReason::PrevHashMismatch));
+                }
+            }
+            Some(last) if b.seq == last + 1 => {
+                if chain.last_hash != Some(e.prev_hash) {
+                    self.breaks.push(brk(BreakReason::PrevHashMismatch));
+                }
+            }
+            Some(last) if b.seq > last + 1 => {
+                if let Some((expected, at)) = chain.pending_gap.replace((last + 1, b.seq)) {
+                    self.breaks.push(Break {
+                        chain: Some(b.chain.clone()),
+                        seq: Some(at),
+                        reason: BreakReason::Gap { expected },
+                    });
+                }
+                linked_in_order = false;
+            }
+            Some(last) if b.seq == last || chain.hashes.contains_key(&b.seq) => {
+                self.breaks.push(brk(BreakReason::Duplicate));
+                return;
+            }
+            Some(last) => {
+                // Lower than the last one: a move, not a loss, if it fills the pending skip.
+                if chain
+                    .pending_gap
+                    .is_some_and(|(expected, _)| expected == b.seq)
+                {
+                    chain.pending_gap = None;
+                }
+                self.breaks.push(brk(BreakReason::Reorder { after: last }));
+                linked_in_order = false;
+            }
+        }
+        if linked_in_order || chain.last.is_none_or(|l| b.seq > l) {
+            chain.last = Some(b.seq);
+            chain.last_hash = Some(e.hash);
+        }
+        chain.hashes.insert(b.seq, e.hash);
+        self.lifecycle(e);
+    }
+
+    fn lifecycle(&mut self, e: &ChainedEvent) {
+        let b = &e.body;
+        let ex = self
+            .executions
+            .entry(b.execution_id)
+            .or_insert_with(|| ExecutionState {
+                next_n: 1,
+                ..Default::default()
+            });
+        ex.waiting.insert(b.n, (b.event, b.chain.clone(), b.seq));
+        while let Some((event, chain, seq)) = ex.waiting.remove(&ex.next_n) {
+            match apply(ex.state, event) {
+                Ok(s) => ex.state = Some(s),
+                Err(_) => {
+                    self.breaks.push(Break {
+                        chain: Some(chain),
+                        seq: Some(seq),
+                        reason: BreakReason::ImpossibleTransition {
+                            execution_id: b.execution_id,
+                            from: ex.state,
+                            event,
+                        },
+                    });
+                }
+            }
+            ex.next_n += 1;
+        }
+    }
+
+    /// One signed checkpoint.
+    pub fn checkpoint(&mut self, c: &Checkpoint) {
+        self.checkpoints.push(c.clone());
+    }
+
+    pub fn finish(mut self) -> Report {
+        let mut valid_signatures = 0;
+        let checkpoints = self.checkpoints.len() as u64;
+        let mut signed: BTreeMap<String, u64> = BTreeMap::new();
+        for c in std::mem::take(&mut self.checkpoints).iter() {
+            let brk = |reason| Break {
+                chain: Some(c.chain.clone()),
+                seq: Some(c.seq),
+                reason,
+            };
+            if c.key_id != self.key.key_id() {
+                self.breaks.push(brk(BreakReason::UnknownSigner {
+                    key_id: c.key_id.clone(),
+                }));
+                continue;
+            }
+            if !self.key.verifies(c) {
+                self.breaks.push(brk(BreakReason::BadSignature));
+                continue;
+            }
+            valid_signatures += 1;
+            let entry = signed.entry(c.chain.clone()).or_insert(0);
+            *entry = (*entry).max(c.seq);
+            let chain = self.chains.get(&c.chain);
+            match chain.and_then(|ch| ch.hashes.get(&c.seq)) {
+                Some(h) if *h == c.head_hash => {}
+                Some(_) => self.breaks.push(brk(BreakReason::CheckpointMismatch)),
+                None => self.breaks.push(brk(BreakReason::Truncated {
+                    last_seq: chain.and_then(|ch| ch.last),
+                })),
+            }
+        }
+        for (name, chain) in &self.chains {
+            if let Some((expected, at)) = chain.pending_gap {
+                self.breaks.push(Break {
+                    chain: Some(name.clone()),
+                    seq: Some(at),
+                    reason: BreakReason::Gap { expected },
+                });
+            }
+        }
+        for r in &self.requested {
+            let last = self.chains.get(&r.chain).and_then(|c| c.last);
+            let behind_checkpoint = signed.get(&r.chain).is_some_and(|s| *s >= r.to);
+            if last.is_none_or(|l| l < r.to) && !behind_checkpoint {
+                self.breaks.push(Break {
+                    chain: Some(r.chain.clone()),
+                    seq: Some(r.to),
+                    reason: BreakReason::RangeNotCovered { last_seq: last },
+                });
+            }
+        }
+        for (id, ex) in &self.executions {
+            if !ex.waiting.is_empty() {
+                self.breaks.push(Break {
+                    chain: None,
+                    seq: None,
+                    reason: BreakReason::MissingExecutionEvent {
+                        execution_id: *id,
+                        expected_n: ex.next_n,
+                    },
+                });
+            }
+        }
+        let covered = self
+            .chains
+            .iter()
+            .filter_map(|(name, c)| {
+                Some(ChainRange {
+                    chain: name.clone(),
+                    from: c.first?,
+                    to: c.last?,
+                })
+            })
+            .collect();
+        let unsigned_chains = self
+            .chains
+            .keys()
+            .filter(|c| !signed.contains_key(*c))
+            .cloned()
+            .collect();
+        self.breaks
+            .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
+        Report {
+            requested: self.requested,
+            covered,
+            breaks: self.breaks,
+            events: self.chains.values().map(|c| c.events).sum(),
+            checkpoints,
+            valid_signatures,
+            executions: self.executions.len() as u64,
+            unsigned_chains,
+        }
+    }
+}

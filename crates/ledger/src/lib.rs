@@ -1,0 +1,527 @@
+//! Postern's durable ledger: executions, the append-only hash-chained event log, stored
+//! results, operation keys and runs, on embedded SQLite (default) or PostgreSQL (several
+//! gateway replicas).
+//!
+//! Architecture invariant: this is the only crate with SQL. Every change goes through one
+//! writer task per instance that batches concurrent requests into shared commits (group
+//! commit); a request's reply is sent only after its commit is durable, which is what makes
+//! `dispatched` write-ahead and results durable before answers.
+//!
+//! Architecture invariant: accept-or-match is decided inside one transaction, at a row the
+//! database makes unique (the intent slot, or the operation key): never check-then-insert.
+//! Transitions are checked against the core's lifecycle table before anything is written.
+//!
+//! Architecture invariant: the ledger never retries anything itself. Its recovery scan only
+//! records `outcome_unknown` for executions a stopped instance left `dispatched`.
+
+mod dialect;
+mod error;
+mod liveness;
+mod model;
+mod rows;
+mod schema;
+mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postern_audit::{ChainedEvent, Checkpoint, SigningKey};
+use postern_core::{ExecutionId, Timestamp};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
+use tokio::sync::{mpsc, oneshot};
+
+pub use dialect::Dialect;
+pub use error::LedgerError;
+pub use model::{
+    AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
+    RecoveryReport, ResultBody, Run, StoredResult,
+};
+
+use liveness::Liveness;
+use writer::{now_millis, Op, Writer, WriterConfig};
+
+/// How a ledger is opened.
+#[derive(Clone, Debug)]
+pub struct LedgerOptions {
+    /// Signs checkpoints; without it, no checkpoints are written.
+    pub signing_key: Option<Arc<SigningKey>>,
+    /// Sign a checkpoint after this many events (0: only when asked).
+    pub checkpoint_every: u64,
+    /// PostgreSQL: how long an instance may be silent before its in-flight executions are
+    /// declared `outcome_unknown` by another.
+    pub lease: Duration,
+    /// The most requests one commit carries.
+    pub max_batch: usize,
+}
+
+impl Default for LedgerOptions {
+    fn default() -> Self {
+        LedgerOptions {
+            signing_key: None,
+            checkpoint_every: 1000,
+            lease: Duration::from_secs(30),
+            max_batch: 256,
+        }
+    }
+}
+
+/// The ledger: a writer task for durable changes and a pool for reads.
+pub struct Ledger {
+    dialect: Dialect,
+    instance: String,
+    chain: String,
+    pool: AnyPool,
+    tx: mpsc::Sender<Op>,
+    liveness: Liveness,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+fn sqlite_path(url: &str) -> &str {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    rest.split('?').next().unwrap_or(rest)
+}
+
+async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
+    if dialect == Dialect::Sqlite {
+        // WAL + FULL: a commit is on disk when it returns. busy_timeout lets two processes
+        // on one file take turns instead of failing.
+        conn.execute("PRAGMA journal_mode = WAL").await?;
+        conn.execute("PRAGMA synchronous = FULL").await?;
+        conn.execute("PRAGMA busy_timeout = 30000").await?;
+    }
+    Ok(())
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the store at `url`, applies migrations and runs the
+    /// recovery scan.
+    pub async fn open(
+        url: &str,
+        options: LedgerOptions,
+    ) -> Result<(Ledger, RecoveryReport), LedgerError> {
+        sqlx::any::install_default_drivers();
+        let dialect =
+            Dialect::from_url(url).ok_or_else(|| LedgerError::UnsupportedUrl(url.to_string()))?;
+        let connect_url = if dialect == Dialect::Sqlite && !url.contains('?') {
+            format!("{url}?mode=rwc")
+        } else {
+            url.to_string()
+        };
+        let connect_options: AnyConnectOptions = connect_url.parse()?;
+        let connect_options = connect_options.disable_statement_logging();
+        let mut conn = AnyConnection::connect_with(&connect_options).await?;
+        prepare_connection(&mut conn, dialect).await?;
+        migrate(&mut conn, dialect).await?;
+
+        let instance = format!("inst-{}", uuid::Uuid::now_v7().simple());
+        let now = now_millis();
+        sqlx::query("INSERT INTO instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)")
+            .bind(&instance)
+            .bind(now)
+            .execute(&mut conn)
+            .await?;
+        // SQLite serialises writers on the file, so one chain is shared; PostgreSQL replicas
+        // each write their own chain and never contend for one head row.
+        let chain = match dialect {
+            Dialect::Sqlite => "main".to_string(),
+            Dialect::Postgres => instance.clone(),
+        };
+        let liveness = match dialect {
+            Dialect::Sqlite => Liveness::lock_files(sqlite_path(url), &instance)?,
+            Dialect::Postgres => Liveness::Heartbeat {
+                lease: options.lease,
+            },
+        };
+
+        let pool_options =
+            AnyPoolOptions::new()
+                .max_connections(4)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move { prepare_connection(conn, dialect).await })
+                });
+        let pool = pool_options.connect_with(connect_options).await?;
+
+        let (tx, rx) = mpsc::channel(4096);
+        let writer = Writer::new(
+            conn,
+            WriterConfig {
+                dialect,
+                chain: chain.clone(),
+                instance: instance.clone(),
+                signing_key: options.signing_key.clone(),
+                checkpoint_every: if options.signing_key.is_some() {
+                    options.checkpoint_every
+                } else {
+                    0
+                },
+                max_batch: options.max_batch.max(1),
+            },
+        );
+        tokio::spawn(writer.run(rx));
+
+        let heartbeat = (dialect == Dialect::Postgres).then(|| {
+            let pool = pool.clone();
+            let instance = instance.clone();
+            let every = (options.lease / 3).max(Duration::from_millis(100));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let _ = sqlx::query("UPDATE instances SET heartbeat_at = $1 WHERE id = $2")
+                        .bind(now_millis())
+                        .bind(&instance)
+                        .execute(&pool)
+                        .await;
+                }
+            })
+        });
+
+        let ledger = Ledger {
+            dialect,
+            instance,
+            chain,
+            pool,
+            tx,
+            liveness,
+            heartbeat,
+        };
+        let report = ledger.recover().await?;
+        Ok((ledger, report))
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// This instance's id (the owner recorded on the executions it touches).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// This instance's audit chain.
+    pub fn chain(&self) -> &str {
+        &self.chain
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, LedgerError>>) -> Op,
+    ) -> Result<T, LedgerError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .await
+            .map_err(|_| LedgerError::Closed)?;
+        rx.await.map_err(|_| LedgerError::Closed)?
+    }
+
+    /// Accepts a request as a new execution or matches it to a prior one, atomically and
+    /// durably.
+    pub async fn accept(&self, req: AcceptRequest) -> Result<AcceptOutcome, LedgerError> {
+        self.call(|tx| Op::Accept(Box::new(req), tx)).await
+    }
+
+    /// Appends one lifecycle event; durable when this returns.
+    pub async fn append(
+        &self,
+        id: ExecutionId,
+        event: NewEvent,
+        now: Timestamp,
+    ) -> Result<ExecutionSummary, LedgerError> {
+        self.call(|tx| Op::Append(id, Box::new(event), now, tx))
+            .await
+    }
+
+    /// Signs a checkpoint of this instance's chain head now.
+    pub async fn checkpoint(&self, now: Timestamp) -> Result<Option<Checkpoint>, LedgerError> {
+        self.call(|tx| Op::Checkpoint(now, tx)).await
+    }
+
+    pub async fn start_run(&self, run: Run) -> Result<(), LedgerError> {
+        self.call(|tx| Op::StartRun(Box::new(run), tx)).await
+    }
+
+    pub async fn end_run(&self, id: &str, at: Timestamp) -> Result<(), LedgerError> {
+        let id = id.to_string();
+        self.call(|tx| Op::EndRun(id, at, tx)).await
+    }
+
+    /// The recovery scan: every execution left `dispatched` by a stopped instance is recorded
+    /// `outcome_unknown` (and reported). Nothing is retried here.
+    pub async fn recover(&self) -> Result<RecoveryReport, LedgerError> {
+        let rows = sqlx::query("SELECT id, owner FROM executions WHERE state = 'dispatched'")
+            .fetch_all(&self.pool)
+            .await?;
+        let dead_heartbeats: Vec<String> = match &self.liveness {
+            Liveness::Heartbeat { lease } => {
+                sqlx::query("SELECT id FROM instances WHERE heartbeat_at < $1")
+                    .bind(now_millis() - lease.as_millis() as i64)
+                    .fetch_all(&self.pool)
+                    .await?
+                    .iter()
+                    .map(|r| rows::get_str(r, "id"))
+                    .collect::<Result<_, _>>()?
+            }
+            Liveness::LockFiles { .. } => Vec::new(),
+        };
+        let mut report = RecoveryReport::default();
+        for row in rows {
+            let id = rows::parse_id(&rows::get_str(&row, "id")?)?;
+            let owner: Option<String> = sqlx::Row::try_get(&row, "owner")?;
+            let Some(owner) = owner else { continue };
+            if owner == self.instance {
+                continue;
+            }
+            let dead = match &self.liveness {
+                Liveness::LockFiles { .. } => self.liveness.lock_file_dead(&owner),
+                Liveness::Heartbeat { .. } => {
+                    dead_heartbeats.contains(&owner)
+                        || sqlx::query("SELECT id FROM instances WHERE id = $1")
+                            .bind(&owner)
+                            .fetch_optional(&self.pool)
+                            .await?
+                            .is_none()
+                }
+            };
+            if dead
+                && self
+                    .call(|tx| Op::Abandoned(id, owner, Timestamp(now_millis()), tx))
+                    .await?
+            {
+                report.marked_unknown.push(id);
+            }
+        }
+        Ok(report)
+    }
+
+    /// One execution's row.
+    pub async fn summary(&self, id: ExecutionId) -> Result<Option<ExecutionSummary>, LedgerError> {
+        let q = format!(
+            "SELECT {} FROM executions WHERE id = $1",
+            rows::SUMMARY_COLUMNS
+        );
+        sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::summary)
+            .transpose()
+    }
+
+    /// Everything about one execution.
+    pub async fn execution(&self, id: ExecutionId) -> Result<Option<ExecutionView>, LedgerError> {
+        let q = format!(
+            "SELECT {}, record FROM executions WHERE id = $1",
+            rows::SUMMARY_COLUMNS
+        );
+        let Some(row) = sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let summary = rows::summary(&row)?;
+        let record = serde_json::from_str(&rows::get_str(&row, "record")?)
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let q = format!(
+            "SELECT {} FROM events WHERE execution_id = $1 ORDER BY n",
+            rows::EVENT_COLUMNS
+        );
+        let events = sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::event)
+            .collect::<Result<Vec<_>, _>>()?;
+        let result = sqlx::query("SELECT attempt, digest, size, truncated, body FROM results WHERE execution_id = $1 ORDER BY attempt DESC LIMIT 1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::result)
+            .transpose()?;
+        Ok(Some(ExecutionView {
+            summary,
+            record,
+            events,
+            result,
+        }))
+    }
+
+    /// Executions, newest first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionSummary>, LedgerError> {
+        let mut q = format!(
+            "SELECT {} FROM executions WHERE 1 = 1",
+            rows::SUMMARY_COLUMNS
+        );
+        let mut binds = Vec::new();
+        for (col, val) in [
+            ("actor", &filter.actor),
+            ("state", &filter.state),
+            ("run_id", &filter.run_id),
+        ] {
+            if let Some(v) = val {
+                binds.push(v.clone());
+                q.push_str(&format!(" AND {col} = ${}", binds.len()));
+            }
+        }
+        q.push_str(&format!(
+            " ORDER BY accepted_at DESC, id DESC LIMIT {}",
+            if filter.limit == 0 { 100 } else { filter.limit }
+        ));
+        let mut query = sqlx::query(&q);
+        for b in &binds {
+            query = query.bind(b);
+        }
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::summary)
+            .collect()
+    }
+
+    /// Runs (the Sessions log), newest first.
+    pub async fn runs(&self, limit: u32) -> Result<Vec<Run>, LedgerError> {
+        sqlx::query(&format!("SELECT id, actor, client_name, client_version, protocol_version, transport, started_at, ended_at FROM runs ORDER BY started_at DESC LIMIT {}", limit.max(1)))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::run)
+            .collect()
+    }
+
+    /// Every chain's range (1..head).
+    pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
+        sqlx::query("SELECT chain, head_seq FROM chains ORDER BY chain")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    rows::get_str(r, "chain")?,
+                    rows::get_i64(r, "head_seq")? as u64,
+                ))
+            })
+            .collect()
+    }
+
+    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
+        sqlx::query("SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY chain, seq")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::checkpoint)
+            .collect()
+    }
+
+    /// Streams every event in storage order, a page at a time. A row that cannot be decoded is
+    /// passed as an error with its position so a verifier can report it and go on.
+    pub async fn scan_events(
+        &self,
+        mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
+    ) -> Result<(), LedgerError> {
+        // SQLite: physical insertion order (rowid), so a moved row shows as a reorder.
+        let (pos, order) = match self.dialect {
+            Dialect::Sqlite => ("rowid", "rowid"),
+            Dialect::Postgres => ("ROW_NUMBER() OVER (ORDER BY chain, seq)", "chain, seq"),
+        };
+        let mut after: i64 = 0;
+        loop {
+            let q = format!(
+                "SELECT * FROM (SELECT {pos} AS pos, {cols} FROM events ORDER BY {order}) AS t WHERE pos > $1 ORDER BY pos LIMIT 10000",
+                cols = rows::EVENT_COLUMNS
+            );
+            let page = sqlx::query(&q).bind(after).fetch_all(&self.pool).await?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for row in &page {
+                after = rows::get_i64(row, "pos")?;
+                each(rows::event(row).map_err(|e| (after, e.to_string())));
+            }
+        }
+    }
+
+    /// Closes the writer after everything queued is committed.
+    pub async fn close(self) {
+        let pool = self.pool.clone();
+        let instance = self.instance.clone();
+        let _ = sqlx::query("DELETE FROM instances WHERE id = $1")
+            .bind(&instance)
+            .execute(&pool)
+            .await;
+        drop(self);
+        pool.close().await;
+    }
+}
+
+async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)").await?;
+    let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations ORDER BY version")
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| rows::get_i64(r, "version"))
+        .collect::<Result<_, _>>()?;
+    let known = schema::MIGRATIONS.last().map_or(0, |m| m.version);
+    if let Some(&found) = applied.iter().max() {
+        if found > known {
+            return Err(LedgerError::SchemaTooNew { found, known });
+        }
+    }
+    for m in schema::MIGRATIONS
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+    {
+        let fail = |source| LedgerError::Migration {
+            version: m.version,
+            name: m.name,
+            source,
+        };
+        conn.execute(dialect.begin()).await.map_err(fail)?;
+        let result = async {
+            conn.execute(m.sql(dialect)).await?;
+            sqlx::query(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            )
+            .bind(m.version)
+            .bind(m.name)
+            .bind(now_millis())
+            .execute(&mut *conn)
+            .await?;
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        match result {
+            Ok(()) => conn.execute("COMMIT").await.map(|_| ()).map_err(fail)?,
+            Err(e) => {
+                let _ = conn.execute("ROLLBACK").await;
+                // Another process may have applied it concurrently; re-check before failing.
+                let done = sqlx::query("SELECT version FROM schema_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .is_some();
+                if !done {
+                    return Err(fail(e));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! What goes into and comes out of the ledger, in the core's terms.
+
+use std::sync::Arc;
+
+use postern_audit::ChainedEvent;
+use postern_core::lifecycle::Lifecycle;
+use postern_core::recovery::{PriorExecution, RecoveryDecision};
+use postern_core::{
+    ActionClass, ActionRecord, EventKind, ExecutionId, Fingerprint, Timestamp, ToolContract,
+};
+use serde_json::Value;
+
+/// A request to perform an action: accepted as a new execution or matched to a prior one,
+/// atomically.
+#[derive(Clone, Debug)]
+pub struct AcceptRequest {
+    pub record: ActionRecord,
+    pub fingerprint: Fingerprint,
+    pub contract: Arc<ToolContract>,
+    pub operation_key: Option<String>,
+    pub run_id: Option<String>,
+    /// Events appended in the same commit when (and only when) a new execution is created,
+    /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
+    pub then: Vec<NewEvent>,
+    pub now: Timestamp,
+}
+
+/// One lifecycle event to append.
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    pub kind: EventKind,
+    /// Facts for the audit chain. Never secrets.
+    pub detail: Value,
+    /// The target's answer, stored size-capped; only its digest enters the chain.
+    pub result: Option<ResultBody>,
+    /// For `completed(rejected)`: the target invites a retry (e.g. 429), so the execution never
+    /// blocks a new one.
+    pub retryable_rejection: bool,
+}
+
+impl NewEvent {
+    pub fn new(kind: EventKind) -> NewEvent {
+        NewEvent {
+            kind,
+            detail: Value::Object(Default::default()),
+            result: None,
+            retryable_rejection: false,
+        }
+    }
+    pub fn with_detail(mut self, detail: Value) -> NewEvent {
+        self.detail = detail;
+        self
+    }
+    pub fn with_result(mut self, result: ResultBody) -> NewEvent {
+        self.result = Some(result);
+        self
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultBody {
+    pub body: Vec<u8>,
+    /// The size before capping.
+    pub size: u64,
+    pub truncated: bool,
+}
+
+/// What accepting gave.
+#[derive(Clone, Debug)]
+pub enum AcceptOutcome {
+    /// A new execution (with its `then` events appended).
+    Created(ExecutionSummary),
+    /// A prior execution and what the incoming call gets from it (never a second execution).
+    Existing {
+        decision: RecoveryDecision,
+        execution: ExecutionSummary,
+    },
+}
+
+impl AcceptOutcome {
+    pub fn execution(&self) -> &ExecutionSummary {
+        match self {
+            AcceptOutcome::Created(e) | AcceptOutcome::Existing { execution: e, .. } => e,
+        }
+    }
+}
+
+/// An execution's row: identity, intent and the lifecycle projected from its events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionSummary {
+    pub id: ExecutionId,
+    pub actor: String,
+    pub tool: String,
+    pub class: ActionClass,
+    pub fingerprint: Fingerprint,
+    pub intent_scope: String,
+    pub operation_key: Option<String>,
+    pub run_id: Option<String>,
+    pub lifecycle: Lifecycle,
+    /// Number of events so far.
+    pub events: u32,
+    pub accepted_at: Timestamp,
+    pub state_since: Timestamp,
+    pub first_dispatched_at: Option<Timestamp>,
+    pub rejection_retryable: bool,
+}
+
+impl ExecutionSummary {
+    /// The view the recovery decision takes.
+    pub fn prior(&self) -> PriorExecution {
+        PriorExecution {
+            execution_id: self.id,
+            fingerprint: self.fingerprint,
+            actor: self.actor.clone(),
+            intent_scope: self.intent_scope.clone(),
+            operation_key: self.operation_key.clone(),
+            lifecycle: self.lifecycle,
+            accepted_at: self.accepted_at,
+            state_since: self.state_since,
+            rejection_retryable: self.rejection_retryable,
+        }
+    }
+}
+
+/// Everything about one execution: the Activity log's unit.
+#[derive(Clone, Debug)]
+pub struct ExecutionView {
+    pub summary: ExecutionSummary,
+    /// The canonical action record (no secrets).
+    pub record: Value,
+    pub events: Vec<ChainedEvent>,
+    pub result: Option<StoredResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredResult {
+    pub attempt: u32,
+    pub digest: String,
+    pub size: u64,
+    pub truncated: bool,
+    pub body: Vec<u8>,
+}
+
+/// One agent run (the Sessions log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub id: String,
+    pub actor: String,
+    pub client_name: Option<String>,
+    pub client_version: Option<String>,
+    pub protocol_version: Option<String>,
+    pub transport: String,
+    pub started_at: Timestamp,
+    pub ended_at: Option<Timestamp>,
+}
+
+/// What the recovery scan found on open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Executions left `dispatched` by a stopped instance, now recorded `outcome_unknown`.
+    pub marked_unknown: Vec<ExecutionId>,
+}
+
+/// Filter for listing executions, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    pub actor: Option<String>,
+    pub state: Option<String>,
+    pub run_id: Option<String>,
+    pub limit: u32,
+}

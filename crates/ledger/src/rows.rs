@@ -1,0 +1,143 @@
+//! Decoding rows into the ledger's types. A row that does not decode is `Corrupt`, never a
+//! default value.
+
+use postern_audit::{ChainedEvent, Checkpoint, EventBody};
+use postern_core::lifecycle::{Lifecycle, State};
+use postern_core::{ActionClass, EventKind, ExecutionId, Fingerprint, Timestamp};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use crate::error::LedgerError;
+use crate::model::{ExecutionSummary, Run, StoredResult};
+
+pub(crate) const SUMMARY_COLUMNS: &str = "id, actor, tool, class, fingerprint, intent_scope, operation_key, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable";
+
+pub(crate) const EVENT_COLUMNS: &str =
+    "chain, seq, execution_id, n, event, at, detail, prev_hash, hash";
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt(format!("{what}: {e}"))
+}
+
+pub(crate) fn get_str(row: &AnyRow, col: &str) -> Result<String, LedgerError> {
+    row.try_get::<String, _>(col).map_err(|e| corrupt(col, e))
+}
+
+fn get_opt_str(row: &AnyRow, col: &str) -> Result<Option<String>, LedgerError> {
+    row.try_get::<Option<String>, _>(col)
+        .map_err(|e| corrupt(col, e))
+}
+
+pub(crate) fn get_i64(row: &AnyRow, col: &str) -> Result<i64, LedgerError> {
+    row.try_get::<i64, _>(col).map_err(|e| corrupt(col, e))
+}
+
+fn get_u32(row: &AnyRow, col: &str) -> Result<u32, LedgerError> {
+    u32::try_from(get_i64(row, col)?).map_err(|e| corrupt(col, e))
+}
+
+fn get_opt_i64(row: &AnyRow, col: &str) -> Result<Option<i64>, LedgerError> {
+    row.try_get::<Option<i64>, _>(col)
+        .map_err(|e| corrupt(col, e))
+}
+
+pub(crate) fn parse_id(s: &str) -> Result<ExecutionId, LedgerError> {
+    s.parse().map_err(|e| corrupt("execution id", e))
+}
+
+pub(crate) fn hash_from_hex(s: &str) -> Result<[u8; 32], LedgerError> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(s, &mut out).map_err(|e| corrupt("hash", e))?;
+    Ok(out)
+}
+
+pub(crate) fn summary(row: &AnyRow) -> Result<ExecutionSummary, LedgerError> {
+    let class_name = get_str(row, "class")?;
+    let class = ActionClass::ALL
+        .into_iter()
+        .find(|c| c.as_str() == class_name)
+        .ok_or_else(|| corrupt("class", &class_name))?;
+    let state: State = get_str(row, "state")?
+        .parse()
+        .map_err(|e| corrupt("state", e))?;
+    let fingerprint: Fingerprint = get_str(row, "fingerprint")?
+        .parse()
+        .map_err(|e| corrupt("fingerprint", e))?;
+    Ok(ExecutionSummary {
+        id: parse_id(&get_str(row, "id")?)?,
+        actor: get_str(row, "actor")?,
+        tool: get_str(row, "tool")?,
+        class,
+        fingerprint,
+        intent_scope: get_str(row, "intent_scope")?,
+        operation_key: get_opt_str(row, "operation_key")?,
+        run_id: get_opt_str(row, "run_id")?,
+        lifecycle: Lifecycle {
+            state,
+            dispatches: get_u32(row, "dispatches")?,
+            cancel_requested: get_i64(row, "cancel_requested")? != 0,
+        },
+        events: get_u32(row, "n")?,
+        accepted_at: Timestamp(get_i64(row, "accepted_at")?),
+        state_since: Timestamp(get_i64(row, "state_since")?),
+        first_dispatched_at: get_opt_i64(row, "first_dispatched_at")?.map(Timestamp),
+        rejection_retryable: get_i64(row, "rejection_retryable")? != 0,
+    })
+}
+
+pub(crate) fn event(row: &AnyRow) -> Result<ChainedEvent, LedgerError> {
+    let event: EventKind = get_str(row, "event")?
+        .parse()
+        .map_err(|e| corrupt("event", e))?;
+    let detail =
+        serde_json::from_str(&get_str(row, "detail")?).map_err(|e| corrupt("detail", e))?;
+    Ok(ChainedEvent {
+        body: EventBody {
+            chain: get_str(row, "chain")?,
+            seq: u64::try_from(get_i64(row, "seq")?).map_err(|e| corrupt("seq", e))?,
+            execution_id: parse_id(&get_str(row, "execution_id")?)?,
+            n: get_u32(row, "n")?,
+            event,
+            at: Timestamp(get_i64(row, "at")?),
+            detail,
+        },
+        prev_hash: hash_from_hex(&get_str(row, "prev_hash")?)?,
+        hash: hash_from_hex(&get_str(row, "hash")?)?,
+    })
+}
+
+pub(crate) fn checkpoint(row: &AnyRow) -> Result<Checkpoint, LedgerError> {
+    Ok(Checkpoint {
+        chain: get_str(row, "chain")?,
+        seq: u64::try_from(get_i64(row, "seq")?).map_err(|e| corrupt("seq", e))?,
+        head_hash: hash_from_hex(&get_str(row, "head_hash")?)?,
+        at: Timestamp(get_i64(row, "at")?),
+        key_id: get_str(row, "key_id")?,
+        signature: get_str(row, "signature")?,
+    })
+}
+
+pub(crate) fn result(row: &AnyRow) -> Result<StoredResult, LedgerError> {
+    Ok(StoredResult {
+        attempt: get_u32(row, "attempt")?,
+        digest: get_str(row, "digest")?,
+        size: u64::try_from(get_i64(row, "size")?).map_err(|e| corrupt("size", e))?,
+        truncated: get_i64(row, "truncated")? != 0,
+        body: row
+            .try_get::<Vec<u8>, _>("body")
+            .map_err(|e| corrupt("body", e))?,
+    })
+}
+
+pub(crate) fn run(row: &AnyRow) -> Result<Run, LedgerError> {
+    Ok(Run {
+        id: get_str(row, "id")?,
+        actor: get_str(row, "actor")?,
+        client_name: get_opt_str(row, "client_name")?,
+        client_version: get_opt_str(row, "client_version")?,
+        protocol_version: get_opt_str(row, "protocol_version")?,
+        transport: get_str(row, "transport")?,
+        started_at: Timestamp(get_i64(row, "started_at")?),
+        ended_at: get_opt_i64(row, "ended_at")?.map(Timestamp),
+    })
+}

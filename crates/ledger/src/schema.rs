@@ -1,0 +1,27 @@
+//! Versioned migrations, one script per dialect. Applied in order inside a transaction; the
+//! applied versions are recorded in `schema_migrations`.
+
+use crate::dialect::Dialect;
+
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+impl Migration {
+    pub fn sql(&self, dialect: Dialect) -> &'static str {
+        match dialect {
+            Dialect::Sqlite => self.sqlite,
+            Dialect::Postgres => self.postgres,
+        }
+    }
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial ledger",
+    sqlite: include_str!("../migrations/sqlite/0001_initial.sql"),
+    postgres: include_str!("../migrations/postgres/0001_initial.sql"),
+}];

@@ -1,0 +1,629 @@
+//! The single writer: every durable change goes through one task holding one connection.
+//! Requests that arrive while a commit is in flight are batched into the next transaction
+//! (group commit), each inside its own savepoint so one request's failure never undoes another's.
+
+use std::sync::Arc;
+
+use postern_audit::{ChainedEvent, Checkpoint, EventBody, SigningKey, GENESIS_HASH};
+use postern_core::lifecycle::{Lifecycle, State};
+use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
+use postern_core::{EventKind, ExecutionId, Timestamp};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sqlx::AnyConnection;
+use sqlx::{Connection, Executor};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dialect::Dialect;
+use crate::error::LedgerError;
+use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
+use crate::rows;
+
+type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
+
+pub(crate) enum Op {
+    Accept(Box<AcceptRequest>, Reply<AcceptOutcome>),
+    Append(
+        ExecutionId,
+        Box<NewEvent>,
+        Timestamp,
+        Reply<ExecutionSummary>,
+    ),
+    /// Marks an execution `outcome_unknown` if it is still `dispatched` by the given owner.
+    Abandoned(ExecutionId, String, Timestamp, Reply<bool>),
+    Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
+    StartRun(Box<Run>, Reply<()>),
+    EndRun(String, Timestamp, Reply<()>),
+}
+
+enum Done {
+    Accept(Reply<AcceptOutcome>, Result<AcceptOutcome, LedgerError>),
+    Append(
+        Reply<ExecutionSummary>,
+        Result<ExecutionSummary, LedgerError>,
+    ),
+    Abandoned(Reply<bool>, Result<bool, LedgerError>),
+    Checkpoint(
+        Reply<Option<Checkpoint>>,
+        Result<Option<Checkpoint>, LedgerError>,
+    ),
+    Unit(Reply<()>, Result<(), LedgerError>),
+}
+
+impl Done {
+    fn is_ok(&self) -> bool {
+        match self {
+            Done::Accept(_, r) => r.is_ok(),
+            Done::Append(_, r) => r.is_ok(),
+            Done::Abandoned(_, r) => r.is_ok(),
+            Done::Checkpoint(_, r) => r.is_ok(),
+            Done::Unit(_, r) => r.is_ok(),
+        }
+    }
+
+    /// Sends the result, or `failure` if the batch's commit failed.
+    fn send(self, failure: Option<&str>) {
+        let fail = |msg: &str| {
+            LedgerError::Corrupt(format!(
+                "commit failed, nothing of this request was recorded: {msg}"
+            ))
+        };
+        macro_rules! reply {
+            ($tx:expr, $r:expr) => {{
+                let r = match failure {
+                    Some(m) => Err(fail(m)),
+                    None => $r,
+                };
+                // The caller may have gone away; its write stands either way.
+                let _ = $tx.send(r);
+            }};
+        }
+        match self {
+            Done::Accept(tx, r) => reply!(tx, r),
+            Done::Append(tx, r) => reply!(tx, r),
+            Done::Abandoned(tx, r) => reply!(tx, r),
+            Done::Checkpoint(tx, r) => reply!(tx, r),
+            Done::Unit(tx, r) => reply!(tx, r),
+        }
+    }
+}
+
+pub(crate) struct WriterConfig {
+    pub dialect: Dialect,
+    pub chain: String,
+    pub instance: String,
+    pub signing_key: Option<Arc<SigningKey>>,
+    pub checkpoint_every: u64,
+    pub max_batch: usize,
+}
+
+pub(crate) struct Writer {
+    conn: AnyConnection,
+    cfg: WriterConfig,
+    /// The chain head as of the open transaction.
+    head: (u64, [u8; 32]),
+    appended_since_checkpoint: u64,
+}
+
+impl Writer {
+    pub fn new(conn: AnyConnection, cfg: WriterConfig) -> Writer {
+        Writer {
+            conn,
+            cfg,
+            head: (0, GENESIS_HASH),
+            appended_since_checkpoint: 0,
+        }
+    }
+
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Op>) {
+        let mut batch = Vec::with_capacity(self.cfg.max_batch);
+        while let Some(op) = rx.recv().await {
+            batch.push(op);
+            while batch.len() < self.cfg.max_batch {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit_batch(std::mem::take(&mut batch)).await;
+        }
+        let _ = self.conn.close().await;
+    }
+
+    async fn commit_batch(&mut self, batch: Vec<Op>) {
+        if let Err(e) = self.conn.execute(self.cfg.dialect.begin()).await {
+            let msg = e.to_string();
+            for op in batch {
+                Self::refuse(op, &msg);
+            }
+            return;
+        }
+        let mut done = Vec::with_capacity(batch.len());
+        let head_before = match self.load_head().await {
+            Ok(h) => h,
+            Err(e) => {
+                let msg = e.to_string();
+                let _ = self.conn.execute("ROLLBACK").await;
+                for op in batch {
+                    Self::refuse(op, &msg);
+                }
+                return;
+            }
+        };
+        self.head = head_before;
+        for op in batch {
+            let saved = (self.head, self.appended_since_checkpoint);
+            let _ = self.conn.execute("SAVEPOINT op").await;
+            let d = self.process(op).await;
+            if d.is_ok() {
+                let _ = self.conn.execute("RELEASE SAVEPOINT op").await;
+            } else {
+                let _ = self.conn.execute("ROLLBACK TO SAVEPOINT op").await;
+                let _ = self.conn.execute("RELEASE SAVEPOINT op").await;
+                (self.head, self.appended_since_checkpoint) = saved;
+            }
+            done.push(d);
+        }
+        let mut failure = None;
+        if self.head != head_before {
+            if let Err(e) = self.store_head().await {
+                failure = Some(e.to_string());
+            }
+            if failure.is_none()
+                && self.cfg.checkpoint_every > 0
+                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+            {
+                match self.checkpoint(Timestamp(now_millis())).await {
+                    Ok(_) => {}
+                    Err(e) => failure = Some(e.to_string()),
+                }
+            }
+        }
+        if failure.is_none() {
+            if let Err(e) = self.conn.execute("COMMIT").await {
+                failure = Some(e.to_string());
+            }
+        }
+        if failure.is_some() {
+            let _ = self.conn.execute("ROLLBACK").await;
+            self.head = head_before;
+        }
+        for d in done {
+            d.send(failure.as_deref());
+        }
+    }
+
+    fn refuse(op: Op, msg: &str) {
+        let err = || LedgerError::Corrupt(format!("could not open a transaction: {msg}"));
+        match op {
+            Op::Accept(_, tx) => drop(tx.send(Err(err()))),
+            Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
+            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) => drop(tx.send(Err(err()))),
+        }
+    }
+
+    async fn process(&mut self, op: Op) -> Done {
+        match op {
+            Op::Accept(req, tx) => Done::Accept(tx, self.accept(*req).await),
+            Op::Append(id, ev, now, tx) => {
+                let r = async {
+                    let mut s = self.load_summary(id).await?;
+                    self.apply(&mut s, *ev, now).await?;
+                    Ok(s)
+                }
+                .await;
+                Done::Append(tx, r)
+            }
+            Op::Abandoned(id, owner, now, tx) => {
+                Done::Abandoned(tx, self.abandoned(id, &owner, now).await)
+            }
+            Op::Checkpoint(now, tx) => Done::Checkpoint(tx, self.checkpoint(now).await),
+            Op::StartRun(run, tx) => {
+                let r = sqlx::query("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                    .bind(&run.id)
+                    .bind(&run.actor)
+                    .bind(&run.client_name)
+                    .bind(&run.client_version)
+                    .bind(&run.protocol_version)
+                    .bind(&run.transport)
+                    .bind(run.started_at.0)
+                    .execute(&mut self.conn)
+                    .await
+                    .map(|_| ())
+                    .map_err(LedgerError::from);
+                Done::Unit(tx, r)
+            }
+            Op::EndRun(id, at, tx) => {
+                let r =
+                    sqlx::query("UPDATE runs SET ended_at = $1 WHERE id = $2 AND ended_at IS NULL")
+                        .bind(at.0)
+                        .bind(&id)
+                        .execute(&mut self.conn)
+                        .await
+                        .map(|_| ())
+                        .map_err(LedgerError::from);
+                Done::Unit(tx, r)
+            }
+        }
+    }
+
+    async fn load_head(&mut self) -> Result<(u64, [u8; 32]), LedgerError> {
+        let q = format!(
+            "SELECT head_seq, head_hash FROM chains WHERE chain = $1{}",
+            self.cfg.dialect.for_update()
+        );
+        if let Some(row) = sqlx::query(&q)
+            .bind(&self.cfg.chain)
+            .fetch_optional(&mut self.conn)
+            .await?
+        {
+            let seq = u64::try_from(rows::get_i64(&row, "head_seq")?)
+                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            return Ok((
+                seq,
+                rows::hash_from_hex(&rows::get_str(&row, "head_hash")?)?,
+            ));
+        }
+        sqlx::query("INSERT INTO chains (chain, head_seq, head_hash) VALUES ($1, 0, $2)")
+            .bind(&self.cfg.chain)
+            .bind(hex::encode(GENESIS_HASH))
+            .execute(&mut self.conn)
+            .await?;
+        Ok((0, GENESIS_HASH))
+    }
+
+    async fn store_head(&mut self) -> Result<(), LedgerError> {
+        sqlx::query("UPDATE chains SET head_seq = $1, head_hash = $2 WHERE chain = $3")
+            .bind(self.head.0 as i64)
+            .bind(hex::encode(self.head.1))
+            .bind(&self.cfg.chain)
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self, now: Timestamp) -> Result<Option<Checkpoint>, LedgerError> {
+        let key = self
+            .cfg
+            .signing_key
+            .clone()
+            .ok_or(LedgerError::NoSigningKey)?;
+        if self.head.0 == 0 {
+            return Ok(None);
+        }
+        let c = key.checkpoint(&self.cfg.chain, self.head.0, self.head.1, now)?;
+        sqlx::query("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING")
+            .bind(&c.chain)
+            .bind(c.seq as i64)
+            .bind(hex::encode(c.head_hash))
+            .bind(c.at.0)
+            .bind(&c.key_id)
+            .bind(&c.signature)
+            .execute(&mut self.conn)
+            .await?;
+        self.appended_since_checkpoint = 0;
+        Ok(Some(c))
+    }
+
+    async fn load_summary(&mut self, id: ExecutionId) -> Result<ExecutionSummary, LedgerError> {
+        let q = format!(
+            "SELECT {} FROM executions WHERE id = $1{}",
+            rows::SUMMARY_COLUMNS,
+            self.cfg.dialect.for_update()
+        );
+        let row = sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_optional(&mut self.conn)
+            .await?
+            .ok_or(LedgerError::UnknownExecution(id))?;
+        rows::summary(&row)
+    }
+
+    /// Accept-or-match, decided inside this transaction. The intent slot (or operation key) row
+    /// is the point where concurrent identical requests meet: the first inserts it, the others
+    /// find it (PostgreSQL makes them wait for the first's commit) and are matched.
+    async fn accept(&mut self, req: AcceptRequest) -> Result<AcceptOutcome, LedgerError> {
+        let new_id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
+        let new_id_text = new_id.to_string();
+        let fingerprint = req.fingerprint.to_string();
+        let actor = req.record.actor.clone();
+        let scope = req.record.intent_scope.clone();
+        if req.contract.class.is_read_only() {
+            return self.create(new_id, req).await.map(AcceptOutcome::Created);
+        }
+        let lock = self.cfg.dialect.for_update();
+        let (prior_id, key) = if let Some(key) = req.operation_key.clone() {
+            let inserted = sqlx::query("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id")
+                .bind(&actor)
+                .bind(&key)
+                .bind(&fingerprint)
+                .bind(&new_id_text)
+                .fetch_optional(&mut self.conn)
+                .await?;
+            if inserted.is_some() {
+                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
+                    .await?;
+                return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            }
+            let row = sqlx::query(&format!(
+                "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
+            ))
+            .bind(&actor)
+            .bind(&key)
+            .fetch_one(&mut self.conn)
+            .await?;
+            (
+                rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+                Some(key),
+            )
+        } else {
+            let inserted = sqlx::query("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id")
+                .bind(&actor)
+                .bind(&scope)
+                .bind(&fingerprint)
+                .bind(&new_id_text)
+                .fetch_optional(&mut self.conn)
+                .await?;
+            if inserted.is_some() {
+                return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            }
+            let row = sqlx::query(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"))
+                .bind(&actor)
+                .bind(&scope)
+                .bind(&fingerprint)
+                .fetch_one(&mut self.conn)
+                .await?;
+            (rows::parse_id(&rows::get_str(&row, "execution_id")?)?, None)
+        };
+        let prior = self.load_summary(prior_id).await?;
+        let incoming = IncomingRequest {
+            fingerprint: req.fingerprint,
+            actor: &actor,
+            intent_scope: &scope,
+            operation_key: key.as_deref(),
+            now: req.now,
+        };
+        match decide(Some(&prior.prior()), &incoming, &req.contract) {
+            RecoveryDecision::New { .. } => {
+                if let Some(key) = &key {
+                    sqlx::query("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4")
+                        .bind(&fingerprint)
+                        .bind(&new_id_text)
+                        .bind(&actor)
+                        .bind(key)
+                        .execute(&mut self.conn)
+                        .await?;
+                }
+                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
+                    .await?;
+                self.create(new_id, req).await.map(AcceptOutcome::Created)
+            }
+            decision => Ok(AcceptOutcome::Existing {
+                decision,
+                execution: prior,
+            }),
+        }
+    }
+
+    async fn point_intent(
+        &mut self,
+        actor: &str,
+        scope: &str,
+        fingerprint: &str,
+        id: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id")
+            .bind(actor)
+            .bind(scope)
+            .bind(fingerprint)
+            .bind(id)
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn create(
+        &mut self,
+        id: ExecutionId,
+        req: AcceptRequest,
+    ) -> Result<ExecutionSummary, LedgerError> {
+        let record_bytes = req
+            .record
+            .canonical_bytes()
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let record_text = String::from_utf8(record_bytes.clone())
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let mut s = ExecutionSummary {
+            id,
+            actor: req.record.actor.clone(),
+            tool: req.record.tool.clone(),
+            class: req.contract.class,
+            fingerprint: req.fingerprint,
+            intent_scope: req.record.intent_scope.clone(),
+            operation_key: req.operation_key.clone(),
+            run_id: req.run_id.clone(),
+            lifecycle: Lifecycle {
+                state: State::Accepted,
+                dispatches: 0,
+                cancel_requested: false,
+            },
+            events: 1,
+            accepted_at: req.now,
+            state_since: req.now,
+            first_dispatched_at: None,
+            rejection_retryable: false,
+        };
+        sqlx::query("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, 0, 0, $11, $11, NULL, 0, $12)")
+            .bind(id.to_string())
+            .bind(&s.actor)
+            .bind(&s.tool)
+            .bind(s.class.as_str())
+            .bind(s.fingerprint.to_string())
+            .bind(&s.intent_scope)
+            .bind(&s.operation_key)
+            .bind(&record_text)
+            .bind(&s.run_id)
+            .bind(State::Accepted.to_string())
+            .bind(req.now.0)
+            .bind(&self.cfg.instance)
+            .execute(&mut self.conn)
+            .await?;
+        let detail = json!({
+            "fingerprint": s.fingerprint.to_string(),
+            "actor": s.actor,
+            "tool": s.tool,
+            "class": s.class.as_str(),
+            "intent_scope": s.intent_scope,
+            "operation_key": s.operation_key,
+            "run_id": s.run_id,
+            "record_sha256": hex::encode(Sha256::digest(&record_bytes)),
+        });
+        self.append_event(id, 1, EventKind::Accepted, req.now, detail)
+            .await?;
+        for ev in req.then {
+            self.apply(&mut s, ev, req.now).await?;
+        }
+        Ok(s)
+    }
+
+    /// Appends one lifecycle event to an execution, refusing impossible transitions before
+    /// anything is written.
+    async fn apply(
+        &mut self,
+        s: &mut ExecutionSummary,
+        ev: NewEvent,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let next = s
+            .lifecycle
+            .next(ev.kind)
+            .map_err(|source| LedgerError::Transition {
+                execution_id: s.id,
+                source,
+            })?;
+        let n = s.events + 1;
+        let mut detail = match ev.detail {
+            Value::Object(m) => m,
+            Value::Null => Default::default(),
+            other => [("value".to_string(), other)].into_iter().collect(),
+        };
+        if let Some(result) = &ev.result {
+            let attempt = next.dispatches.max(1);
+            let digest = format!("sha256:{}", hex::encode(Sha256::digest(&result.body)));
+            sqlx::query("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body")
+                .bind(s.id.to_string())
+                .bind(i64::from(attempt))
+                .bind(&digest)
+                .bind(result.size as i64)
+                .bind(i64::from(result.truncated))
+                .bind(&result.body)
+                .execute(&mut self.conn)
+                .await?;
+            detail.insert("result_digest".into(), json!(digest));
+            detail.insert(
+                "result_ref".into(),
+                json!(format!("results/{}/{attempt}", s.id)),
+            );
+            detail.insert("result_size".into(), json!(result.size));
+        }
+        if ev.kind == EventKind::Dispatched {
+            detail.insert("idempotency_key".into(), json!(s.id.to_string()));
+            detail.insert("attempt".into(), json!(next.dispatches));
+        }
+        self.append_event(s.id, n, ev.kind, now, Value::Object(detail))
+            .await?;
+        s.lifecycle = next;
+        s.events = n;
+        s.state_since = now;
+        if ev.kind == EventKind::Dispatched && s.first_dispatched_at.is_none() {
+            s.first_dispatched_at = Some(now);
+        }
+        if matches!(ev.kind, EventKind::Completed(_)) {
+            s.rejection_retryable = ev.retryable_rejection;
+        }
+        sqlx::query("UPDATE executions SET state = $1, n = $2, dispatches = $3, cancel_requested = $4, state_since = $5, first_dispatched_at = $6, rejection_retryable = $7, owner = $8 WHERE id = $9")
+            .bind(s.lifecycle.state.to_string())
+            .bind(i64::from(n))
+            .bind(i64::from(s.lifecycle.dispatches))
+            .bind(i64::from(s.lifecycle.cancel_requested))
+            .bind(now.0)
+            .bind(s.first_dispatched_at.map(|t| t.0))
+            .bind(i64::from(s.rejection_retryable))
+            .bind(&self.cfg.instance)
+            .bind(s.id.to_string())
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn append_event(
+        &mut self,
+        id: ExecutionId,
+        n: u32,
+        kind: EventKind,
+        at: Timestamp,
+        detail: Value,
+    ) -> Result<(), LedgerError> {
+        let body = EventBody {
+            chain: self.cfg.chain.clone(),
+            seq: self.head.0 + 1,
+            execution_id: id,
+            n,
+            event: kind,
+            at,
+            detail,
+        };
+        let e = ChainedEvent::link(body, self.head.1)?;
+        sqlx::query("INSERT INTO events (chain, seq, execution_id, n, event, at, detail, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+            .bind(&e.body.chain)
+            .bind(e.body.seq as i64)
+            .bind(id.to_string())
+            .bind(i64::from(n))
+            .bind(kind.to_string())
+            .bind(at.0)
+            .bind(e.body.detail.to_string())
+            .bind(hex::encode(e.prev_hash))
+            .bind(hex::encode(e.hash))
+            .execute(&mut self.conn)
+            .await?;
+        self.head = (e.body.seq, e.hash);
+        self.appended_since_checkpoint += 1;
+        Ok(())
+    }
+
+    async fn abandoned(
+        &mut self,
+        id: ExecutionId,
+        owner: &str,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        let row = sqlx::query(&format!(
+            "SELECT owner FROM executions WHERE id = $1{}",
+            self.cfg.dialect.for_update()
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&mut self.conn)
+        .await?
+        .ok_or(LedgerError::UnknownExecution(id))?;
+        let current_owner: Option<String> =
+            sqlx::Row::try_get(&row, "owner").map_err(LedgerError::from)?;
+        let mut s = self.load_summary(id).await?;
+        if s.lifecycle.state != State::Dispatched || current_owner.as_deref() != Some(owner) {
+            return Ok(false);
+        }
+        let ev = NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({
+            "reason": "the gateway instance that dispatched it stopped before recording the target's answer",
+            "previous_owner": owner,
+        }));
+        self.apply(&mut s, ev, now).await?;
+        Ok(true)
+    }
+}
+
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,384 @@
+//! One suite, two stores: every test runs against SQLite and the real PostgreSQL.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postern_core::lifecycle::{State, Verdict};
+use postern_core::recovery::RecoveryDecision;
+use postern_core::EventKind;
+use postern_ledger::{
+    AcceptOutcome, Ledger, LedgerError, LedgerOptions, ListFilter, NewEvent, ResultBody,
+};
+
+use crate::support::{fresh_store, now, request, signing_key, verify, Backend, BACKENDS};
+
+fn options() -> LedgerOptions {
+    LedgerOptions {
+        signing_key: Some(signing_key()),
+        checkpoint_every: 5,
+        lease: Duration::from_millis(300),
+        ..LedgerOptions::default()
+    }
+}
+
+async fn open(url: &str) -> Ledger {
+    Ledger::open(url, options()).await.unwrap().0
+}
+
+async fn count(ledger: &Ledger) -> usize {
+    ledger
+        .list(&ListFilter {
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_identical_accepts_make_one_execution() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = Arc::new(open(&url).await);
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let l = ledger.clone();
+                tokio::spawn(async move {
+                    l.accept(request(
+                        "create_invoice",
+                        "billing",
+                        r#"{"customer":"acme","amount":5}"#,
+                    ))
+                    .await
+                    .unwrap()
+                })
+            })
+            .collect();
+        let mut ids = HashSet::new();
+        let mut created = 0;
+        for t in tasks {
+            let outcome = t.await.unwrap();
+            if matches!(outcome, AcceptOutcome::Created(_)) {
+                created += 1;
+            }
+            ids.insert(outcome.execution().id);
+        }
+        assert_eq!((created, ids.len()), (1, 1), "{backend:?}");
+        assert_eq!(count(&ledger).await, 1, "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ledgers_on_one_postgres_make_one_execution() {
+    let (url, _guard) = fresh_store(Backend::Postgres).await;
+    let a = Arc::new(open(&url).await);
+    let b = Arc::new(open(&url).await);
+    assert_ne!(a.chain(), b.chain(), "replicas write separate chains");
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let l = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                l.accept(request(
+                    "create_invoice",
+                    "billing",
+                    r#"{"customer":"acme","amount":5}"#,
+                ))
+                .await
+                .unwrap()
+                .execution()
+                .id
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap());
+    }
+    assert_eq!(ids.len(), 1);
+    assert_eq!(count(&a).await, 1);
+    let report = verify(&a).await;
+    assert!(report.is_valid(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matching_follows_the_recovery_decision() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let first = ledger
+            .accept(request(
+                "create_invoice",
+                "billing",
+                r#"{"customer":"acme","amount":5}"#,
+            ))
+            .await
+            .unwrap();
+        let AcceptOutcome::Created(first) = first else {
+            panic!("{backend:?}: first call must create")
+        };
+        let again = ledger
+            .accept(request(
+                "create_invoice",
+                "billing",
+                r#"{"amount":5,"customer":"acme"}"#,
+            ))
+            .await
+            .unwrap();
+        assert!(
+            matches!(again, AcceptOutcome::Existing { decision: RecoveryDecision::Continue { execution_id }, .. } if execution_id == first.id),
+            "{backend:?}: {again:?}"
+        );
+        // Another actor, another execution.
+        let other = ledger
+            .accept(request(
+                "create_invoice",
+                "ops",
+                r#"{"customer":"acme","amount":5}"#,
+            ))
+            .await
+            .unwrap();
+        assert!(matches!(other, AcceptOutcome::Created(_)), "{backend:?}");
+        // Reads are never matched.
+        for _ in 0..2 {
+            let read = ledger
+                .accept(request("list_invoices", "billing", "{}"))
+                .await
+                .unwrap();
+            assert!(matches!(read, AcceptOutcome::Created(_)), "{backend:?}");
+        }
+        // Dispatched → attach; completed → the stored result.
+        ledger
+            .append(first.id, NewEvent::new(EventKind::Authorized), now())
+            .await
+            .unwrap();
+        ledger
+            .append(first.id, NewEvent::new(EventKind::Dispatched), now())
+            .await
+            .unwrap();
+        let attach = ledger
+            .accept(request(
+                "create_invoice",
+                "billing",
+                r#"{"customer":"acme","amount":5}"#,
+            ))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                attach,
+                AcceptOutcome::Existing {
+                    decision: RecoveryDecision::Attach { .. },
+                    ..
+                }
+            ),
+            "{backend:?}"
+        );
+        let body = ResultBody {
+            body: b"{\"invoice\":\"inv_1\"}".to_vec(),
+            size: 19,
+            truncated: false,
+        };
+        let done = ledger
+            .append(
+                first.id,
+                NewEvent::new(EventKind::Completed(Verdict::Applied)).with_result(body.clone()),
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.lifecycle.state, State::Completed(Verdict::Applied));
+        let stored = ledger
+            .accept(request(
+                "create_invoice",
+                "billing",
+                r#"{"customer":"acme","amount":5}"#,
+            ))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                stored,
+                AcceptOutcome::Existing {
+                    decision: RecoveryDecision::ReturnResult {
+                        delivered_before: false,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{backend:?}"
+        );
+        let view = ledger.execution(first.id).await.unwrap().unwrap();
+        assert_eq!(view.result.unwrap().body, body.body);
+        assert_eq!(view.events.len(), 4);
+        assert_eq!(
+            view.events[2].body.detail["idempotency_key"],
+            first.id.to_string()
+        );
+        assert_eq!(count(&ledger).await, 4, "{backend:?}");
+        let report = verify(&ledger).await;
+        assert!(report.is_valid(), "{backend:?}: {report}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impossible_transitions_are_refused_and_write_nothing() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let id = ledger
+            .accept(request("wire_money", "billing", r#"{"to":"x"}"#))
+            .await
+            .unwrap()
+            .execution()
+            .id;
+        for event in [
+            EventKind::Dispatched,
+            EventKind::Completed(Verdict::Applied),
+            EventKind::Delivered,
+            EventKind::Accepted,
+        ] {
+            let err = ledger
+                .append(id, NewEvent::new(event), now())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, LedgerError::Transition { execution_id, .. } if execution_id == id),
+                "{backend:?}: {err}"
+            );
+        }
+        let view = ledger.execution(id).await.unwrap().unwrap();
+        assert_eq!(view.events.len(), 1, "{backend:?}");
+        assert_eq!(view.summary.lifecycle.state, State::Accepted);
+        // A refused request in a batch does not disturb the others committed with it.
+        let ok = ledger
+            .append(id, NewEvent::new(EventKind::Authorized), now())
+            .await
+            .unwrap();
+        assert_eq!(ok.lifecycle.state, State::Authorized);
+        let unknown = postern_core::ExecutionId::from_bytes([1; 16]);
+        assert!(matches!(
+            ledger
+                .append(unknown, NewEvent::new(EventKind::Authorized), now())
+                .await,
+            Err(LedgerError::UnknownExecution(_))
+        ));
+        assert!(verify(&ledger).await.is_valid());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operation_key_reuse_with_another_intent_is_a_conflict() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let keyed = |args: &str, key: &str| {
+            let mut r = request("create_invoice", "billing", args);
+            r.operation_key = Some(key.to_string());
+            r
+        };
+        let first = ledger
+            .accept(keyed(r#"{"customer":"acme","amount":5}"#, "order-1"))
+            .await
+            .unwrap()
+            .execution()
+            .id;
+        let conflict = ledger
+            .accept(keyed(r#"{"customer":"acme","amount":6}"#, "order-1"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(conflict, AcceptOutcome::Existing { decision: RecoveryDecision::Conflict { original }, .. } if original == first),
+            "{backend:?}: {conflict:?}"
+        );
+        let same = ledger
+            .accept(keyed(r#"{"customer":"acme","amount":5}"#, "order-1"))
+            .await
+            .unwrap();
+        assert_eq!(same.execution().id, first);
+        // A new key is a new, separate action even with the same arguments.
+        let second = ledger
+            .accept(keyed(r#"{"customer":"acme","amount":5}"#, "order-2"))
+            .await
+            .unwrap();
+        assert!(matches!(second, AcceptOutcome::Created(_)), "{backend:?}");
+        // The key is per actor.
+        let mut other = keyed(r#"{"customer":"acme","amount":6}"#, "order-1");
+        other = {
+            let mut r = request("create_invoice", "ops", r#"{"customer":"acme","amount":6}"#);
+            r.operation_key = other.operation_key;
+            r
+        };
+        assert!(
+            matches!(
+                ledger.accept(other).await.unwrap(),
+                AcceptOutcome::Created(_)
+            ),
+            "{backend:?}"
+        );
+        assert_eq!(count(&ledger).await, 3, "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_scan_marks_a_stopped_instances_dispatched_executions_unknown() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let mut req = request(
+            "create_invoice",
+            "billing",
+            r#"{"customer":"acme","amount":5}"#,
+        );
+        req.then = vec![
+            NewEvent::new(EventKind::Authorized),
+            NewEvent::new(EventKind::Dispatched),
+        ];
+        let id = ledger.accept(req).await.unwrap().execution().id;
+        // A live instance's in-flight execution is left alone.
+        let (observer, report) = Ledger::open(&url, options()).await.unwrap();
+        assert!(report.marked_unknown.is_empty(), "{backend:?}: live owner");
+        drop(observer);
+        // The owner stops without recording a result (no clean close).
+        drop(ledger);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (reopened, report) = Ledger::open(&url, options()).await.unwrap();
+        assert_eq!(report.marked_unknown, vec![id], "{backend:?}");
+        let s = reopened.summary(id).await.unwrap().unwrap();
+        assert_eq!(s.lifecycle.state, State::OutcomeUnknown, "{backend:?}");
+        // Nothing is retried by the ledger: the execution was dispatched once.
+        assert_eq!(s.lifecycle.dispatches, 1);
+        let (_again, report) = Ledger::open(&url, options()).await.unwrap();
+        assert!(
+            report.marked_unknown.is_empty(),
+            "{backend:?}: reported once"
+        );
+        assert!(verify(&reopened).await.is_valid());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_recorded() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let run = postern_ledger::Run {
+            id: "run-1".into(),
+            actor: "billing".into(),
+            client_name: Some("rmcp".into()),
+            client_version: Some("3.11".into()),
+            protocol_version: Some("2025-06-18".into()),
+            transport: "streamable-http".into(),
+            started_at: now(),
+            ended_at: None,
+        };
+        ledger.start_run(run.clone()).await.unwrap();
+        ledger.end_run("run-1", now()).await.unwrap();
+        let runs = ledger.runs(10).await.unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].client_name.as_deref(), Some("rmcp"));
+        assert!(runs[0].ended_at.is_some(), "{backend:?}");
+    }
+}

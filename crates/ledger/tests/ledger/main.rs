@@ -1,0 +1,6 @@
+//! The ledger's one integration-test binary: the store conformance suite (run against both
+//! SQLite and the real PostgreSQL), the multi-process and crash tests.
+
+mod conformance;
+mod crash;
+mod support;

@@ -1,0 +1,144 @@
+//! Fresh stores for tests: a SQLite file in a temporary directory, or a new database on the
+//! machine's PostgreSQL (`POSTERN_TEST_PG`, default postgres://postgres@127.0.0.1:5432/postgres).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use postern_audit::{SigningKey, Verifier};
+use postern_core::config::Config;
+use postern_core::{ActionRecord, Arguments, FingerprintKey, Timestamp};
+use postern_ledger::{AcceptRequest, Ledger};
+use sqlx::Connection;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "postern-{tag}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn pg_admin_url() -> String {
+    std::env::var("POSTERN_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A store URL no other test uses. Keep the returned guard alive as long as the store.
+pub async fn fresh_store(backend: Backend) -> (String, TempDir) {
+    let dir = TempDir::new("ledger");
+    match backend {
+        Backend::Sqlite => (
+            format!("sqlite://{}", dir.0.join("ledger.db").display()),
+            dir,
+        ),
+        Backend::Postgres => {
+            let admin = pg_admin_url();
+            let name = format!("postern_test_{}", uuid::Uuid::now_v7().simple());
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .expect("PostgreSQL must be running (see .ci/run)");
+            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
+                .await
+                .unwrap();
+            let base = admin.rsplit_once('/').unwrap().0;
+            (format!("{base}/{name}"), dir)
+        }
+    }
+}
+
+pub const CONFIG: &str = r#"
+[gateway]
+fingerprint_key = { env = "UNUSED" }
+[[tool]]
+name = "create_invoice"
+class = "idempotent_write"
+match_window = "10m"
+http = { method = "POST", url = "http://127.0.0.1:9/invoices" }
+[[tool]]
+name = "wire_money"
+class = "irreversible"
+match_window = "1h"
+http = { method = "POST", url = "http://127.0.0.1:9/wires" }
+[[tool]]
+name = "list_invoices"
+class = "read_only"
+http = { method = "GET", url = "http://127.0.0.1:9/invoices" }
+"#;
+
+pub fn now() -> Timestamp {
+    Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    )
+}
+
+pub fn request(tool: &str, actor: &str, arguments: &str) -> AcceptRequest {
+    let config = Config::parse(CONFIG, "test.toml").unwrap();
+    let contract = Arc::new(config.tool(tool).unwrap().clone());
+    let key = FingerprintKey::new(&[42u8; 32]).unwrap();
+    let record = ActionRecord::build(
+        &contract,
+        actor,
+        None,
+        &Arguments::parse(arguments).unwrap(),
+        &key,
+    )
+    .unwrap();
+    AcceptRequest {
+        fingerprint: record.fingerprint(&key).unwrap(),
+        record,
+        contract,
+        operation_key: None,
+        run_id: None,
+        then: vec![],
+        now: now(),
+    }
+}
+
+pub const SIGNING_HEX: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+
+pub fn signing_key() -> Arc<SigningKey> {
+    Arc::new(SigningKey::from_hex(SIGNING_HEX).unwrap())
+}
+
+/// Verifies the whole store offline, as `postern audit verify --store` does.
+pub async fn verify(ledger: &Ledger) -> postern_audit::Report {
+    let mut v = Verifier::new(signing_key().verifying_key());
+    let mut bad = Vec::new();
+    ledger
+        .scan_events(|row| match row {
+            Ok(e) => v.event(&e),
+            Err(b) => bad.push(b),
+        })
+        .await
+        .unwrap();
+    for (pos, reason) in bad {
+        v.malformed(pos as u64, reason);
+    }
+    for c in ledger.checkpoints().await.unwrap() {
+        v.checkpoint(&c);
+    }
+    v.finish()
+}
