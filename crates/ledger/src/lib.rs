@@ -14,6 +14,7 @@
 //! Architecture invariant: the ledger never retries anything itself. Its recovery scan only
 //! records `outcome_unknown` for executions a stopped instance left `dispatched`.
 
+mod db;
 mod dialect;
 mod error;
 mod liveness;
@@ -97,6 +98,9 @@ async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Resul
     if dialect == Dialect::Sqlite {
         // WAL + FULL: a commit is on disk when it returns. busy_timeout lets two processes
         // on one file take turns instead of failing.
+        // Small pages: a commit writes every page it dirtied to the WAL before its fsync, and
+        // an execution's rows are small. Only takes effect when the file is created.
+        conn.execute("PRAGMA page_size = 1024").await?;
         conn.execute("PRAGMA journal_mode = WAL").await?;
         conn.execute("PRAGMA synchronous = FULL").await?;
         conn.execute("PRAGMA busy_timeout = 30000").await?;
@@ -154,22 +158,42 @@ impl Ledger {
         let pool = pool_options.connect_with(connect_options).await?;
 
         let (tx, rx) = mpsc::channel(4096);
-        let writer = Writer::new(
-            conn,
-            WriterConfig {
-                dialect,
-                chain: chain.clone(),
-                instance: instance.clone(),
-                signing_key: options.signing_key.clone(),
-                checkpoint_every: if options.signing_key.is_some() {
-                    options.checkpoint_every
-                } else {
-                    0
-                },
-                max_batch: options.max_batch.max(1),
+        let writer_config = WriterConfig {
+            dialect,
+            chain: chain.clone(),
+            instance: instance.clone(),
+            signing_key: options.signing_key.clone(),
+            checkpoint_every: if options.signing_key.is_some() {
+                options.checkpoint_every
+            } else {
+                0
             },
-        );
-        tokio::spawn(writer.run(rx));
+            max_batch: options.max_batch.max(1),
+        };
+        match dialect {
+            Dialect::Sqlite => {
+                drop(conn);
+                let sqlite = rusqlite::Connection::open(sqlite_path(url))
+                    .map_err(|e| LedgerError::Corrupt(format!("sqlite: {e}")))?;
+                sqlite
+                    .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;")
+                    .map_err(|e| LedgerError::Corrupt(format!("sqlite: {e}")))?;
+                sqlite.set_prepared_statement_cache_capacity(64);
+                let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
+                // Its own thread: every call blocks (a commit for its fsync), never a runtime worker.
+                std::thread::Builder::new()
+                    .name("postern-ledger-writer".into())
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread().build();
+                        if let Ok(rt) = rt {
+                            rt.block_on(writer.run(rx));
+                        }
+                    })?;
+            }
+            Dialect::Postgres => {
+                tokio::spawn(Writer::new(conn, writer_config).run(rx));
+            }
+        }
 
         let heartbeat = (dialect == Dialect::Postgres).then(|| {
             let pool = pool.clone();
@@ -278,7 +302,7 @@ impl Ledger {
         let mut report = RecoveryReport::default();
         for row in rows {
             let id = rows::parse_id(&rows::get_str(&row, "id")?)?;
-            let owner: Option<String> = sqlx::Row::try_get(&row, "owner")?;
+            let owner = db::RowAccess::opt_text(&row, "owner")?;
             let Some(owner) = owner else { continue };
             if owner == self.instance {
                 continue;

@@ -4,9 +4,8 @@
 use postern_audit::{ChainedEvent, Checkpoint, EventBody};
 use postern_core::lifecycle::{Lifecycle, State};
 use postern_core::{ActionClass, EventKind, ExecutionId, Fingerprint, Timestamp};
-use sqlx::any::AnyRow;
-use sqlx::Row;
 
+use crate::db::RowAccess;
 use crate::error::LedgerError;
 use crate::model::{ExecutionSummary, Run, StoredResult};
 
@@ -19,26 +18,24 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> LedgerError {
     LedgerError::Corrupt(format!("{what}: {e}"))
 }
 
-pub(crate) fn get_str(row: &AnyRow, col: &str) -> Result<String, LedgerError> {
-    row.try_get::<String, _>(col).map_err(|e| corrupt(col, e))
+pub(crate) fn get_str(row: &impl RowAccess, col: &str) -> Result<String, LedgerError> {
+    row.text(col)
 }
 
-fn get_opt_str(row: &AnyRow, col: &str) -> Result<Option<String>, LedgerError> {
-    row.try_get::<Option<String>, _>(col)
-        .map_err(|e| corrupt(col, e))
+fn get_opt_str(row: &impl RowAccess, col: &str) -> Result<Option<String>, LedgerError> {
+    row.opt_text(col)
 }
 
-pub(crate) fn get_i64(row: &AnyRow, col: &str) -> Result<i64, LedgerError> {
-    row.try_get::<i64, _>(col).map_err(|e| corrupt(col, e))
+pub(crate) fn get_i64(row: &impl RowAccess, col: &str) -> Result<i64, LedgerError> {
+    row.int(col)
 }
 
-fn get_u32(row: &AnyRow, col: &str) -> Result<u32, LedgerError> {
+fn get_u32(row: &impl RowAccess, col: &str) -> Result<u32, LedgerError> {
     u32::try_from(get_i64(row, col)?).map_err(|e| corrupt(col, e))
 }
 
-fn get_opt_i64(row: &AnyRow, col: &str) -> Result<Option<i64>, LedgerError> {
-    row.try_get::<Option<i64>, _>(col)
-        .map_err(|e| corrupt(col, e))
+fn get_opt_i64(row: &impl RowAccess, col: &str) -> Result<Option<i64>, LedgerError> {
+    row.opt_int(col)
 }
 
 pub(crate) fn parse_id(s: &str) -> Result<ExecutionId, LedgerError> {
@@ -51,7 +48,7 @@ pub(crate) fn hash_from_hex(s: &str) -> Result<[u8; 32], LedgerError> {
     Ok(out)
 }
 
-pub(crate) fn summary(row: &AnyRow) -> Result<ExecutionSummary, LedgerError> {
+pub(crate) fn summary(row: &impl RowAccess) -> Result<ExecutionSummary, LedgerError> {
     let class_name = get_str(row, "class")?;
     let class = ActionClass::ALL
         .into_iter()
@@ -85,7 +82,7 @@ pub(crate) fn summary(row: &AnyRow) -> Result<ExecutionSummary, LedgerError> {
     })
 }
 
-pub(crate) fn event(row: &AnyRow) -> Result<ChainedEvent, LedgerError> {
+pub(crate) fn event(row: &impl RowAccess) -> Result<ChainedEvent, LedgerError> {
     let event: EventKind = get_str(row, "event")?
         .parse()
         .map_err(|e| corrupt("event", e))?;
@@ -106,7 +103,7 @@ pub(crate) fn event(row: &AnyRow) -> Result<ChainedEvent, LedgerError> {
     })
 }
 
-pub(crate) fn checkpoint(row: &AnyRow) -> Result<Checkpoint, LedgerError> {
+pub(crate) fn checkpoint(row: &impl RowAccess) -> Result<Checkpoint, LedgerError> {
     Ok(Checkpoint {
         chain: get_str(row, "chain")?,
         seq: u64::try_from(get_i64(row, "seq")?).map_err(|e| corrupt("seq", e))?,
@@ -117,19 +114,17 @@ pub(crate) fn checkpoint(row: &AnyRow) -> Result<Checkpoint, LedgerError> {
     })
 }
 
-pub(crate) fn result(row: &AnyRow) -> Result<StoredResult, LedgerError> {
+pub(crate) fn result(row: &impl RowAccess) -> Result<StoredResult, LedgerError> {
     Ok(StoredResult {
         attempt: get_u32(row, "attempt")?,
         digest: get_str(row, "digest")?,
         size: u64::try_from(get_i64(row, "size")?).map_err(|e| corrupt("size", e))?,
         truncated: get_i64(row, "truncated")? != 0,
-        body: row
-            .try_get::<Vec<u8>, _>("body")
-            .map_err(|e| corrupt("body", e))?,
+        body: row.blob("body")?,
     })
 }
 
-pub(crate) fn run(row: &AnyRow) -> Result<Run, LedgerError> {
+pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
     Ok(Run {
         id: get_str(row, "id")?,
         actor: get_str(row, "actor")?,

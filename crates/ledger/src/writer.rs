@@ -10,10 +10,9 @@ use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use sqlx::AnyConnection;
-use sqlx::{Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
@@ -97,21 +96,24 @@ pub(crate) struct WriterConfig {
     pub max_batch: usize,
 }
 
-pub(crate) struct Writer {
-    conn: AnyConnection,
+pub(crate) struct Writer<C> {
+    conn: C,
     cfg: WriterConfig,
     /// The chain head as of the open transaction.
     head: (u64, [u8; 32]),
     appended_since_checkpoint: u64,
+    /// Events linked in the open transaction, written just before it commits.
+    pending: Vec<ChainedEvent>,
 }
 
-impl Writer {
-    pub fn new(conn: AnyConnection, cfg: WriterConfig) -> Writer {
+impl<C: WriteConn> Writer<C> {
+    pub fn new(conn: C, cfg: WriterConfig) -> Writer<C> {
         Writer {
             conn,
             cfg,
             head: (0, GENESIS_HASH),
             appended_since_checkpoint: 0,
+            pending: Vec::new(),
         }
     }
 
@@ -127,11 +129,10 @@ impl Writer {
             }
             self.commit_batch(std::mem::take(&mut batch)).await;
         }
-        let _ = self.conn.close().await;
     }
 
     async fn commit_batch(&mut self, batch: Vec<Op>) {
-        if let Err(e) = self.conn.execute(self.cfg.dialect.begin()).await {
+        if let Err(e) = self.conn.exec(self.cfg.dialect.begin(), &[]).await {
             let msg = e.to_string();
             for op in batch {
                 Self::refuse(op, &msg);
@@ -143,7 +144,7 @@ impl Writer {
             Ok(h) => h,
             Err(e) => {
                 let msg = e.to_string();
-                let _ = self.conn.execute("ROLLBACK").await;
+                let _ = self.conn.exec("ROLLBACK", &[]).await;
                 for op in batch {
                     Self::refuse(op, &msg);
                 }
@@ -151,42 +152,73 @@ impl Writer {
             }
         };
         self.head = head_before;
+        self.pending.clear();
+        // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
+        let savepoints = batch.len() > 1;
+        let mut rollback_all = false;
         for op in batch {
-            let saved = (self.head, self.appended_since_checkpoint);
-            let _ = self.conn.execute("SAVEPOINT op").await;
+            let saved = (
+                self.head,
+                self.appended_since_checkpoint,
+                self.pending.len(),
+            );
+            if savepoints {
+                let _ = self.conn.exec("SAVEPOINT op", &[]).await;
+            }
             let d = self.process(op).await;
             if d.is_ok() {
-                let _ = self.conn.execute("RELEASE SAVEPOINT op").await;
+                if savepoints {
+                    let _ = self.conn.exec("RELEASE SAVEPOINT op", &[]).await;
+                }
             } else {
-                let _ = self.conn.execute("ROLLBACK TO SAVEPOINT op").await;
-                let _ = self.conn.execute("RELEASE SAVEPOINT op").await;
-                (self.head, self.appended_since_checkpoint) = saved;
+                if savepoints {
+                    let _ = self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await;
+                    let _ = self.conn.exec("RELEASE SAVEPOINT op", &[]).await;
+                } else {
+                    rollback_all = true;
+                }
+                (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
+                self.pending.truncate(saved.2);
             }
             done.push(d);
         }
+        if rollback_all {
+            // Nothing of the lone failed request may stay; its reply is its own error.
+            let _ = self.conn.exec("ROLLBACK", &[]).await;
+            self.head = head_before;
+            for d in done {
+                d.send(None);
+            }
+            return;
+        }
         let mut failure = None;
         if self.head != head_before {
-            if let Err(e) = self.store_head().await {
+            if let Err(e) = self.flush_events().await {
                 failure = Some(e.to_string());
+            }
+            if failure.is_none() {
+                if let Err(e) = self.store_head().await {
+                    failure = Some(e.to_string());
+                }
             }
             if failure.is_none()
                 && self.cfg.checkpoint_every > 0
                 && self.appended_since_checkpoint >= self.cfg.checkpoint_every
             {
-                match self.checkpoint(Timestamp(now_millis())).await {
-                    Ok(_) => {}
-                    Err(e) => failure = Some(e.to_string()),
+                if let Err(e) = self.checkpoint(Timestamp(now_millis())).await {
+                    failure = Some(e.to_string());
                 }
             }
         }
         if failure.is_none() {
-            if let Err(e) = self.conn.execute("COMMIT").await {
+            if let Err(e) = self.conn.exec("COMMIT", &[]).await {
                 failure = Some(e.to_string());
             }
         }
         if failure.is_some() {
-            let _ = self.conn.execute("ROLLBACK").await;
+            let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
+            self.pending.clear();
         }
         for d in done {
             d.send(failure.as_deref());
@@ -221,29 +253,19 @@ impl Writer {
             }
             Op::Checkpoint(now, tx) => Done::Checkpoint(tx, self.checkpoint(now).await),
             Op::StartRun(run, tx) => {
-                let r = sqlx::query("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-                    .bind(&run.id)
-                    .bind(&run.actor)
-                    .bind(&run.client_name)
-                    .bind(&run.client_version)
-                    .bind(&run.protocol_version)
-                    .bind(&run.transport)
-                    .bind(run.started_at.0)
-                    .execute(&mut self.conn)
-                    .await
-                    .map(|_| ())
-                    .map_err(LedgerError::from);
+                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
+                    .map(|_| ());
                 Done::Unit(tx, r)
             }
             Op::EndRun(id, at, tx) => {
-                let r =
-                    sqlx::query("UPDATE runs SET ended_at = $1 WHERE id = $2 AND ended_at IS NULL")
-                        .bind(at.0)
-                        .bind(&id)
-                        .execute(&mut self.conn)
-                        .await
-                        .map(|_| ())
-                        .map_err(LedgerError::from);
+                let r = self
+                    .conn
+                    .exec(
+                        "UPDATE runs SET ended_at = $1 WHERE id = $2 AND ended_at IS NULL",
+                        params![at.0, &id],
+                    )
+                    .await
+                    .map(|_| ());
                 Done::Unit(tx, r)
             }
         }
@@ -254,11 +276,7 @@ impl Writer {
             "SELECT head_seq, head_hash FROM chains WHERE chain = $1{}",
             self.cfg.dialect.for_update()
         );
-        if let Some(row) = sqlx::query(&q)
-            .bind(&self.cfg.chain)
-            .fetch_optional(&mut self.conn)
-            .await?
-        {
+        if let Some(row) = self.conn.query_opt(&q, params![&self.cfg.chain]).await? {
             let seq = u64::try_from(rows::get_i64(&row, "head_seq")?)
                 .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
             return Ok((
@@ -266,20 +284,25 @@ impl Writer {
                 rows::hash_from_hex(&rows::get_str(&row, "head_hash")?)?,
             ));
         }
-        sqlx::query("INSERT INTO chains (chain, head_seq, head_hash) VALUES ($1, 0, $2)")
-            .bind(&self.cfg.chain)
-            .bind(hex::encode(GENESIS_HASH))
-            .execute(&mut self.conn)
+        self.conn
+            .exec(
+                "INSERT INTO chains (chain, head_seq, head_hash) VALUES ($1, 0, $2)",
+                params![&self.cfg.chain, hex::encode(GENESIS_HASH)],
+            )
             .await?;
         Ok((0, GENESIS_HASH))
     }
 
     async fn store_head(&mut self) -> Result<(), LedgerError> {
-        sqlx::query("UPDATE chains SET head_seq = $1, head_hash = $2 WHERE chain = $3")
-            .bind(self.head.0 as i64)
-            .bind(hex::encode(self.head.1))
-            .bind(&self.cfg.chain)
-            .execute(&mut self.conn)
+        self.conn
+            .exec(
+                "UPDATE chains SET head_seq = $1, head_hash = $2 WHERE chain = $3",
+                params![
+                    self.head.0 as i64,
+                    hex::encode(self.head.1),
+                    &self.cfg.chain
+                ],
+            )
             .await?;
         Ok(())
     }
@@ -294,15 +317,7 @@ impl Writer {
             return Ok(None);
         }
         let c = key.checkpoint(&self.cfg.chain, self.head.0, self.head.1, now)?;
-        sqlx::query("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING")
-            .bind(&c.chain)
-            .bind(c.seq as i64)
-            .bind(hex::encode(c.head_hash))
-            .bind(c.at.0)
-            .bind(&c.key_id)
-            .bind(&c.signature)
-            .execute(&mut self.conn)
-            .await?;
+        self.conn.exec("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hex::encode(c.head_hash), c.at.0, &c.key_id, &c.signature]).await?;
         self.appended_since_checkpoint = 0;
         Ok(Some(c))
     }
@@ -313,9 +328,9 @@ impl Writer {
             rows::SUMMARY_COLUMNS,
             self.cfg.dialect.for_update()
         );
-        let row = sqlx::query(&q)
-            .bind(id.to_string())
-            .fetch_optional(&mut self.conn)
+        let row = self
+            .conn
+            .query_opt(&q, params![id.to_string()])
             .await?
             .ok_or(LedgerError::UnknownExecution(id))?;
         rows::summary(&row)
@@ -335,46 +350,32 @@ impl Writer {
         }
         let lock = self.cfg.dialect.for_update();
         let (prior_id, key) = if let Some(key) = req.operation_key.clone() {
-            let inserted = sqlx::query("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id")
-                .bind(&actor)
-                .bind(&key)
-                .bind(&fingerprint)
-                .bind(&new_id_text)
-                .fetch_optional(&mut self.conn)
-                .await?;
+            let inserted = self.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &key, &fingerprint, &new_id_text]).await?;
             if inserted.is_some() {
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
                     .await?;
                 return self.create(new_id, req).await.map(AcceptOutcome::Created);
             }
-            let row = sqlx::query(&format!(
+            let row = self
+                .conn
+                .query_opt(
+                    &format!(
                 "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
-            ))
-            .bind(&actor)
-            .bind(&key)
-            .fetch_one(&mut self.conn)
-            .await?;
+            ),
+                    params![&actor, &key],
+                )
+                .await?
+                .ok_or_else(|| LedgerError::Corrupt("operation key row vanished".into()))?;
             (
                 rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
                 Some(key),
             )
         } else {
-            let inserted = sqlx::query("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id")
-                .bind(&actor)
-                .bind(&scope)
-                .bind(&fingerprint)
-                .bind(&new_id_text)
-                .fetch_optional(&mut self.conn)
-                .await?;
+            let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
             if inserted.is_some() {
                 return self.create(new_id, req).await.map(AcceptOutcome::Created);
             }
-            let row = sqlx::query(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"))
-                .bind(&actor)
-                .bind(&scope)
-                .bind(&fingerprint)
-                .fetch_one(&mut self.conn)
-                .await?;
+            let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
             (rows::parse_id(&rows::get_str(&row, "execution_id")?)?, None)
         };
         let prior = self.load_summary(prior_id).await?;
@@ -388,13 +389,7 @@ impl Writer {
         match decide(Some(&prior.prior()), &incoming, &req.contract) {
             RecoveryDecision::New { .. } => {
                 if let Some(key) = &key {
-                    sqlx::query("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4")
-                        .bind(&fingerprint)
-                        .bind(&new_id_text)
-                        .bind(&actor)
-                        .bind(key)
-                        .execute(&mut self.conn)
-                        .await?;
+                    self.conn.exec("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
                 }
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
                     .await?;
@@ -414,13 +409,7 @@ impl Writer {
         fingerprint: &str,
         id: &str,
     ) -> Result<(), LedgerError> {
-        sqlx::query("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id")
-            .bind(actor)
-            .bind(scope)
-            .bind(fingerprint)
-            .bind(id)
-            .execute(&mut self.conn)
-            .await?;
+        self.conn.exec("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await?;
         Ok(())
     }
 
@@ -455,21 +444,6 @@ impl Writer {
             first_dispatched_at: None,
             rejection_retryable: false,
         };
-        sqlx::query("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, 0, 0, $11, $11, NULL, 0, $12)")
-            .bind(id.to_string())
-            .bind(&s.actor)
-            .bind(&s.tool)
-            .bind(s.class.as_str())
-            .bind(s.fingerprint.to_string())
-            .bind(&s.intent_scope)
-            .bind(&s.operation_key)
-            .bind(&record_text)
-            .bind(&s.run_id)
-            .bind(State::Accepted.to_string())
-            .bind(req.now.0)
-            .bind(&self.cfg.instance)
-            .execute(&mut self.conn)
-            .await?;
         let detail = json!({
             "fingerprint": s.fingerprint.to_string(),
             "actor": s.actor,
@@ -480,17 +454,30 @@ impl Writer {
             "run_id": s.run_id,
             "record_sha256": hex::encode(Sha256::digest(&record_bytes)),
         });
-        self.append_event(id, 1, EventKind::Accepted, req.now, detail)
-            .await?;
+        self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         for ev in req.then {
-            self.apply(&mut s, ev, req.now).await?;
+            self.advance(&mut s, ev, req.now).await?;
         }
+        // One row with the final projection: the `then` events cost no extra statement.
+        self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
         Ok(s)
     }
 
-    /// Appends one lifecycle event to an execution, refusing impossible transitions before
-    /// anything is written.
+    /// Appends one lifecycle event to an existing execution and updates its row.
     async fn apply(
+        &mut self,
+        s: &mut ExecutionSummary,
+        ev: NewEvent,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.advance(s, ev, now).await?;
+        self.conn.exec("UPDATE executions SET state = $1, n = $2, dispatches = $3, cancel_requested = $4, state_since = $5, first_dispatched_at = $6, rejection_retryable = $7, owner = $8 WHERE id = $9", params![s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), now.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance, s.id.to_string()]).await?;
+        Ok(())
+    }
+
+    /// Moves the summary through one event, refusing impossible transitions before anything is
+    /// written; stores the result, and queues the chained event for this batch's commit.
+    async fn advance(
         &mut self,
         s: &mut ExecutionSummary,
         ev: NewEvent,
@@ -512,15 +499,7 @@ impl Writer {
         if let Some(result) = &ev.result {
             let attempt = next.dispatches.max(1);
             let digest = format!("sha256:{}", hex::encode(Sha256::digest(&result.body)));
-            sqlx::query("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body")
-                .bind(s.id.to_string())
-                .bind(i64::from(attempt))
-                .bind(&digest)
-                .bind(result.size as i64)
-                .bind(i64::from(result.truncated))
-                .bind(&result.body)
-                .execute(&mut self.conn)
-                .await?;
+            self.conn.exec("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body", params![s.id.to_string(), i64::from(attempt), &digest, result.size as i64, i64::from(result.truncated), &result.body]).await?;
             detail.insert("result_digest".into(), json!(digest));
             detail.insert(
                 "result_ref".into(),
@@ -532,8 +511,7 @@ impl Writer {
             detail.insert("idempotency_key".into(), json!(s.id.to_string()));
             detail.insert("attempt".into(), json!(next.dispatches));
         }
-        self.append_event(s.id, n, ev.kind, now, Value::Object(detail))
-            .await?;
+        self.append_event(s.id, n, ev.kind, now, Value::Object(detail))?;
         s.lifecycle = next;
         s.events = n;
         s.state_since = now;
@@ -543,22 +521,12 @@ impl Writer {
         if matches!(ev.kind, EventKind::Completed(_)) {
             s.rejection_retryable = ev.retryable_rejection;
         }
-        sqlx::query("UPDATE executions SET state = $1, n = $2, dispatches = $3, cancel_requested = $4, state_since = $5, first_dispatched_at = $6, rejection_retryable = $7, owner = $8 WHERE id = $9")
-            .bind(s.lifecycle.state.to_string())
-            .bind(i64::from(n))
-            .bind(i64::from(s.lifecycle.dispatches))
-            .bind(i64::from(s.lifecycle.cancel_requested))
-            .bind(now.0)
-            .bind(s.first_dispatched_at.map(|t| t.0))
-            .bind(i64::from(s.rejection_retryable))
-            .bind(&self.cfg.instance)
-            .bind(s.id.to_string())
-            .execute(&mut self.conn)
-            .await?;
         Ok(())
     }
 
-    async fn append_event(
+    /// Links the event into the chain and queues it; [`Writer::flush_events`] writes the queue
+    /// in a few multi-row statements just before the commit.
+    fn append_event(
         &mut self,
         id: ExecutionId,
         n: u32,
@@ -576,20 +544,51 @@ impl Writer {
             detail,
         };
         let e = ChainedEvent::link(body, self.head.1)?;
-        sqlx::query("INSERT INTO events (chain, seq, execution_id, n, event, at, detail, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-            .bind(&e.body.chain)
-            .bind(e.body.seq as i64)
-            .bind(id.to_string())
-            .bind(i64::from(n))
-            .bind(kind.to_string())
-            .bind(at.0)
-            .bind(e.body.detail.to_string())
-            .bind(hex::encode(e.prev_hash))
-            .bind(hex::encode(e.hash))
-            .execute(&mut self.conn)
-            .await?;
         self.head = (e.body.seq, e.hash);
         self.appended_since_checkpoint += 1;
+        self.pending.push(e);
+        Ok(())
+    }
+
+    async fn flush_events(&mut self) -> Result<(), LedgerError> {
+        const ROWS: usize = 100;
+        let pending = std::mem::take(&mut self.pending);
+        for chunk in pending.chunks(ROWS) {
+            let mut sql = String::from("INSERT INTO events (chain, seq, execution_id, n, event, at, detail, prev_hash, hash) VALUES ");
+            for i in 0..chunk.len() {
+                let b = i * 9;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7,
+                    b + 8,
+                    b + 9
+                ));
+            }
+            let mut params = Vec::with_capacity(chunk.len() * 9);
+            for e in chunk {
+                params.extend([
+                    SqlValue::Text(e.body.chain.clone()),
+                    SqlValue::Int(e.body.seq as i64),
+                    SqlValue::Text(e.body.execution_id.to_string()),
+                    SqlValue::Int(i64::from(e.body.n)),
+                    SqlValue::Text(e.body.event.to_string()),
+                    SqlValue::Int(e.body.at.0),
+                    SqlValue::Text(e.body.detail.to_string()),
+                    SqlValue::Text(hex::encode(e.prev_hash)),
+                    SqlValue::Text(hex::encode(e.hash)),
+                ]);
+            }
+            self.conn.exec(&sql, &params).await?;
+        }
         Ok(())
     }
 
@@ -599,16 +598,18 @@ impl Writer {
         owner: &str,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let row = sqlx::query(&format!(
-            "SELECT owner FROM executions WHERE id = $1{}",
-            self.cfg.dialect.for_update()
-        ))
-        .bind(id.to_string())
-        .fetch_optional(&mut self.conn)
-        .await?
-        .ok_or(LedgerError::UnknownExecution(id))?;
-        let current_owner: Option<String> =
-            sqlx::Row::try_get(&row, "owner").map_err(LedgerError::from)?;
+        let row = self
+            .conn
+            .query_opt(
+                &format!(
+                    "SELECT owner FROM executions WHERE id = $1{}",
+                    self.cfg.dialect.for_update()
+                ),
+                params![id.to_string()],
+            )
+            .await?
+            .ok_or(LedgerError::UnknownExecution(id))?;
+        let current_owner: Option<String> = row.opt_text("owner")?;
         let mut s = self.load_summary(id).await?;
         if s.lifecycle.state != State::Dispatched || current_owner.as_deref() != Some(owner) {
             return Ok(false);

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use postern_core::config::Config;
 use postern_core::duration::format_duration;
 use postern_core::{ActionRecord, Arguments, FingerprintKey};
 
@@ -41,10 +40,8 @@ pub struct FingerprintArgs {
 }
 
 pub fn run(a: &FingerprintArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&a.config)
-        .with_context(|| format!("reading {}", a.config.display()))?;
-    let config = Config::parse(&text, &a.config.display().to_string())?;
-    let config_dir = a.config.parent().map(PathBuf::from).unwrap_or_default();
+    let config = crate::load_config(&a.config)?;
+    let config_dir = crate::config_dir(&a.config);
     let key_text = secrets::resolve(&config.gateway.fingerprint_key, &config_dir)
         .context("fingerprint key")?;
     let key = FingerprintKey::from_hex(&key_text)?;

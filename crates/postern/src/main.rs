@@ -3,12 +3,19 @@
 //! Architecture invariant: this crate only parses arguments, reads files and environment, and
 //! prints. Decisions live in the library crates; this is the only crate that uses `anyhow`.
 
+mod audit;
 mod fingerprint;
+mod init;
+mod keys;
 mod secrets;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use postern_core::config::Config;
+use postern_core::Timestamp;
 
 #[derive(Parser)]
 #[command(
@@ -23,22 +30,51 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write a commented starter postern.toml, a fingerprint key and an audit signing key.
+    Init(init::InitArgs),
+    /// Generate an Ed25519 audit signing key (and print its public key).
+    Keygen(init::KeygenArgs),
     /// Print the canonical action record and intent fingerprint a call would get.
     ///
     /// Answers "would these two calls be treated as the same intent?" without running anything.
     Fingerprint(fingerprint::FingerprintArgs),
+    /// The hash-chained audit log: export it, verify it offline.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Fingerprint(args) => fingerprint::run(&args),
+        Command::Init(a) => init::init(&a).map(|()| 0),
+        Command::Keygen(a) => init::keygen(&a).map(|()| 0),
+        Command::Fingerprint(a) => fingerprint::run(&a).map(|()| 0),
+        Command::Audit(cmd) => audit::run(&cmd),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
+}
+
+pub(crate) fn load_config(path: &Path) -> Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Config::parse(&text, &path.display().to_string())?)
+}
+
+pub(crate) fn config_dir(path: &Path) -> PathBuf {
+    path.parent().map(PathBuf::from).unwrap_or_default()
+}
+
+pub(crate) fn now() -> Timestamp {
+    Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    )
 }

@@ -19,7 +19,7 @@ CREATE TABLE executions (
     first_dispatched_at BIGINT,
     rejection_retryable BIGINT NOT NULL,
     owner TEXT
-);
+) WITHOUT ROWID;
 CREATE INDEX executions_state ON executions (state);
 CREATE INDEX executions_accepted ON executions (accepted_at);
 
@@ -42,7 +42,7 @@ CREATE TABLE chains (
     chain TEXT PRIMARY KEY,
     head_seq BIGINT NOT NULL,
     head_hash TEXT NOT NULL
-);
+) WITHOUT ROWID;
 
 CREATE TABLE checkpoints (
     chain TEXT NOT NULL,
@@ -52,7 +52,7 @@ CREATE TABLE checkpoints (
     key_id TEXT NOT NULL,
     signature TEXT NOT NULL,
     PRIMARY KEY (chain, seq)
-);
+) WITHOUT ROWID;
 
 -- The matchable intent slot: at most one execution per (actor, scope, fingerprint) at a time.
 -- Concurrent identical accepts meet on this primary key.
@@ -62,7 +62,7 @@ CREATE TABLE intents (
     fingerprint TEXT NOT NULL,
     execution_id TEXT NOT NULL,
     PRIMARY KEY (actor, intent_scope, fingerprint)
-);
+) WITHOUT ROWID;
 
 -- Client-supplied operation keys, unique per actor.
 CREATE TABLE operation_keys (
@@ -71,7 +71,7 @@ CREATE TABLE operation_keys (
     fingerprint TEXT NOT NULL,
     execution_id TEXT NOT NULL,
     PRIMARY KEY (actor, key)
-);
+) WITHOUT ROWID;
 
 -- Stored results, size-capped by the caller; the chain holds only their digest.
 CREATE TABLE results (
@@ -82,7 +82,7 @@ CREATE TABLE results (
     truncated BIGINT NOT NULL,
     body BLOB NOT NULL,
     PRIMARY KEY (execution_id, attempt)
-);
+) WITHOUT ROWID;
 
 -- The Sessions log: one row per agent run.
 CREATE TABLE runs (
@@ -94,11 +94,11 @@ CREATE TABLE runs (
     transport TEXT NOT NULL,
     started_at BIGINT NOT NULL,
     ended_at BIGINT
-);
+) WITHOUT ROWID;
 
 -- Gateway instances (one per process): liveness for taking over a crashed one's executions.
 CREATE TABLE instances (
     id TEXT PRIMARY KEY,
     started_at BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL
-);
+) WITHOUT ROWID;

@@ -1,3 +1,4 @@
 //! The `postern` binary's one integration-test binary: runs the real executable.
 
+mod audit;
 mod fingerprint;

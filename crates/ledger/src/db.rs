@@ -1,0 +1,301 @@
+//! The writer's view of a database connection: run a statement, read at most one row. Two
+//! implementations: sqlx (PostgreSQL) and rusqlite (SQLite, called directly on the writer's
+//! own thread). Statements are written once, with `$N` placeholders, for both.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Column, Row, ValueRef};
+
+use crate::error::LedgerError;
+
+/// A statement parameter or a column value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum SqlValue {
+    Null,
+    /// A null where PostgreSQL must know it is an integer.
+    NullInt,
+    Int(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+pub(crate) trait IntoSql {
+    fn into_sql(self) -> SqlValue;
+    fn null() -> SqlValue {
+        SqlValue::Null
+    }
+}
+
+impl IntoSql for i64 {
+    fn into_sql(self) -> SqlValue {
+        SqlValue::Int(self)
+    }
+    fn null() -> SqlValue {
+        SqlValue::NullInt
+    }
+}
+impl IntoSql for String {
+    fn into_sql(self) -> SqlValue {
+        SqlValue::Text(self)
+    }
+}
+impl IntoSql for &String {
+    fn into_sql(self) -> SqlValue {
+        SqlValue::Text(self.clone())
+    }
+}
+impl IntoSql for &str {
+    fn into_sql(self) -> SqlValue {
+        SqlValue::Text(self.to_string())
+    }
+}
+impl IntoSql for &Vec<u8> {
+    fn into_sql(self) -> SqlValue {
+        SqlValue::Blob(self.clone())
+    }
+}
+impl<T: IntoSql> IntoSql for Option<T> {
+    fn into_sql(self) -> SqlValue {
+        self.map_or(T::null(), IntoSql::into_sql)
+    }
+}
+impl IntoSql for &Option<String> {
+    fn into_sql(self) -> SqlValue {
+        self.as_ref()
+            .map_or(SqlValue::Null, |s| SqlValue::Text(s.clone()))
+    }
+}
+
+macro_rules! params {
+    ($($p:expr),* $(,)?) => { &[$($crate::db::IntoSql::into_sql($p)),*] };
+}
+pub(crate) use params;
+
+/// Typed access to a row's columns by name.
+pub(crate) trait RowAccess {
+    fn value(&self, col: &str) -> Result<SqlValue, LedgerError>;
+
+    fn text(&self, col: &str) -> Result<String, LedgerError> {
+        match self.value(col)? {
+            SqlValue::Text(s) => Ok(s),
+            other => Err(mistyped(col, "text", &other)),
+        }
+    }
+    fn opt_text(&self, col: &str) -> Result<Option<String>, LedgerError> {
+        match self.value(col)? {
+            SqlValue::Null | SqlValue::NullInt => Ok(None),
+            SqlValue::Text(s) => Ok(Some(s)),
+            other => Err(mistyped(col, "text", &other)),
+        }
+    }
+    fn int(&self, col: &str) -> Result<i64, LedgerError> {
+        match self.value(col)? {
+            SqlValue::Int(i) => Ok(i),
+            other => Err(mistyped(col, "integer", &other)),
+        }
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, LedgerError> {
+        match self.value(col)? {
+            SqlValue::Null | SqlValue::NullInt => Ok(None),
+            SqlValue::Int(i) => Ok(Some(i)),
+            other => Err(mistyped(col, "integer", &other)),
+        }
+    }
+    fn blob(&self, col: &str) -> Result<Vec<u8>, LedgerError> {
+        match self.value(col)? {
+            SqlValue::Blob(b) => Ok(b),
+            SqlValue::Text(s) => Ok(s.into_bytes()),
+            other => Err(mistyped(col, "blob", &other)),
+        }
+    }
+}
+
+fn mistyped(col: &str, want: &str, got: &SqlValue) -> LedgerError {
+    let kind = match got {
+        SqlValue::Null | SqlValue::NullInt => "null",
+        SqlValue::Int(_) => "integer",
+        SqlValue::Text(_) => "text",
+        SqlValue::Blob(_) => "blob",
+    };
+    LedgerError::Corrupt(format!("column {col}: expected {want}, found {kind}"))
+}
+
+impl RowAccess for AnyRow {
+    fn value(&self, col: &str) -> Result<SqlValue, LedgerError> {
+        let raw = self
+            .try_get_raw(col)
+            .map_err(|e| LedgerError::Corrupt(format!("column {col}: {e}")))?;
+        if raw.is_null() {
+            return Ok(SqlValue::Null);
+        }
+        if let Ok(i) = self.try_get::<i64, _>(col) {
+            return Ok(SqlValue::Int(i));
+        }
+        if let Ok(s) = self.try_get::<String, _>(col) {
+            return Ok(SqlValue::Text(s));
+        }
+        self.try_get::<Vec<u8>, _>(col)
+            .map(SqlValue::Blob)
+            .map_err(|e| LedgerError::Corrupt(format!("column {col}: {e}")))
+    }
+}
+
+/// A row read by the writer, owned.
+pub(crate) struct OwnedRow {
+    names: Arc<[String]>,
+    values: Vec<SqlValue>,
+}
+
+impl RowAccess for OwnedRow {
+    fn value(&self, col: &str) -> Result<SqlValue, LedgerError> {
+        self.names
+            .iter()
+            .position(|n| n == col)
+            .map(|i| self.values[i].clone())
+            .ok_or_else(|| LedgerError::Corrupt(format!("no column {col}")))
+    }
+}
+
+/// What the writer needs from a connection.
+pub(crate) trait WriteConn: Send {
+    fn exec(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> impl Future<Output = Result<u64, LedgerError>> + Send;
+    fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> impl Future<Output = Result<Option<OwnedRow>, LedgerError>> + Send;
+}
+
+fn bind_all<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    params: &[SqlValue],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for p in params {
+        q = match p {
+            SqlValue::Null => q.bind(Option::<String>::None),
+            SqlValue::NullInt => q.bind(Option::<i64>::None),
+            SqlValue::Int(i) => q.bind(*i),
+            SqlValue::Text(s) => q.bind(s.clone()),
+            SqlValue::Blob(b) => q.bind(b.clone()),
+        };
+    }
+    q
+}
+
+impl WriteConn for AnyConnection {
+    async fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
+        Ok(bind_all(sqlx::query(sql), params)
+            .execute(&mut *self)
+            .await?
+            .rows_affected())
+    }
+
+    async fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Option<OwnedRow>, LedgerError> {
+        let Some(row) = bind_all(sqlx::query(sql), params)
+            .fetch_optional(&mut *self)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
+        let values = names
+            .iter()
+            .map(|n| row.value(n))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(OwnedRow { names, values }))
+    }
+}
+
+/// SQLite, called directly. Lives on the writer's own thread (each call blocks for its
+/// duration, a commit for its fsync).
+pub(crate) struct SqliteWriteConn(pub rusqlite::Connection);
+
+fn sqlite_sql(sql: &str) -> String {
+    // `?N` is SQLite's own numbered-parameter syntax; `$N` would be a *named* parameter.
+    sql.replace('$', "?")
+}
+
+fn to_sqlite(p: &SqlValue) -> rusqlite::types::Value {
+    use rusqlite::types::Value;
+    match p {
+        SqlValue::Null | SqlValue::NullInt => Value::Null,
+        SqlValue::Int(i) => Value::Integer(*i),
+        SqlValue::Text(s) => Value::Text(s.clone()),
+        SqlValue::Blob(b) => Value::Blob(b.clone()),
+    }
+}
+
+fn sqlite_err(e: rusqlite::Error) -> LedgerError {
+    LedgerError::Corrupt(format!("sqlite: {e}"))
+}
+
+impl SqliteWriteConn {
+    fn exec_now(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
+        if params.is_empty() && !sql.contains('$') {
+            // Transaction control and pragmas: not worth a cached statement.
+            self.0.execute_batch(sql).map_err(sqlite_err)?;
+            return Ok(0);
+        }
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite_sql(sql))
+            .map_err(sqlite_err)?;
+        let n = stmt
+            .execute(rusqlite::params_from_iter(params.iter().map(to_sqlite)))
+            .map_err(sqlite_err)?;
+        Ok(n as u64)
+    }
+
+    fn query_now(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Option<OwnedRow>, LedgerError> {
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite_sql(sql))
+            .map_err(sqlite_err)?;
+        let names: Arc<[String]> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter().map(to_sqlite)))
+            .map_err(sqlite_err)?;
+        let Some(row) = rows.next().map_err(sqlite_err)? else {
+            return Ok(None);
+        };
+        let mut values = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            use rusqlite::types::ValueRef as V;
+            values.push(match row.get_ref(i).map_err(sqlite_err)? {
+                V::Null => SqlValue::Null,
+                V::Integer(i) => SqlValue::Int(i),
+                V::Real(f) => SqlValue::Text(f.to_string()),
+                V::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+                V::Blob(b) => SqlValue::Blob(b.to_vec()),
+            });
+        }
+        Ok(Some(OwnedRow { names, values }))
+    }
+}
+
+impl WriteConn for SqliteWriteConn {
+    async fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
+        self.exec_now(sql, params)
+    }
+    async fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Option<OwnedRow>, LedgerError> {
+        self.query_now(sql, params)
+    }
+}
