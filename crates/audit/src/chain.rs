@@ -57,6 +57,7 @@ struct EventWire {
     #[serde(with = "event_name")]
     event: EventKind,
     at: Timestamp,
+    #[serde(serialize_with = "canonical_detail")]
     detail: Value,
     #[serde(with = "hex32")]
     prev_hash: [u8; 32],
@@ -99,11 +100,93 @@ impl From<ChainedEvent> for EventWire {
     }
 }
 
+/// Exports carry the detail in its canonical bytes, so a verifier can hash it as read.
+fn canonical_detail<S: serde::Serializer>(v: &Value, s: S) -> Result<S::Ok, S::Error> {
+    let mut out = Vec::new();
+    canon::write_canonical(v, &mut out).map_err(serde::ser::Error::custom)?;
+    let text = String::from_utf8(out).map_err(serde::ser::Error::custom)?;
+    serde_json::value::RawValue::from_string(text)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
+}
+
 /// `SHA-256(prev_hash ‖ JCS(body))`.
 pub fn event_hash(prev_hash: &[u8; 32], body: &EventBody) -> Result<[u8; 32], AuditError> {
     let mut h = Sha256::new();
     h.update(prev_hash);
-    h.update(canon::canonical_bytes(body)?);
+    h.update(body.canonical_bytes()?);
+    Ok(h.finalize().into())
+}
+
+impl EventBody {
+    /// The RFC 8785 bytes of the body, written field by field in canonical key order (the
+    /// verifier hashes every event, so this avoids a generic serialiser; a test pins it to
+    /// `serde_jcs`).
+    pub fn canonical_bytes(&self) -> Result<Vec<u8>, AuditError> {
+        let mut detail = Vec::with_capacity(128);
+        canon::write_canonical(&self.detail, &mut detail)?;
+        let mut out = Vec::with_capacity(256);
+        write_body(
+            &mut out,
+            self.at,
+            &self.chain,
+            &detail,
+            self.event,
+            self.execution_id,
+            self.n,
+            self.seq,
+        )?;
+        Ok(out)
+    }
+}
+
+/// The canonical body with its detail already in canonical bytes (an export carries it so).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_body(
+    out: &mut Vec<u8>,
+    at: Timestamp,
+    chain: &str,
+    detail: &[u8],
+    event: EventKind,
+    execution_id: ExecutionId,
+    n: u32,
+    seq: u64,
+) -> Result<(), AuditError> {
+    out.extend_from_slice(b"{\"at\":");
+    canon::write_canonical_int(i128::from(at.0), out)?;
+    out.extend_from_slice(b",\"chain\":");
+    canon::write_canonical_str(chain, out);
+    out.extend_from_slice(b",\"detail\":");
+    out.extend_from_slice(detail);
+    out.extend_from_slice(b",\"event\":");
+    canon::write_canonical_str(event.name(), out);
+    out.extend_from_slice(b",\"execution_id\":\"");
+    out.extend_from_slice(execution_id.to_string().as_bytes());
+    out.extend_from_slice(b"\",\"n\":");
+    canon::write_canonical_int(i128::from(n), out)?;
+    out.extend_from_slice(b",\"seq\":");
+    canon::write_canonical_int(i128::from(seq), out)?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// `SHA-256(prev_hash ‖ body)` for a body whose canonical detail bytes are given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn raw_event_hash(
+    prev_hash: &[u8; 32],
+    at: Timestamp,
+    chain: &str,
+    detail: &[u8],
+    event: EventKind,
+    execution_id: ExecutionId,
+    n: u32,
+    seq: u64,
+) -> Result<[u8; 32], AuditError> {
+    let mut body = Vec::with_capacity(192 + detail.len());
+    write_body(&mut body, at, chain, detail, event, execution_id, n, seq)?;
+    let mut h = Sha256::new();
+    h.update(prev_hash);
+    h.update(&body);
     Ok(h.finalize().into())
 }
 
@@ -245,30 +328,65 @@ impl std::fmt::Debug for VerifyingKey {
     }
 }
 
-mod event_name {
-    use postern_core::EventKind;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(e: &EventKind, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(e)
+/// 64 hex digits to 32 bytes (a table lookup per digit: this runs twice per verified event).
+pub(crate) fn decode_hex32(s: &str) -> Option<[u8; 32]> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EventKind, D::Error> {
-        let s = std::borrow::Cow::<str>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = (nibble(b[2 * i])? << 4) | nibble(b[2 * i + 1])?;
+    }
+    Some(out)
+}
+
+/// Reads a borrowed string where the input allows it (serde's `Cow<str>` always copies).
+struct StrVisitor<F>(F, &'static str);
+
+impl<T, F: FnOnce(&str) -> Result<T, String>> serde::de::Visitor<'_> for StrVisitor<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.1)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.0)(v).map_err(E::custom)
     }
 }
 
-mod hex32 {
-    use serde::{Deserialize, Deserializer, Serializer};
+pub(crate) mod event_name {
+    use postern_core::EventKind;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &EventKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(e.name())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EventKind, D::Error> {
+        d.deserialize_str(super::StrVisitor(
+            |s: &str| s.parse::<EventKind>().map_err(|e| e.to_string()),
+            "a lifecycle event name",
+        ))
+    }
+}
+
+pub(crate) mod hex32 {
+    use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&hex::encode(b))
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
-        let s = std::borrow::Cow::<str>::deserialize(d)?;
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(s.as_bytes(), &mut out)
-            .map_err(|_| serde::de::Error::custom("expected 64 hex digits"))?;
-        Ok(out)
+        d.deserialize_str(super::StrVisitor(
+            |s: &str| super::decode_hex32(s).ok_or_else(|| "expected 64 hex digits".to_string()),
+            "64 hex digits",
+        ))
     }
 }

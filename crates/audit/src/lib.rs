@@ -3,8 +3,8 @@
 //! and [`Verifier`] checks an exported file or a database's rows fully offline, reporting each
 //! break with its reason and place.
 //!
-//! Architecture invariant: depends on `postern-core` only. It knows nothing of SQL, files or
-//! networks: callers feed it rows (from a JSONL export or a store) and print its [`Report`].
+//! Architecture invariant: depends on `postern-core` only. It knows nothing of SQL, file paths or
+//! networks: callers feed it rows or a reader (a JSONL export, a store) and print its [`Report`].
 //! The lifecycle rules it checks are core's one table, not a copy.
 
 mod chain;
@@ -15,5 +15,5 @@ pub use chain::{
     event_hash, AuditError, ChainedEvent, Checkpoint, EventBody, SigningKey, VerifyingKey,
     GENESIS_HASH,
 };
-pub use export::{read_line, ExportHeader, ExportLine, EXPORT_FORMAT};
-pub use verify::{Break, BreakReason, ChainRange, Report, Verifier};
+pub use export::{read_line, verify_export, ExportHeader, ExportLine, EXPORT_FORMAT};
+pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, Verifier};

@@ -217,6 +217,32 @@ impl fmt::Display for Report {
     }
 }
 
+/// What the verifier needs of one event (its detail is only needed to check its hash).
+#[derive(Clone, Copy, Debug)]
+pub struct EventMeta<'a> {
+    pub chain: &'a str,
+    pub seq: u64,
+    pub execution_id: ExecutionId,
+    pub n: u32,
+    pub event: EventKind,
+    pub prev_hash: [u8; 32],
+    pub hash: [u8; 32],
+}
+
+impl<'a> EventMeta<'a> {
+    pub fn of(e: &'a ChainedEvent) -> EventMeta<'a> {
+        EventMeta {
+            chain: &e.body.chain,
+            seq: e.body.seq,
+            execution_id: e.body.execution_id,
+            n: e.body.n,
+            event: e.body.event,
+            prev_hash: e.prev_hash,
+            hash: e.hash,
+        }
+    }
+}
+
 /// Streams rows in, then [`Verifier::finish`] for the report.
 pub struct Verifier {
     key: VerifyingKey,
@@ -254,18 +280,29 @@ impl Verifier {
 
     /// One event, in the order the log holds it.
     pub fn event(&mut self, e: &ChainedEvent) {
-        let b = &e.body;
-        let chain = self.chains.entry(b.chain.clone()).or_default();
+        let intact = event_hash(&e.prev_hash, &e.body).is_ok_and(|h| h == e.hash);
+        self.event_checked(&EventMeta::of(e), intact);
+    }
+
+    /// One event whose own hash was already checked (`intact`), e.g. on another thread.
+    pub fn event_checked(&mut self, e: &EventMeta<'_>, intact: bool) {
+        let b = e;
+        if !self.chains.contains_key(b.chain) {
+            self.chains
+                .insert(b.chain.to_string(), ChainState::default());
+        }
+        let Some(chain) = self.chains.get_mut(b.chain) else {
+            return;
+        };
         let brk = |reason| Break {
-            chain: Some(b.chain.clone()),
+            chain: Some(b.chain.to_string()),
             seq: Some(b.seq),
             reason,
         };
         chain.events += 1;
         chain.first = Some(chain.first.map_or(b.seq, |f| f.min(b.seq)));
-        match event_hash(&e.prev_hash, b) {
-            Ok(h) if h == e.hash => {}
-            _ => self.breaks.push(brk(BreakReason::HashMismatch)),
+        if !intact {
+            self.breaks.push(brk(BreakReason::HashMismatch));
         }
         let mut linked_in_order = true;
         match chain.last {
@@ -291,7 +328,7 @@ impl Verifier {
             Some(last) if b.seq > last + 1 => {
                 if let Some((expected, at)) = chain.pending_gap.replace((last + 1, b.seq)) {
                     self.breaks.push(Break {
-                        chain: Some(b.chain.clone()),
+                        chain: Some(b.chain.to_string()),
                         seq: Some(at),
                         reason: BreakReason::Gap { expected },
                     });
@@ -322,8 +359,8 @@ impl Verifier {
         self.lifecycle(e);
     }
 
-    fn lifecycle(&mut self, e: &ChainedEvent) {
-        let b = &e.body;
+    fn lifecycle(&mut self, e: &EventMeta<'_>) {
+        let b = e;
         let ex = self
             .executions
             .entry(b.execution_id)
@@ -331,7 +368,25 @@ impl Verifier {
                 next_n: 1,
                 ..Default::default()
             });
-        ex.waiting.insert(b.n, (b.event, b.chain.clone(), b.seq));
+        if b.n == ex.next_n && ex.waiting.is_empty() {
+            // The common case: the execution's next event, in order.
+            match apply(ex.state, b.event) {
+                Ok(s) => ex.state = Some(s),
+                Err(_) => self.breaks.push(Break {
+                    chain: Some(b.chain.to_string()),
+                    seq: Some(b.seq),
+                    reason: BreakReason::ImpossibleTransition {
+                        execution_id: b.execution_id,
+                        from: ex.state,
+                        event: b.event,
+                    },
+                }),
+            }
+            ex.next_n += 1;
+            return;
+        }
+        ex.waiting
+            .insert(b.n, (b.event, b.chain.to_string(), b.seq));
         while let Some((event, chain, seq)) = ex.waiting.remove(&ex.next_n) {
             match apply(ex.state, event) {
                 Ok(s) => ex.state = Some(s),

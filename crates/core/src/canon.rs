@@ -130,6 +130,108 @@ pub fn canonical_bytes<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, CanonE
     serde_jcs::to_vec(value).map_err(|e| CanonError::Serialize(e.to_string()))
 }
 
+/// Appends the RFC 8785 bytes of `value` to `out`, without the intermediate allocations of
+/// `serde_jcs` (which re-parses every object key). Used on hot paths — the audit chain hashes
+/// every event with it — and pinned to `serde_jcs` byte for byte by a property test.
+pub fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonError> {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => write_canonical_int(i128::from(i), out)?,
+            (None, Some(u)) => write_canonical_int(i128::from(u), out)?,
+            _ => out.extend_from_slice(&canonical_bytes(n)?),
+        },
+        Value::String(s) => write_canonical_str(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // serde_json's map is ordered by UTF-8 bytes; RFC 8785 orders by UTF-16 code units.
+            // The two agree unless a key holds characters above U+FFFF next to U+E000..U+FFFF.
+            if !entries.iter().all(|(k, _)| k.is_ascii()) {
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            }
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical_str(k, out);
+                out.push(b':');
+                write_canonical(v, out)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// An integer as RFC 8785 writes it: exact up to 2^53, beyond that as the IEEE double it
+/// becomes (what every other implementation will read).
+pub fn write_canonical_int(i: i128, out: &mut Vec<u8>) -> Result<(), CanonError> {
+    if i.unsigned_abs() <= MAX_EXACT_NUMBER as u128 {
+        out.extend_from_slice(i.to_string().as_bytes());
+        Ok(())
+    } else {
+        out.extend_from_slice(&canonical_bytes(&(i as f64))?);
+        Ok(())
+    }
+}
+
+/// A JSON string as RFC 8785 writes it (the same escapes as ECMAScript's JSON.stringify).
+pub fn write_canonical_str(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    // Most strings need no escape at all: one pass to check, one copy.
+    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 15) as usize],
+                ]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
 /// Canonical bytes of a JSON value, refusing numbers that cannot be represented exactly.
 pub fn canonical_value_bytes(value: &Value) -> Result<Vec<u8>, CanonError> {
     check_numbers(value)?;

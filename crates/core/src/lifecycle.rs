@@ -317,29 +317,22 @@ impl EventKind {
     }
 }
 
+impl EventKind {
+    /// The full name as stored and shown, verdict included (`completed(applied)`).
+    pub fn name(self) -> &'static str {
+        match self {
+            E::Completed(Verdict::Applied) => "completed(applied)",
+            E::Completed(Verdict::Rejected) => "completed(rejected)",
+            E::Resolved(Resolution::Applied) => "resolved(applied)",
+            E::Resolved(Resolution::NotApplied) => "resolved(not_applied)",
+            other => other.as_str(),
+        }
+    }
+}
+
 impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            E::Completed(v) => write!(
-                f,
-                "completed({})",
-                if *v == Verdict::Applied {
-                    "applied"
-                } else {
-                    "rejected"
-                }
-            ),
-            E::Resolved(r) => write!(
-                f,
-                "resolved({})",
-                if *r == Resolution::Applied {
-                    "applied"
-                } else {
-                    "not_applied"
-                }
-            ),
-            other => f.write_str(other.as_str()),
-        }
+        f.write_str(self.name())
     }
 }
 

@@ -1,15 +1,15 @@
 //! `postern audit export` and `postern audit verify`: the audit chain, offline.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::io::{BufReader, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use postern_audit::{
-    read_line, ChainRange, ExportHeader, ExportLine, Report, SigningKey, Verifier, VerifyingKey,
-    EXPORT_FORMAT,
+    verify_export, ChainRange, ExportHeader, ExportLine, Report, SigningKey, Verifier,
+    VerifyingKey, EXPORT_FORMAT,
 };
 use postern_ledger::{Ledger, LedgerOptions};
 
@@ -221,55 +221,14 @@ impl Progress {
 /// Verifies an exported file.
 pub fn verify_file(path: &Path, key: VerifyingKey) -> Result<Report> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut verifier = Verifier::new(key);
     let mut progress = Progress::new();
-    let mut total = None;
-    let mut line = String::new();
-    let mut n: u64 = 0;
-    let mut events = 0u64;
-    let mut header = false;
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        n += 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match read_line(&line) {
-            Ok(ExportLine::Header(h)) => {
-                header = true;
-                if h.format != EXPORT_FORMAT {
-                    verifier.malformed(n, format!("unknown export format {:?}", h.format));
-                }
-                total = Some(h.ranges.iter().map(|r| r.to + 1 - r.from).sum());
-                for r in h.ranges {
-                    verifier.request(r);
-                }
-            }
-            Ok(ExportLine::Event(e)) => {
-                verifier.event(&e);
-                events += 1;
-                if events.is_multiple_of(4096) {
-                    progress.tick(events, total);
-                }
-            }
-            Ok(ExportLine::Checkpoint(c)) => verifier.checkpoint(&c),
-            Err(e) => verifier.malformed(n, e.to_string()),
-        }
-    }
+    let report = verify_export(
+        BufReader::with_capacity(1 << 20, file),
+        key,
+        |events, total| progress.tick(events, total),
+    )?;
     progress.done();
-    if !header {
-        // Without it nothing says what range the file should hold: an emptied or head-cut
-        // export would otherwise verify as VALID.
-        verifier.malformed(
-            1,
-            format!("no {EXPORT_FORMAT} header line: not a whole export"),
-        );
-    }
-    Ok(verifier.finish())
+    Ok(report)
 }
 
 /// Verifies a store's rows directly.

@@ -1,0 +1,145 @@
+//! Credentials injected into a request, and the secret wrapper that keeps them out of logs.
+
+use std::fmt;
+
+use postern_core::config::CredentialKind;
+
+use crate::ChannelError;
+
+/// A secret value. `Debug` prints `<redacted>`; the value is only reachable through
+/// [`Secret::expose`], which the channel calls when it builds the request.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value itself. Call only to put it on the wire.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Secret(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How a credential is put on an HTTP request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer <token>`.
+    Bearer(Secret),
+    /// `Authorization: Basic base64(username:password)`.
+    Basic { username: String, password: Secret },
+    /// `<name>: <value>`.
+    Header { name: String, value: Secret },
+}
+
+impl Credential {
+    /// The HTTP credential for a configured credential kind and its resolved secret. An
+    /// `ssh_key` credential is not an HTTP credential.
+    pub fn from_kind(kind: &CredentialKind, secret: Secret) -> Result<Credential, ChannelError> {
+        match kind {
+            CredentialKind::Bearer => Ok(Credential::Bearer(secret)),
+            CredentialKind::Basic { username } => Ok(Credential::Basic {
+                username: username.clone(),
+                password: secret,
+            }),
+            CredentialKind::Header { name } => Ok(Credential::Header {
+                name: name.clone(),
+                value: secret,
+            }),
+            CredentialKind::SshKey => Err(ChannelError::Credential {
+                reason: "an ssh_key credential cannot be used on an HTTP request".to_string(),
+            }),
+        }
+    }
+
+    /// The header this credential adds: (name, value). The value holds the secret.
+    pub(crate) fn header(&self) -> (String, Secret) {
+        match self {
+            Credential::Bearer(token) => (
+                "authorization".to_string(),
+                Secret(format!("Bearer {}", token.expose())),
+            ),
+            Credential::Basic { username, password } => (
+                "authorization".to_string(),
+                Secret(format!("Basic {}", basic_token(username, password))),
+            ),
+            Credential::Header { name, value } => (name.clone(), value.clone()),
+        }
+    }
+
+    /// Every form of the secret that must never come back out of the channel: the raw secret,
+    /// and for basic auth also the base64 `username:password` token. Empty forms are skipped.
+    pub(crate) fn redaction_needles(&self) -> Vec<Vec<u8>> {
+        let mut needles = match self {
+            Credential::Bearer(token) => vec![token.expose().as_bytes().to_vec()],
+            Credential::Basic { username, password } => vec![
+                password.expose().as_bytes().to_vec(),
+                basic_token(username, password).into_bytes(),
+            ],
+            Credential::Header { value, .. } => vec![value.expose().as_bytes().to_vec()],
+        };
+        needles.retain(|n| !n.is_empty());
+        // Longest first, so a longer form is replaced whole before a shorter one inside it.
+        needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
+        needles
+    }
+}
+
+/// The base64 token of basic auth: `base64(username ":" password)`.
+pub fn basic_token(username: &str, password: &Secret) -> String {
+    base64(format!("{username}:{}", password.expose()).as_bytes())
+}
+
+/// Standard base64 (RFC 4648 §4) with padding.
+fn base64(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let sextet = |shift: u32| char::from(ALPHABET[((n >> shift) & 0x3f) as usize]);
+        out.push(sextet(18));
+        out.push(sextet(12));
+        out.push(if chunk.len() > 1 { sextet(6) } else { '=' });
+        out.push(if chunk.len() > 2 { sextet(0) } else { '=' });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in vectors {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
+    }
+}

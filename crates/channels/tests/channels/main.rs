@@ -1,0 +1,8 @@
+//! The channels crate's one integration-test binary. Every server is real and listens on
+//! 127.0.0.1 only.
+
+mod answers;
+mod failures;
+mod redaction;
+mod render;
+mod support;
