@@ -3,11 +3,13 @@
 //! Architecture invariant: this crate only parses arguments, reads files and environment, and
 //! prints. Decisions live in the library crates; this is the only crate that uses `anyhow`.
 
+mod activity;
 mod audit;
 mod fingerprint;
 mod init;
 mod keys;
 mod secrets;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,6 +40,11 @@ enum Command {
     ///
     /// Answers "would these two calls be treated as the same intent?" without running anything.
     Fingerprint(fingerprint::FingerprintArgs),
+    /// Serve MCP (Streamable HTTP at /mcp, or --stdio) in front of the configured tools.
+    Serve(serve::ServeArgs),
+    /// The Activity log: what was asked, what was sent, what the ledger recorded.
+    #[command(subcommand)]
+    Activity(activity::ActivityCommand),
     /// The hash-chained audit log: export it, verify it offline.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
@@ -49,6 +56,8 @@ fn main() -> ExitCode {
         Command::Init(a) => init::init(&a).map(|()| 0),
         Command::Keygen(a) => init::keygen(&a).map(|()| 0),
         Command::Fingerprint(a) => fingerprint::run(&a).map(|()| 0),
+        Command::Serve(a) => serve::run(&a),
+        Command::Activity(cmd) => activity::run(&cmd),
         Command::Audit(cmd) => audit::run(&cmd),
     };
     match result {

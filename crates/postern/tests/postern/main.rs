@@ -2,3 +2,5 @@
 
 mod audit;
 mod fingerprint;
+mod harness;
+mod serve;

@@ -1,0 +1,26 @@
+//! Why a call was refused. Every variant is refused *before* anything is recorded, except
+//! `Conflict` (which changes nothing) and `Ledger`.
+
+use postern_core::{ExecutionId, Timestamp};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    #[error("actor {actor:?} may not call tool {tool:?}")]
+    Forbidden { actor: String, tool: String },
+    #[error("invalid arguments for {tool}: {}", errors.join("; "))]
+    InvalidArguments { tool: String, errors: Vec<String> },
+    #[error("operation key {key:?} was already used for a different request (execution {original}, accepted at {accepted_at}); nothing was changed. Use a new key for a new action, or repeat the original arguments to get its result")]
+    Conflict {
+        key: String,
+        original: ExecutionId,
+        accepted_at: Timestamp,
+    },
+    #[error("unknown execution {0}")]
+    UnknownExecution(String),
+    #[error("ledger: {0}")]
+    Ledger(#[from] postern_ledger::LedgerError),
+    #[error("{0}")]
+    Internal(String),
+}

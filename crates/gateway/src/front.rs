@@ -1,0 +1,489 @@
+//! The MCP front: Streamable HTTP at `/mcp` (with bearer authentication, a strict look at the
+//! raw JSON, and delivery tracking) and stdio. The only module that knows MCP wire types.
+
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::Bytes;
+use postern_core::{ActionClass, ExecutionId};
+use postern_ledger::Run;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+use crate::error::GatewayError;
+use crate::pipeline::{now, Gateway, ToolCall};
+use crate::registry::execution_status_schema;
+
+/// The authenticated caller of an HTTP request.
+#[derive(Clone, Debug)]
+struct Actor(String);
+
+/// Parameters rmcp's model does not carry (`params.idempotencyKey`), read from the raw body.
+#[derive(Clone, Debug, Default)]
+struct RawParams {
+    idempotency_key: Option<String>,
+}
+
+/// Executions whose answer travels in this HTTP response, and whether the response already
+/// ended (a client that hung up before the answer existed still lost it).
+#[derive(Clone, Default)]
+struct DeliverySlot(Arc<Mutex<SlotState>>);
+
+#[derive(Default)]
+struct SlotState {
+    ids: Vec<ExecutionId>,
+    ended: Option<bool>,
+}
+
+impl DeliverySlot {
+    /// Registers an execution whose answer is about to be written into this response.
+    fn carry(&self, gateway: &Arc<Gateway>, id: ExecutionId) {
+        let ended = match self.0.lock() {
+            Ok(mut st) => {
+                if st.ended.is_none() {
+                    st.ids.push(id);
+                }
+                st.ended
+            }
+            Err(_) => None,
+        };
+        if let Some(delivered) = ended {
+            let gateway = gateway.clone();
+            tokio::spawn(async move { gateway.record_delivery(&[id], delivered).await });
+        }
+    }
+
+    fn end(&self, gateway: &Arc<Gateway>, delivered: bool) {
+        let ids = match self.0.lock() {
+            Ok(mut st) => {
+                st.ended = Some(delivered);
+                std::mem::take(&mut st.ids)
+            }
+            Err(_) => Vec::new(),
+        };
+        if !ids.is_empty() {
+            let gateway = gateway.clone();
+            tokio::spawn(async move { gateway.record_delivery(&ids, delivered).await });
+        }
+    }
+}
+
+struct FrontState {
+    gateway: Arc<Gateway>,
+    /// bearer token → actor
+    tokens: HashMap<String, String>,
+    max_body: usize,
+}
+
+/// The HTTP application: `/mcp` and `/healthz`. `tokens` maps bearer tokens to actor names.
+pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router {
+    let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
+    let mut hosts: Vec<String> = vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "::1".into(),
+        "[::1]".into(),
+    ];
+    if let Some(host) = gateway
+        .config()
+        .gateway
+        .listen
+        .rsplit_once(':')
+        .map(|(h, _)| h.to_string())
+    {
+        hosts.push(host);
+    }
+    let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(max_body)
+        .with_allowed_hosts(hosts);
+    if !gateway.config().gateway.allowed_origins.is_empty() {
+        config = config.with_allowed_origins(gateway.config().gateway.allowed_origins.clone());
+    }
+    let handler = PosternMcp::new(gateway.clone(), None);
+    let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+    let state = Arc::new(FrontState {
+        gateway,
+        tokens,
+        max_body,
+    });
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(state, guard))
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+fn jsonrpc_error(
+    status: StatusCode,
+    id: Value,
+    code: i32,
+    message: String,
+    data: Value,
+) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
+/// fully written.
+async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(actor) = token.and_then(|t| st.tokens.get(t)).cloned() else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"postern\"")],
+            "missing or unknown bearer token",
+        )
+            .into_response();
+    };
+    let (mut parts, body) = req.into_parts();
+    let mut raw = RawParams::default();
+    let body = if parts.method == http::Method::POST {
+        let bytes = match axum::body::to_bytes(body, st.max_body).await {
+            Ok(b) => b,
+            Err(_) => {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body is over the {} byte limit", st.max_body),
+                )
+                    .into_response()
+            }
+        };
+        match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
+            Ok(v) => {
+                raw.idempotency_key = v
+                    .get("params")
+                    .and_then(|p| p.get("idempotencyKey"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+            Err(postern_core::canon::CanonError::Malformed {
+                line,
+                column,
+                reason,
+            }) => {
+                return jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    Value::Null,
+                    -32700,
+                    format!("parse error at line {line}, column {column}: {reason}"),
+                    Value::Null,
+                );
+            }
+            Err(e) => {
+                // Valid JSON for serde_json, but ambiguous as an action: refuse it, naming where.
+                let id = serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get("id").cloned())
+                    .unwrap_or(Value::Null);
+                return jsonrpc_error(
+                    StatusCode::OK,
+                    id,
+                    ErrorCode::INVALID_PARAMS.0,
+                    format!("invalid request: {e}"),
+                    Value::Null,
+                );
+            }
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    let slot = DeliverySlot::default();
+    parts.extensions.insert(Actor(actor));
+    parts.extensions.insert(raw);
+    parts.extensions.insert(slot.clone());
+    let response = next.run(Request::from_parts(parts, body)).await;
+    let (parts, body) = response.into_parts();
+    let tracked = TrackedBody {
+        inner: body,
+        slot,
+        gateway: st.gateway.clone(),
+        finished: false,
+    };
+    Response::from_parts(parts, Body::new(tracked))
+}
+
+/// A response body that records, when it ends, whether it was written out completely.
+struct TrackedBody {
+    inner: Body,
+    slot: DeliverySlot,
+    gateway: Arc<Gateway>,
+    finished: bool,
+}
+
+impl TrackedBody {
+    fn finish(&mut self, delivered: bool) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.slot.end(&self.gateway, delivered);
+    }
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => this.finish(true),
+            Poll::Ready(Some(Err(_))) => this.finish(false),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        // Dropped before its end: the connection went away and the answer was lost.
+        self.finish(false);
+    }
+}
+
+/// The rmcp server handler.
+#[derive(Clone)]
+pub struct PosternMcp {
+    gateway: Arc<Gateway>,
+    /// Over stdio there is no token: the configured actor.
+    stdio_actor: Option<String>,
+    runs: Arc<Mutex<HashSet<String>>>,
+}
+
+impl PosternMcp {
+    pub fn new(gateway: Arc<Gateway>, stdio_actor: Option<String>) -> PosternMcp {
+        PosternMcp {
+            gateway,
+            stdio_actor,
+            runs: Arc::default(),
+        }
+    }
+
+    fn actor(&self, ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Actor>())
+            .map(|a| a.0.clone())
+            .or_else(|| self.stdio_actor.clone())
+            .ok_or_else(|| ErrorData::invalid_request("no authenticated actor", None))
+    }
+
+    /// The run (Sessions log) this request belongs to, recorded on first sight.
+    async fn run_id(&self, ctx: &RequestContext<RoleServer>, actor: &str) -> Option<String> {
+        let explicit = ctx
+            .meta
+            .get("io.postern/run")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let session = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(|s| format!("mcp-session:{s}"));
+        let id = explicit.or(session).or_else(|| {
+            self.stdio_actor
+                .as_ref()
+                .map(|_| format!("stdio:{}", std::process::id()))
+        })?;
+        let first = self
+            .runs
+            .lock()
+            .map(|mut r| r.insert(id.clone()))
+            .unwrap_or(false);
+        if first {
+            let info = ctx.peer.peer_info();
+            let run = Run {
+                id: id.clone(),
+                actor: actor.to_string(),
+                client_name: info.as_ref().map(|i| i.client_info.name.clone()),
+                client_version: info.as_ref().map(|i| i.client_info.version.clone()),
+                protocol_version: ctx.protocol_version().map(|v| v.to_string()),
+                transport: if self.stdio_actor.is_some() {
+                    "stdio".into()
+                } else {
+                    "streamable-http".into()
+                },
+                started_at: now(),
+                ended_at: None,
+            };
+            let _ = self.gateway.ledger().start_run(run).await;
+        }
+        Some(id)
+    }
+}
+
+fn annotations(class: ActionClass) -> ToolAnnotations {
+    let a = ToolAnnotations::new().open_world(true);
+    match class {
+        ActionClass::ReadOnly => a.read_only(true).destructive(false).idempotent(true),
+        ActionClass::IdempotentWrite => a.read_only(false).destructive(false).idempotent(true),
+        ActionClass::ConditionalWrite => a.read_only(false).destructive(false).idempotent(false),
+        ActionClass::Irreversible | ActionClass::RemoteCommand => {
+            a.read_only(false).destructive(true).idempotent(false)
+        }
+    }
+}
+
+fn to_error(e: GatewayError) -> ErrorData {
+    let message = e.to_string();
+    match e {
+        GatewayError::UnknownTool(tool) => {
+            ErrorData::invalid_params(message, Some(json!({"tool": tool})))
+        }
+        GatewayError::Forbidden { tool, .. } => {
+            ErrorData::invalid_params(message, Some(json!({"tool": tool})))
+        }
+        GatewayError::InvalidArguments { errors, .. } => {
+            ErrorData::invalid_params(message, Some(json!({"errors": errors})))
+        }
+        GatewayError::Conflict { original, .. } => ErrorData::new(
+            ErrorCode(-32010),
+            message,
+            Some(json!({"original_execution_id": original.to_string()})),
+        ),
+        GatewayError::UnknownExecution(_) => ErrorData::invalid_params(message, None),
+        GatewayError::Ledger(_) | GatewayError::Internal(_) => {
+            ErrorData::internal_error(message, None)
+        }
+    }
+}
+
+impl ServerHandler for PosternMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
+                 results say so in structuredContent.execution. To ask for a new, separate action, send a new idempotencyKey.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let mut tools: Vec<Tool> = self
+            .gateway
+            .tools_for(&actor)
+            .map(|c| {
+                let schema = c.input_schema.as_object().cloned().unwrap_or_default();
+                Tool::new(c.name.clone(), c.description.clone(), schema)
+                    .with_annotations(annotations(c.class))
+            })
+            .collect();
+        let status_schema = execution_status_schema()
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        tools.push(
+            Tool::new("execution_status", "The durable record of an execution you started: state, timeline and the target's answer", status_schema)
+                .with_annotations(annotations(ActionClass::ReadOnly).open_world(false)),
+        );
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let run_id = self.run_id(&ctx, &actor).await;
+        let parts = ctx.extensions.get::<http::request::Parts>();
+        let operation_key = ctx
+            .meta
+            .get("io.postern/idempotency-key")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| {
+                parts
+                    .and_then(|p| p.extensions.get::<RawParams>())
+                    .and_then(|r| r.idempotency_key.clone())
+            });
+        let call = ToolCall {
+            actor,
+            tool: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+            operation_key,
+            intent_scope: ctx
+                .meta
+                .get("io.postern/intent-scope")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            run_id,
+        };
+        let report = self.gateway.call(call).await.map_err(to_error)?;
+        if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
+            slot.carry(&self.gateway, report.execution_id);
+        }
+        let mut result = if report.is_error {
+            CallToolResult::error(vec![ContentBlock::text(report.summary())])
+        } else {
+            CallToolResult::success(vec![ContentBlock::text(report.summary())])
+        };
+        result.structured_content = Some(report.structured());
+        Ok(result.into())
+    }
+}
+
+/// Serves MCP over stdin/stdout for a local agent, as the configured actor.
+pub async fn serve_stdio(gateway: Arc<Gateway>, actor: String) -> Result<(), GatewayError> {
+    use rmcp::ServiceExt;
+    let service = PosternMcp::new(gateway, Some(actor))
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
+    service
+        .waiting()
+        .await
+        .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
+    Ok(())
+}

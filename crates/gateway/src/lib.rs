@@ -1,0 +1,23 @@
+//! Postern's gateway: the pipeline that turns an agent's tool call into at most one action
+//! (accept → authorize → dispatch → record → deliver), recovery per DESIGN §4, and the MCP front
+//! (Streamable HTTP at `/mcp`, and stdio).
+//!
+//! Architecture invariant: the only crate that knows MCP wire types, and only in `front`; the
+//! pipeline speaks the core's domain types. A call's fate is decided by the ledger's record and
+//! the core's recovery decision, never by the transport (JSON-RPC ids and sessions are evidence,
+//! not keys).
+//!
+//! Architecture invariant: nothing is sent before `dispatched` is durable, and no answer is
+//! given before the target's answer is durable.
+
+pub mod demo_target;
+mod error;
+pub mod front;
+mod pipeline;
+mod registry;
+mod report;
+
+pub use error::GatewayError;
+pub use pipeline::{now, Gateway, ToolCall};
+pub use registry::Registry;
+pub use report::{Attempt, CallReport};

@@ -1,0 +1,573 @@
+//! The pipeline: accept → authorize → dispatch (durable first) → complete (durable result) →
+//! deliver, and recovery exactly per DESIGN §4. Transport-agnostic: the MCP front (or a test)
+//! hands in a [`ToolCall`] and gets a [`CallReport`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postern_channels::http::{
+    render_url, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome, OutcomeRules,
+};
+use postern_core::config::Config;
+use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
+use postern_core::lifecycle::{State, Verdict};
+use postern_core::recovery::{RecoveryDecision, UnknownFallback};
+use postern_core::{ActionRecord, Arguments, EventKind, ExecutionId, FingerprintKey, Timestamp};
+use postern_ledger::{
+    AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, LedgerError, NewEvent, ResultBody,
+};
+use serde_json::{json, Map, Value};
+
+use crate::error::GatewayError;
+use crate::registry::{Registry, ToolEntry};
+use crate::report::{next_step, Attempt, CallReport};
+
+/// The most of a target's answer that is stored and returned.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024;
+
+/// One `tools/call`, already authenticated. Protocol links (JSON-RPC id, session) are not here:
+/// they never decide anything.
+#[derive(Clone, Debug)]
+pub struct ToolCall {
+    pub actor: String,
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub operation_key: Option<String>,
+    pub intent_scope: Option<String>,
+    pub run_id: Option<String>,
+}
+
+pub struct Gateway {
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) registry: Registry,
+    key: FingerprintKey,
+    http: HttpChannel,
+    config: Config,
+}
+
+pub fn now() -> Timestamp {
+    Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    )
+}
+
+impl Gateway {
+    pub fn new(
+        config: Config,
+        registry: Registry,
+        key: FingerprintKey,
+        ledger: Arc<Ledger>,
+    ) -> Result<Gateway, GatewayError> {
+        let http = HttpChannel::new().map_err(|e| GatewayError::Internal(e.to_string()))?;
+        Ok(Gateway {
+            ledger,
+            registry,
+            key,
+            http,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// Tools the actor may call, in config order.
+    pub fn tools_for<'a>(&'a self, actor: &'a str) -> impl Iterator<Item = &'a ToolContract> + 'a {
+        self.registry
+            .iter()
+            .map(|e| e.contract.as_ref())
+            .filter(move |c| self.may_call(actor, &c.name))
+    }
+
+    fn may_call(&self, actor: &str, tool: &str) -> bool {
+        self.config
+            .actor(actor)
+            .is_some_and(|a| a.tools.as_ref().is_none_or(|t| t.contains(tool)))
+    }
+
+    /// Performs (or recovers) one call.
+    pub async fn call(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
+        if call.tool == "execution_status" {
+            return self.execution_status(&call).await;
+        }
+        let entry = self
+            .registry
+            .get(&call.tool)
+            .ok_or_else(|| GatewayError::UnknownTool(call.tool.clone()))?;
+        if !self.may_call(&call.actor, &call.tool) {
+            return Err(GatewayError::Forbidden {
+                actor: call.actor.clone(),
+                tool: call.tool.clone(),
+            });
+        }
+        // Validate before anything is recorded.
+        let arguments_value = Value::Object(call.arguments.clone());
+        entry
+            .validate(&arguments_value)
+            .map_err(|errors| GatewayError::InvalidArguments {
+                tool: call.tool.clone(),
+                errors,
+            })?;
+        let invalid = |e: String| GatewayError::InvalidArguments {
+            tool: call.tool.clone(),
+            errors: vec![e],
+        };
+        let arguments =
+            Arguments::from_value(arguments_value).map_err(|e| invalid(e.to_string()))?;
+        let contract = entry.contract.clone();
+        let record = ActionRecord::build(
+            &contract,
+            &call.actor,
+            call.intent_scope.as_deref(),
+            &arguments,
+            &self.key,
+        )
+        .map_err(|e| invalid(e.to_string()))?;
+        let fingerprint = record
+            .fingerprint(&self.key)
+            .map_err(|e| invalid(e.to_string()))?;
+        let request = AcceptRequest {
+            record,
+            fingerprint,
+            contract,
+            operation_key: call.operation_key.clone(),
+            run_id: call.run_id.clone(),
+            // Authorized and dispatched share the accept's commit: one fsync, and still durable
+            // before the first byte leaves.
+            then: vec![
+                NewEvent::new(EventKind::Authorized),
+                NewEvent::new(EventKind::Dispatched),
+            ],
+            now: now(),
+        };
+        match self.ledger.accept(request).await? {
+            AcceptOutcome::Created(s) => self.send(entry, s, &call.arguments, Attempt::New).await,
+            AcceptOutcome::Existing {
+                decision,
+                execution,
+            } => self.recover(entry, decision, execution, &call).await,
+        }
+    }
+
+    /// Sends a dispatched execution to its target and records the outcome durably before
+    /// returning it.
+    async fn send(
+        &self,
+        entry: &ToolEntry,
+        s: ExecutionSummary,
+        arguments: &Map<String, Value>,
+        attempt: Attempt,
+    ) -> Result<CallReport, GatewayError> {
+        let ChannelSpec::Http(spec) = &entry.contract.channel else {
+            let s = self
+                .append(
+                    s.id,
+                    NewEvent::new(EventKind::OutcomeUnknown)
+                        .with_detail(json!({"reason": "this gateway build dials http tools only"})),
+                )
+                .await?;
+            return Ok(self.report(&s, attempt, None, None));
+        };
+        let dispatch = match self.http_request(entry, &spec.request, arguments, s.id, true) {
+            Ok(mut d) => {
+                d.body = match spec.body {
+                    HttpBody::Arguments => Some(
+                        serde_json::to_vec(arguments)
+                            .map_err(|e| GatewayError::Internal(e.to_string()))?,
+                    ),
+                    HttpBody::None => None,
+                };
+                d.connect_timeout = spec.connect_timeout;
+                d.response_timeout = spec.response_timeout;
+                d
+            }
+            Err(reason) => {
+                // Nothing left: the URL could not even be built.
+                let s = self
+                    .append(
+                        s.id,
+                        NewEvent::new(EventKind::Failed).with_detail(json!({"reason": reason})),
+                    )
+                    .await?;
+                return Ok(self.report(&s, attempt, None, None));
+            }
+        };
+        let outcome = self.http.dispatch(dispatch).await;
+        self.record_outcome(s.id, outcome, attempt, None).await
+    }
+
+    fn http_request(
+        &self,
+        entry: &ToolEntry,
+        req: &HttpRequestSpec,
+        arguments: &Map<String, Value>,
+        id: ExecutionId,
+        keyed: bool,
+    ) -> Result<HttpDispatch, String> {
+        let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
+        let mut d = HttpDispatch::new(req.method.clone(), url);
+        d.credential = entry.credential.clone();
+        d.max_response_bytes = MAX_RESPONSE_BYTES;
+        d.outcome_rules = OutcomeRules::new();
+        if keyed && !entry.contract.class.is_read_only() {
+            if let ChannelSpec::Http(h) = &entry.contract.channel {
+                d.idempotency = Some((h.idempotency_header.clone(), id.to_string()));
+            }
+        }
+        Ok(d)
+    }
+
+    async fn record_outcome(
+        &self,
+        id: ExecutionId,
+        outcome: HttpOutcome,
+        attempt: Attempt,
+        via: Option<&str>,
+    ) -> Result<CallReport, GatewayError> {
+        let (event, status, response) = match outcome {
+            HttpOutcome::NotSent { reason } => (
+                NewEvent::new(EventKind::Failed).with_detail(json!({"reason": reason})),
+                None,
+                None,
+            ),
+            HttpOutcome::Unknown { reason } => (
+                NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
+                None,
+                None,
+            ),
+            HttpOutcome::Answered(a) => {
+                let response = response_value(&a.body);
+                let mut detail = json!({"target_status": a.status});
+                if let Some(v) = via {
+                    detail["via"] = json!(v);
+                }
+                let result = ResultBody {
+                    body: a.body.clone(),
+                    size: a.size,
+                    truncated: a.truncated,
+                };
+                let mut ev = match a.verdict {
+                    AnswerVerdict::Applied => NewEvent::new(EventKind::Completed(Verdict::Applied)),
+                    AnswerVerdict::Rejected { retryable } => {
+                        let mut ev = NewEvent::new(EventKind::Completed(Verdict::Rejected));
+                        ev.retryable_rejection = retryable;
+                        ev
+                    }
+                    // A 500 may have half happened: unknown, never failed.
+                    AnswerVerdict::Unknown => NewEvent::new(EventKind::OutcomeUnknown),
+                };
+                ev.detail = detail;
+                ev.result = Some(result);
+                (ev, Some(a.status), Some(response))
+            }
+        };
+        let s = self.append(id, event).await?;
+        Ok(self.report(&s, attempt, status, response))
+    }
+
+    async fn append(
+        &self,
+        id: ExecutionId,
+        event: NewEvent,
+    ) -> Result<ExecutionSummary, GatewayError> {
+        Ok(self.ledger.append(id, event, now()).await?)
+    }
+
+    fn report(
+        &self,
+        s: &ExecutionSummary,
+        attempt: Attempt,
+        target_status: Option<u16>,
+        response: Option<Value>,
+    ) -> CallReport {
+        let is_error = matches!(
+            s.lifecycle.state,
+            State::Failed
+                | State::Completed(Verdict::Rejected)
+                | State::Delivered(Verdict::Rejected)
+        );
+        CallReport {
+            execution_id: s.id,
+            tool: s.tool.clone(),
+            attempt,
+            state: s.lifecycle.state,
+            fingerprint: s.fingerprint,
+            accepted_at: s.accepted_at,
+            first_dispatched_at: s.first_dispatched_at,
+            target_status,
+            response,
+            next_step: next_step(s.lifecycle.state, s.id),
+            is_error,
+        }
+    }
+
+    /// A report from the stored record (status and answer as recorded).
+    async fn stored_report(
+        &self,
+        id: ExecutionId,
+        attempt: Attempt,
+    ) -> Result<CallReport, GatewayError> {
+        let view = self
+            .ledger
+            .execution(id)
+            .await?
+            .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
+        let status = view
+            .events
+            .iter()
+            .rev()
+            .find_map(|e| e.body.detail.get("target_status").and_then(Value::as_u64))
+            .and_then(|s| u16::try_from(s).ok());
+        let response = view.result.as_ref().map(|r| response_value(&r.body));
+        Ok(self.report(&view.summary, attempt, status, response))
+    }
+
+    async fn recover(
+        &self,
+        entry: &ToolEntry,
+        decision: RecoveryDecision,
+        prior: ExecutionSummary,
+        call: &ToolCall,
+    ) -> Result<CallReport, GatewayError> {
+        use RecoveryDecision as D;
+        match decision {
+            D::New { .. } => Err(GatewayError::Internal(
+                "the ledger matched a call the decision calls new".into(),
+            )),
+            D::Conflict { original } => Err(GatewayError::Conflict {
+                key: call.operation_key.clone().unwrap_or_default(),
+                original,
+                accepted_at: prior.accepted_at,
+            }),
+            D::Continue { execution_id } => {
+                if prior.lifecycle.state == State::Accepted {
+                    self.append(execution_id, NewEvent::new(EventKind::Authorized))
+                        .await?;
+                }
+                match self
+                    .ledger
+                    .append(execution_id, NewEvent::new(EventKind::Dispatched), now())
+                    .await
+                {
+                    Ok(s) => {
+                        self.send(entry, s, &call.arguments, Attempt::Attached)
+                            .await
+                    }
+                    // Someone else dispatched it meanwhile: join them.
+                    Err(LedgerError::Transition { .. }) => self.attach(execution_id).await,
+                    Err(e) => Err(e.into()),
+                }
+            }
+            D::Attach { execution_id } => self.attach(execution_id).await,
+            D::AwaitApproval { execution_id, .. }
+            | D::ReturnDenial { execution_id }
+            | D::ReturnReview { execution_id }
+            | D::ReturnResolution { execution_id, .. } => {
+                self.stored_report(execution_id, Attempt::Recovered).await
+            }
+            D::ReturnResult { execution_id, .. } => {
+                self.stored_report(execution_id, Attempt::Recovered).await
+            }
+            D::RecoverUnknown {
+                execution_id,
+                status_query_first,
+                fallback,
+            } => {
+                self.recover_unknown(
+                    entry,
+                    execution_id,
+                    status_query_first,
+                    fallback,
+                    &call.arguments,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Waits (bounded) for an in-flight execution's result.
+    async fn attach(&self, id: ExecutionId) -> Result<CallReport, GatewayError> {
+        let deadline = tokio::time::Instant::now() + self.config.gateway.attach_wait;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let s = self
+                .ledger
+                .summary(id)
+                .await?
+                .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
+            let in_flight = matches!(
+                s.lifecycle.state,
+                State::Accepted | State::Authorized | State::Dispatched
+            );
+            if !in_flight || tokio::time::Instant::now() >= deadline {
+                let mut r = self.stored_report(id, Attempt::Attached).await?;
+                if in_flight {
+                    r.next_step = next_step(State::Dispatched, id);
+                }
+                return Ok(r);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    async fn recover_unknown(
+        &self,
+        entry: &ToolEntry,
+        id: ExecutionId,
+        status_query_first: bool,
+        fallback: UnknownFallback,
+        arguments: &Map<String, Value>,
+    ) -> Result<CallReport, GatewayError> {
+        let recovery = &entry.contract.recovery;
+        let mut known_not_applied = false;
+        if let (true, Some(query)) = (status_query_first, &recovery.status_query) {
+            if let Ok(probe) = self.http_request(entry, query, arguments, id, false) {
+                match self.http.probe(probe).await {
+                    HttpOutcome::Answered(a) if (200..300).contains(&a.status) => {
+                        // The target knows this execution's key: it was applied.
+                        return match self
+                            .record_outcome(
+                                id,
+                                HttpOutcome::Answered(with_verdict(a, AnswerVerdict::Applied)),
+                                Attempt::Recovered,
+                                Some("status_query"),
+                            )
+                            .await
+                        {
+                            Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {
+                                self.attach(id).await
+                            }
+                            other => other,
+                        };
+                    }
+                    HttpOutcome::Answered(a) if a.status == 404 => known_not_applied = true,
+                    _ => {}
+                }
+            }
+        }
+        let redispatch = match fallback {
+            UnknownFallback::RedispatchSameKey => true,
+            UnknownFallback::RedispatchIfPreconditionHolds => match &recovery.precondition {
+                Some(pre) => match self.http_request(entry, pre, arguments, id, false) {
+                    Ok(probe) => {
+                        matches!(self.http.probe(probe).await, HttpOutcome::Answered(a) if (200..300).contains(&a.status))
+                    }
+                    Err(_) => false,
+                },
+                None => false,
+            },
+            // An irreversible tool is re-sent only when the target itself said it never saw it.
+            UnknownFallback::Review => {
+                known_not_applied
+                    && recovery.status_query.is_some()
+                    && entry.contract.class != postern_core::ActionClass::Irreversible
+            }
+            UnknownFallback::QueryMarker => false,
+        };
+        if redispatch {
+            // Same execution, same idempotency key.
+            match self
+                .ledger
+                .append(
+                    id,
+                    NewEvent::new(EventKind::Dispatched)
+                        .with_detail(json!({"reason": "recovering an unknown outcome"})),
+                    now(),
+                )
+                .await
+            {
+                Ok(s) => self.send(entry, s, arguments, Attempt::Recovered).await,
+                Err(LedgerError::Transition { .. }) => self.attach(id).await,
+                Err(e) => Err(e.into()),
+            }
+        } else {
+            let detail = json!({"reason": "the outcome is unknown and this tool cannot be safely re-sent", "status_query_said_not_found": known_not_applied});
+            match self
+                .ledger
+                .append(
+                    id,
+                    NewEvent::new(EventKind::ReviewRequired).with_detail(detail),
+                    now(),
+                )
+                .await
+            {
+                Ok(s) => Ok(self.report(&s, Attempt::Recovered, None, None)),
+                Err(LedgerError::Transition { .. }) => {
+                    self.stored_report(id, Attempt::Recovered).await
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+
+    /// The built-in read-only tool: the record of an execution the actor owns.
+    async fn execution_status(&self, call: &ToolCall) -> Result<CallReport, GatewayError> {
+        let raw = call
+            .arguments
+            .get("execution_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| GatewayError::InvalidArguments {
+                tool: "execution_status".into(),
+                errors: vec!["execution_id (a string) is required".into()],
+            })?;
+        let id: ExecutionId = raw
+            .parse()
+            .map_err(|_| GatewayError::UnknownExecution(raw.chars().take(64).collect()))?;
+        let view = self.ledger.execution(id).await?;
+        let Some(view) = view.filter(|v| v.summary.actor == call.actor) else {
+            // Another actor's execution is indistinguishable from a missing one.
+            return Err(GatewayError::UnknownExecution(
+                raw.chars().take(64).collect(),
+            ));
+        };
+        let mut r = self.stored_report(id, Attempt::Recovered).await?;
+        let events: Vec<Value> = view
+            .events
+            .iter()
+            .map(|e| json!({"event": e.body.event.name(), "at": e.body.at.to_string(), "detail": e.body.detail}))
+            .collect();
+        r.response =
+            Some(json!({"record": view.record, "events": events, "target_response": r.response}));
+        r.attempt = Attempt::Recovered;
+        Ok(r)
+    }
+
+    /// Records that the answer for these executions was (or was not) fully written out.
+    pub async fn record_delivery(&self, ids: &[ExecutionId], delivered: bool) {
+        for id in ids {
+            let kind = if delivered {
+                EventKind::Delivered
+            } else {
+                EventKind::DeliveryFailed
+            };
+            // Only completed executions have a delivery to record; others are left as they are.
+            if let Ok(Some(s)) = self.ledger.summary(*id).await {
+                if matches!(s.lifecycle.state, State::Completed(_) | State::Delivered(_)) {
+                    let _ = self.ledger.append(*id, NewEvent::new(kind), now()).await;
+                }
+            }
+        }
+    }
+}
+
+fn with_verdict(
+    mut a: postern_channels::http::HttpAnswer,
+    verdict: AnswerVerdict,
+) -> postern_channels::http::HttpAnswer {
+    a.verdict = verdict;
+    a
+}
+
+/// The target's body as JSON when it is JSON, else as text.
+fn response_value(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}

@@ -1,0 +1,123 @@
+//! What a call gets back, in the gateway's own terms (the MCP front turns it into a
+//! `CallToolResult`): the execution's identity and state, how this call relates to it, and the
+//! target's answer.
+
+use postern_core::lifecycle::State;
+use postern_core::{ExecutionId, Fingerprint, Timestamp};
+use serde_json::{json, Value};
+
+/// How this call relates to the execution it reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// This call created the execution.
+    New,
+    /// This call joined an execution that was still in progress.
+    Attached,
+    /// This call was answered from an earlier execution's record.
+    Recovered,
+}
+
+impl Attempt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attempt::New => "new",
+            Attempt::Attached => "attached",
+            Attempt::Recovered => "recovered",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CallReport {
+    pub execution_id: ExecutionId,
+    pub tool: String,
+    pub attempt: Attempt,
+    pub state: State,
+    pub fingerprint: Fingerprint,
+    pub accepted_at: Timestamp,
+    pub first_dispatched_at: Option<Timestamp>,
+    pub target_status: Option<u16>,
+    /// The target's answer (JSON if it was JSON, else text), or the execution record for
+    /// `execution_status`.
+    pub response: Option<Value>,
+    pub next_step: Option<String>,
+    /// True when the call itself failed in a way the agent should see as an error result
+    /// (nothing was sent, or the target rejected it).
+    pub is_error: bool,
+}
+
+/// The state as the agent reading this answer should see it: this answer *is* the delivery,
+/// so a completed execution reads `completed` (the ledger records whether it arrived).
+fn answer_state(state: State) -> &'static str {
+    match state {
+        State::Completed(_) | State::Delivered(_) => "completed",
+        other => other.display_name(),
+    }
+}
+
+impl CallReport {
+    /// `structuredContent` of the MCP result.
+    pub fn structured(&self) -> Value {
+        json!({
+            "execution": {
+                "execution_id": self.execution_id.to_string(),
+                "tool": self.tool,
+                "state": answer_state(self.state),
+                "outcome": self.state.outcome(),
+                "attempt": self.attempt.as_str(),
+                "fingerprint": self.fingerprint.short(),
+                "accepted_at": self.accepted_at.to_string(),
+                "first_dispatched_at": self.first_dispatched_at.map(|t| t.to_string()),
+                "target_status": self.target_status,
+                "next_step": self.next_step,
+            },
+            "response": self.response,
+        })
+    }
+
+    /// The one-line summary for the text content.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} {}: {}",
+            self.tool,
+            self.execution_id,
+            answer_state(self.state)
+        );
+        if let Some(status) = self.target_status {
+            s.push_str(&format!(" (target answered {status})"));
+        }
+        match self.attempt {
+            Attempt::New => {}
+            Attempt::Attached => s.push_str(&format!("; joined execution {} already in progress", self.execution_id)),
+            Attempt::Recovered => s.push_str(&format!(
+                "; matched execution {}, first sent at {}: to perform a new, separate action, call again with a new idempotencyKey",
+                self.execution_id,
+                self.first_dispatched_at.map_or("(never sent)".to_string(), |t| t.to_string())
+            )),
+        }
+        if let Some(n) = &self.next_step {
+            s.push_str("; ");
+            s.push_str(n);
+        }
+        s
+    }
+}
+
+/// What the agent should do next, in words, for anything not plainly finished.
+pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
+    match state {
+        State::OutcomeUnknown => Some(format!(
+            "outcome unknown: the request reached the target but no answer came back. Do not retry as a new action; check with execution_status({id})"
+        )),
+        State::NeedsReview => Some(format!(
+            "needs review: nothing more will be sent; a human must resolve {id} as applied or not applied (postern review resolve)"
+        )),
+        State::Dispatched | State::Accepted | State::Authorized => {
+            Some(format!("in progress: check later with execution_status({id}); calling again with the same arguments attaches to it"))
+        }
+        State::AwaitingApproval => Some(format!("awaiting approval of {id}; calling again does not create a second request")),
+        State::Failed => Some("nothing reached the target; it is safe to call again".to_string()),
+        State::Denied => Some("denied by an approver; it will not be performed".to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,3 @@
+//! The gateway crate's integration tests: one module per subject.
+
+mod demo_target;

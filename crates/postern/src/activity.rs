@@ -1,0 +1,136 @@
+//! `postern activity list|show`: the Activity log, a view over the ledger.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use postern_core::ExecutionId;
+use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
+use serde_json::{json, Value};
+
+#[derive(Subcommand)]
+pub enum ActivityCommand {
+    /// Executions, newest first.
+    List(ListArgs),
+    /// One execution: its lifecycle with timestamps, fingerprint, target status, delivery.
+    Show(ShowArgs),
+}
+
+#[derive(Args)]
+pub struct StoreChoice {
+    /// The store URL; defaults to the config's `[gateway] store`.
+    #[arg(long)]
+    store: Option<String>,
+    #[arg(long, short, default_value = "postern.toml")]
+    config: PathBuf,
+    /// Machine-readable JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    store: StoreChoice,
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Only this actor's executions.
+    #[arg(long)]
+    actor: Option<String>,
+}
+
+#[derive(Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    store: StoreChoice,
+    /// The execution id (exe_…).
+    id: String,
+}
+
+async fn open(s: &StoreChoice) -> Result<Ledger> {
+    let url = match &s.store {
+        Some(u) => u.clone(),
+        None => crate::load_config(&s.config)?.gateway.store,
+    };
+    Ok(Ledger::open(&url, LedgerOptions::default()).await?.0)
+}
+
+fn summary_json(e: &ExecutionSummary) -> Value {
+    json!({
+        "execution_id": e.id.to_string(),
+        "actor": e.actor,
+        "tool": e.tool,
+        "class": e.class.as_str(),
+        "state": e.lifecycle.state.display_name(),
+        "outcome": e.lifecycle.state.outcome(),
+        "dispatches": e.lifecycle.dispatches,
+        "fingerprint": e.fingerprint.to_string(),
+        "operation_key": e.operation_key,
+        "accepted_at": e.accepted_at.to_string(),
+        "first_dispatched_at": e.first_dispatched_at.map(|t| t.to_string()),
+        "run_id": e.run_id,
+    })
+}
+
+pub fn run(cmd: &ActivityCommand) -> Result<i32> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match cmd {
+            ActivityCommand::List(a) => {
+                let ledger = open(&a.store).await?;
+                let rows = ledger.list(&ListFilter { actor: a.actor.clone(), limit: a.limit, ..Default::default() }).await?;
+                if a.store.json {
+                    println!("{}", serde_json::to_string_pretty(&rows.iter().map(summary_json).collect::<Vec<_>>())?);
+                } else {
+                    println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", "EXECUTION", "ACCEPTED", "ACTOR", "TOOL", "STATE", "SENT");
+                    for e in &rows {
+                        let state = match e.lifecycle.state.outcome() {
+                            Some(o) => format!("{} ({o})", e.lifecycle.state.display_name()),
+                            None => e.lifecycle.state.display_name().to_string(),
+                        };
+                        println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", e.id, e.accepted_at, e.actor, e.tool, state, e.lifecycle.dispatches);
+                    }
+                }
+            }
+            ActivityCommand::Show(a) => {
+                let id: ExecutionId = a.id.parse()?;
+                let ledger = open(&a.store).await?;
+                let Some(view) = ledger.execution(id).await? else {
+                    bail!("no execution {id} in this store");
+                };
+                let events: Vec<Value> = view
+                    .events
+                    .iter()
+                    .map(|e| json!({"n": e.body.n, "event": e.body.event.name(), "at": e.body.at.to_string(), "detail": e.body.detail, "seq": e.body.seq, "chain": e.body.chain}))
+                    .collect();
+                if a.store.json {
+                    let mut out = summary_json(&view.summary);
+                    out["record"] = view.record.clone();
+                    out["events"] = Value::Array(events);
+                    out["result"] = view.result.as_ref().map_or(Value::Null, |r| json!({"digest": r.digest, "size": r.size, "truncated": r.truncated, "body": String::from_utf8_lossy(&r.body)}));
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                } else {
+                    let s = &view.summary;
+                    println!("execution    {}", s.id);
+                    println!("tool         {} ({})", s.tool, s.class);
+                    println!("actor        {}   intent scope {}", s.actor, s.intent_scope);
+                    println!("fingerprint  {}", s.fingerprint);
+                    println!("state        {}{}", s.lifecycle.state.display_name(), s.lifecycle.state.outcome().map(|o| format!(" ({o})")).unwrap_or_default());
+                    println!("record       {}", view.record);
+                    println!("lifecycle:");
+                    for e in &view.events {
+                        println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), e.body.detail);
+                    }
+                    if let Some(r) = &view.result {
+                        println!("result       {} bytes{} {}", r.size, if r.truncated { " (truncated)" } else { "" }, r.digest);
+                        println!("             {}", String::from_utf8_lossy(&r.body));
+                    }
+                }
+            }
+        }
+        Ok(0)
+    })
+}

@@ -1,0 +1,142 @@
+//! `postern serve`: resolve the config's secrets, open the ledger, serve MCP.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use postern_audit::SigningKey;
+use postern_channels::http::{Credential, Secret};
+use postern_core::config::Config;
+use postern_core::FingerprintKey;
+use postern_gateway::{Gateway, Registry};
+use postern_ledger::{Ledger, LedgerOptions};
+
+use crate::secrets;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The gateway configuration.
+    #[arg(long, short, default_value = "postern.toml")]
+    pub config: PathBuf,
+    /// Serve MCP over stdin/stdout (for a local agent) instead of HTTP.
+    #[arg(long)]
+    pub stdio: bool,
+    /// With --stdio: the actor the local agent acts as (default: the only [[actor]]).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Override `[gateway] listen` (e.g. 127.0.0.1:0 for an ephemeral port).
+    #[arg(long)]
+    pub listen: Option<String>,
+}
+
+/// Everything `serve` and `demo` need, built from a config file.
+pub struct Assembled {
+    pub gateway: Arc<Gateway>,
+    /// bearer token → actor
+    pub tokens: HashMap<String, String>,
+}
+
+pub async fn assemble(config_path: &Path) -> Result<Assembled> {
+    let config: Config = crate::load_config(config_path)?;
+    let dir = crate::config_dir(config_path);
+    let key = FingerprintKey::from_hex(
+        &secrets::resolve(&config.gateway.fingerprint_key, &dir).context("fingerprint key")?,
+    )?;
+    let signing_key = match &config.gateway.signing_key {
+        Some(r) => Some(Arc::new(SigningKey::from_hex(
+            &secrets::resolve(r, &dir).context("signing key")?,
+        )?)),
+        None => None,
+    };
+    let mut tokens = HashMap::new();
+    for actor in &config.actors {
+        if let Some(r) = &actor.token {
+            let token = secrets::resolve(r, &dir)
+                .with_context(|| format!("token of actor {}", actor.name))?;
+            if token.len() < 16 {
+                bail!(
+                    "the token of actor {} is shorter than 16 characters; use a long random token",
+                    actor.name
+                );
+            }
+            tokens.insert(token, actor.name.clone());
+        }
+    }
+    let mut credentials = HashMap::new();
+    for (name, c) in &config.credentials {
+        let secret = Secret::new(
+            secrets::resolve(&c.secret, &dir).with_context(|| format!("credential {name}"))?,
+        );
+        if let Ok(cred) = Credential::from_kind(&c.kind, secret) {
+            credentials.insert(name.clone(), cred);
+        }
+    }
+    let registry = Registry::new(&config.tools, &credentials)?;
+    let store = resolve_store_path(&config.gateway.store, &dir);
+    let options = LedgerOptions {
+        signing_key,
+        ..LedgerOptions::default()
+    };
+    let (ledger, recovered) = Ledger::open(&store, options)
+        .await
+        .with_context(|| format!("opening the ledger at {store}"))?;
+    for id in &recovered.marked_unknown {
+        eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
+    }
+    let gateway = Arc::new(Gateway::new(config, registry, key, Arc::new(ledger))?);
+    Ok(Assembled { gateway, tokens })
+}
+
+/// A relative SQLite path is relative to the config file.
+fn resolve_store_path(store: &str, dir: &Path) -> String {
+    match store.strip_prefix("sqlite://") {
+        Some(path) if !path.starts_with('/') && !dir.as_os_str().is_empty() => {
+            format!("sqlite://{}", dir.join(path).display())
+        }
+        _ => store.to_string(),
+    }
+}
+
+pub fn run(a: &ServeArgs) -> Result<i32> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let assembled = assemble(&a.config).await?;
+        let gateway = assembled.gateway;
+        if a.stdio {
+            let actor = match &a.actor {
+                Some(name) => name.clone(),
+                None => match gateway.config().actors.as_slice() {
+                    [only] => only.name.clone(),
+                    _ => {
+                        bail!("--stdio needs --actor NAME when the config declares several actors")
+                    }
+                },
+            };
+            if gateway.config().actor(&actor).is_none() {
+                bail!("actor {actor:?} is not declared in the config");
+            }
+            postern_gateway::front::serve_stdio(gateway, actor).await?;
+            return Ok(0);
+        }
+        let listen = a
+            .listen
+            .clone()
+            .unwrap_or_else(|| gateway.config().gateway.listen.clone());
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        let addr = listener.local_addr()?;
+        println!("postern listening on http://{addr}/mcp");
+        let app = postern_gateway::front::router(gateway, assembled.tokens);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(0)
+    })
+}
