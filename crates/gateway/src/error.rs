@@ -17,6 +17,8 @@ pub enum GatewayError {
         original: ExecutionId,
         accepted_at: Timestamp,
     },
+    #[error("cancelled before anything was accepted or sent")]
+    Cancelled,
     #[error("unknown execution {0}")]
     UnknownExecution(String),
     #[error("ledger: {0}")]

@@ -388,6 +388,7 @@ fn to_error(e: GatewayError) -> ErrorData {
             Some(json!({"original_execution_id": original.to_string()})),
         ),
         GatewayError::UnknownExecution(_) => ErrorData::invalid_params(message, None),
+        GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
         GatewayError::Ledger(_) | GatewayError::Internal(_) => {
             ErrorData::internal_error(message, None)
         }
@@ -459,6 +460,7 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
+            cancel: Some(ctx.ct.clone()),
         };
         let report = self.gateway.call(call).await.map_err(to_error)?;
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {

@@ -10,6 +10,7 @@
 //! Architecture invariant: nothing is sent before `dispatched` is durable, and no answer is
 //! given before the target's answer is durable.
 
+pub mod demo_client;
 pub mod demo_target;
 mod error;
 pub mod front;

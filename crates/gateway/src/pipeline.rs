@@ -35,6 +35,9 @@ pub struct ToolCall {
     pub operation_key: Option<String>,
     pub intent_scope: Option<String>,
     pub run_id: Option<String>,
+    /// Fires on `notifications/cancelled` or a lost session. Before dispatch it cancels the
+    /// call; after dispatch it is only recorded (DESIGN §3 rule 6: it does not un-send).
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 pub struct Gateway {
@@ -148,7 +151,7 @@ impl Gateway {
             now: now(),
         };
         match self.ledger.accept(request).await? {
-            AcceptOutcome::Created(s) => self.send(entry, s, &call.arguments, Attempt::New).await,
+            AcceptOutcome::Created(s) => self.send(entry, s, &call, Attempt::New).await,
             AcceptOutcome::Existing {
                 decision,
                 execution,
@@ -162,9 +165,10 @@ impl Gateway {
         &self,
         entry: &ToolEntry,
         s: ExecutionSummary,
-        arguments: &Map<String, Value>,
+        call: &ToolCall,
         attempt: Attempt,
     ) -> Result<CallReport, GatewayError> {
+        let arguments = &call.arguments;
         let ChannelSpec::Http(spec) = &entry.contract.channel else {
             let s = self
                 .append(
@@ -199,7 +203,19 @@ impl Gateway {
                 return Ok(self.report(&s, attempt, None, None));
             }
         };
-        let outcome = self.http.dispatch(dispatch).await;
+        let sending = self.http.dispatch(dispatch);
+        tokio::pin!(sending);
+        let outcome = match &call.cancel {
+            Some(cancel) => tokio::select! {
+                outcome = &mut sending => outcome,
+                () = cancel.cancelled() => {
+                    let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end"});
+                    let _ = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await;
+                    sending.await
+                }
+            },
+            None => sending.await,
+        };
         self.record_outcome(s.id, outcome, attempt, None).await
     }
 
@@ -356,10 +372,7 @@ impl Gateway {
                     .append(execution_id, NewEvent::new(EventKind::Dispatched), now())
                     .await
                 {
-                    Ok(s) => {
-                        self.send(entry, s, &call.arguments, Attempt::Attached)
-                            .await
-                    }
+                    Ok(s) => self.send(entry, s, call, Attempt::Attached).await,
                     // Someone else dispatched it meanwhile: join them.
                     Err(LedgerError::Transition { .. }) => self.attach(execution_id).await,
                     Err(e) => Err(e.into()),
@@ -380,14 +393,8 @@ impl Gateway {
                 status_query_first,
                 fallback,
             } => {
-                self.recover_unknown(
-                    entry,
-                    execution_id,
-                    status_query_first,
-                    fallback,
-                    &call.arguments,
-                )
-                .await
+                self.recover_unknown(entry, execution_id, status_query_first, fallback, call)
+                    .await
             }
         }
     }
@@ -424,8 +431,9 @@ impl Gateway {
         id: ExecutionId,
         status_query_first: bool,
         fallback: UnknownFallback,
-        arguments: &Map<String, Value>,
+        call: &ToolCall,
     ) -> Result<CallReport, GatewayError> {
+        let arguments = &call.arguments;
         let recovery = &entry.contract.recovery;
         let mut known_not_applied = false;
         if let (true, Some(query)) = (status_query_first, &recovery.status_query) {
@@ -484,7 +492,7 @@ impl Gateway {
                 )
                 .await
             {
-                Ok(s) => self.send(entry, s, arguments, Attempt::Recovered).await,
+                Ok(s) => self.send(entry, s, call, Attempt::Recovered).await,
                 Err(LedgerError::Transition { .. }) => self.attach(id).await,
                 Err(e) => Err(e.into()),
             }

@@ -110,7 +110,7 @@ pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
             "outcome unknown: the request reached the target but no answer came back. Do not retry as a new action; check with execution_status({id})"
         )),
         State::NeedsReview => Some(format!(
-            "needs review: nothing more will be sent; a human must resolve {id} as applied or not applied (postern review resolve)"
+            "needs review: nothing more will be sent; a human must resolve {id} as applied or not applied"
         )),
         State::Dispatched | State::Accepted | State::Authorized => {
             Some(format!("in progress: check later with execution_status({id}); calling again with the same arguments attaches to it"))

@@ -5,6 +5,7 @@
 
 mod activity;
 mod audit;
+mod demo;
 mod fingerprint;
 mod init;
 mod keys;
@@ -32,6 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// See the product work: a real gateway, a real target and a flaky agent, step by step.
+    Demo,
     /// Write a commented starter postern.toml, a fingerprint key and an audit signing key.
     Init(init::InitArgs),
     /// Generate an Ed25519 audit signing key (and print its public key).
@@ -53,6 +56,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo => demo::run(),
         Command::Init(a) => init::init(&a).map(|()| 0),
         Command::Keygen(a) => init::keygen(&a).map(|()| 0),
         Command::Fingerprint(a) => fingerprint::run(&a).map(|()| 0),

@@ -4,10 +4,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use postern_gateway::demo_client::{response_message, ClientError, McpClient};
+use serde_json::Value;
 
 pub const BILLING_TOKEN: &str = "billing-token-0123456789abcdef";
 pub const OPS_TOKEN: &str = "ops-token-0123456789abcdef0123";
@@ -157,110 +157,36 @@ impl Drop for Served {
     }
 }
 
-/// A minimal MCP client over raw HTTP (2025-06-18, session mode), so a test can cut the
-/// connection mid-call and re-issue with a new JSON-RPC id.
-pub struct Mcp {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-    session: String,
-    next: AtomicI64,
-}
+/// The raw MCP client of `postern demo`, unwrapped for tests.
+pub struct Mcp(McpClient);
 
 pub fn sse_message(body: &str) -> Value {
-    // A JSON body, or an SSE stream whose data line carries the response.
-    if let Ok(v) = serde_json::from_str::<Value>(body) {
-        return v;
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or_else(|| panic!("no JSON-RPC response in {body:?}"))
+    response_message(body).unwrap_or_else(|| panic!("no JSON-RPC response in {body:?}"))
 }
 
 impl Mcp {
     pub async fn connect(url: &str, token: &str) -> Mcp {
-        let http = reqwest::Client::builder().build().unwrap();
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "postern-tests", "version": "1.0"}}});
-        let resp = http
-            .post(url)
-            .header("authorization", format!("Bearer {token}"))
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(init.to_string())
-            .send()
+        Mcp(McpClient::connect(url, token, "postern-tests")
             .await
-            .unwrap();
-        assert!(resp.status().is_success(), "initialize: {}", resp.status());
-        let session = resp
-            .headers()
-            .get("mcp-session-id")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        let _ = resp.text().await.unwrap();
-        let mcp = Mcp {
-            http,
-            url: url.to_string(),
-            token: token.to_string(),
-            session,
-            next: AtomicI64::new(1),
-        };
-        let (status, _) = mcp
-            .raw(
-                &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
-                None,
-            )
-            .await
-            .unwrap();
-        assert!(status < 300, "initialized: {status}");
-        mcp
+            .unwrap())
     }
 
-    /// POSTs a raw body; `None` timeout waits for the whole answer.
+    /// POSTs a raw body; with a timeout, the connection is cut when it fires.
     pub async fn raw(
         &self,
         body: &str,
         timeout: Option<Duration>,
-    ) -> Result<(u16, String), reqwest::Error> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", "2025-06-18")
-            .body(body.to_string());
-        if let Some(t) = timeout {
-            req = req.timeout(t);
-        }
-        let resp = req.send().await?;
-        let status = resp.status().as_u16();
-        Ok((status, resp.text().await?))
+    ) -> Result<(u16, String), ClientError> {
+        self.0.raw(body, timeout).await
     }
 
     pub fn request(&self, tool: &str, arguments: Value, extra: Value) -> String {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let mut params = json!({"name": tool, "arguments": arguments});
-        if let Value::Object(m) = extra {
-            for (k, v) in m {
-                params[k] = v;
-            }
-        }
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+        self.0.request(tool, arguments, extra).1
     }
 
     /// A `tools/call`, returning the JSON-RPC response message.
     pub async fn call(&self, tool: &str, arguments: Value, extra: Value) -> Value {
-        let (status, body) = self
-            .raw(&self.request(tool, arguments, extra), None)
-            .await
-            .unwrap();
-        assert_eq!(status, 200, "{body}");
-        sse_message(&body)
+        self.0.call(tool, arguments, extra).await.unwrap()
     }
 }
 

@@ -3,4 +3,5 @@
 mod audit;
 mod fingerprint;
 mod harness;
+mod interop;
 mod serve;
