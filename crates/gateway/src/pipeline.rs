@@ -548,20 +548,17 @@ impl Gateway {
         Ok(r)
     }
 
-    /// Records that the answer for these executions was (or was not) fully written out.
+    /// Records that the answer for these executions was (or was not) fully written out. Only a
+    /// completed execution has a delivery to record: for any other the ledger refuses the event
+    /// (an impossible transition), which is what lets this skip a read first.
     pub async fn record_delivery(&self, ids: &[ExecutionId], delivered: bool) {
+        let kind = if delivered {
+            EventKind::Delivered
+        } else {
+            EventKind::DeliveryFailed
+        };
         for id in ids {
-            let kind = if delivered {
-                EventKind::Delivered
-            } else {
-                EventKind::DeliveryFailed
-            };
-            // Only completed executions have a delivery to record; others are left as they are.
-            if let Ok(Some(s)) = self.ledger.summary(*id).await {
-                if matches!(s.lifecycle.state, State::Completed(_) | State::Delivered(_)) {
-                    let _ = self.ledger.append(*id, NewEvent::new(kind), now()).await;
-                }
-            }
+            let _ = self.ledger.append(*id, NewEvent::new(kind), now()).await;
         }
     }
 }

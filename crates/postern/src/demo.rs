@@ -184,7 +184,7 @@ async fn demo() -> Result<i32> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_url = format!("http://{}/mcp", listener.local_addr()?);
     let app = postern_gateway::front::router(assembled.gateway.clone(), assembled.tokens);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(async move { axum::serve(crate::serve::no_delay(listener), app).await });
 
     println!(
         "Postern demo: an MCP action gateway where a lost answer never becomes a second action."
