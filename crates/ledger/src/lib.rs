@@ -184,7 +184,9 @@ impl Ledger {
                 std::thread::Builder::new()
                     .name("postern-ledger-writer".into())
                     .spawn(move || {
-                        let rt = tokio::runtime::Builder::new_current_thread().build();
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_time()
+                            .build();
                         if let Ok(rt) = rt {
                             rt.block_on(writer.run(rx));
                         }

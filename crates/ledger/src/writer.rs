@@ -35,6 +35,16 @@ pub(crate) enum Op {
     EndRun(String, Timestamp, Reply<()>),
 }
 
+/// How long a batch of deferrable records waits for company.
+const LAZY_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
+
+impl Op {
+    /// A record nothing waits on before acting: a delivery, appended after the answer left.
+    fn can_wait(&self) -> bool {
+        matches!(self, Op::Append(_, ev, _, _) if matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed))
+    }
+}
+
 enum Done {
     Accept(Reply<AcceptOutcome>, Result<AcceptOutcome, LedgerError>),
     Append(
@@ -121,13 +131,25 @@ impl<C: WriteConn> Writer<C> {
         let mut batch = Vec::with_capacity(self.cfg.max_batch);
         while let Some(op) = rx.recv().await {
             batch.push(op);
-            while batch.len() < self.cfg.max_batch {
-                match rx.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
+            self.drain(&mut rx, &mut batch);
+            if batch.iter().all(Op::can_wait) {
+                // Only records that nothing waits on (deliveries): give an urgent request a
+                // moment to arrive and share the commit, instead of spending an fsync alone.
+                if let Ok(Some(op)) = tokio::time::timeout(LAZY_WAIT, rx.recv()).await {
+                    batch.push(op);
+                    self.drain(&mut rx, &mut batch);
                 }
             }
             self.commit_batch(std::mem::take(&mut batch)).await;
+        }
+    }
+
+    fn drain(&self, rx: &mut mpsc::Receiver<Op>, batch: &mut Vec<Op>) {
+        while batch.len() < self.cfg.max_batch {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
         }
     }
 
