@@ -266,12 +266,24 @@ impl State {
     }
 }
 
+impl State {
+    /// The full name as stored and shown, verdict included (`completed(applied)`).
+    pub fn name(self) -> &'static str {
+        match self {
+            S::Completed(Verdict::Applied) => "completed(applied)",
+            S::Completed(Verdict::Rejected) => "completed(rejected)",
+            S::Delivered(Verdict::Applied) => "delivered(applied)",
+            S::Delivered(Verdict::Rejected) => "delivered(rejected)",
+            S::Resolved(Resolution::Applied) => "resolved(applied)",
+            S::Resolved(Resolution::NotApplied) => "resolved(not_applied)",
+            other => other.as_str(),
+        }
+    }
+}
+
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.outcome() {
-            Some(o) => write!(f, "{}({o})", self.as_str()),
-            None => f.write_str(self.as_str()),
-        }
+        f.write_str(self.name())
     }
 }
 
@@ -383,22 +395,28 @@ impl Lifecycle {
 #[error("unknown lifecycle event {0:?}")]
 pub struct UnknownEvent(pub String);
 
+/// Finds the item whose name is `s` (names are static: parsing allocates nothing).
+fn by_name<T: Copy>(
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+    s: &str,
+) -> Result<T, UnknownEvent> {
+    all.iter()
+        .copied()
+        .find(|x| name(*x) == s)
+        .ok_or_else(|| UnknownEvent(s.chars().take(64).collect()))
+}
+
 impl std::str::FromStr for EventKind {
     type Err = UnknownEvent;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventKind::ALL
-            .into_iter()
-            .find(|e| e.to_string() == s)
-            .ok_or_else(|| UnknownEvent(s.chars().take(64).collect()))
+        by_name(&EventKind::ALL, EventKind::name, s)
     }
 }
 
 impl std::str::FromStr for State {
     type Err = UnknownEvent;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        State::ALL
-            .into_iter()
-            .find(|e| e.to_string() == s)
-            .ok_or_else(|| UnknownEvent(s.chars().take(64).collect()))
+        by_name(&State::ALL, State::name, s)
     }
 }

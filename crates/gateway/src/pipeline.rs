@@ -133,23 +133,16 @@ impl Gateway {
             &self.key,
         )
         .map_err(|e| invalid(e.to_string()))?;
-        let fingerprint = record
-            .fingerprint(&self.key)
-            .map_err(|e| invalid(e.to_string()))?;
-        let request = AcceptRequest {
-            record,
-            fingerprint,
-            contract,
-            operation_key: call.operation_key.clone(),
-            run_id: call.run_id.clone(),
+        let mut request = AcceptRequest::new(record, &self.key, contract, now())
+            .map_err(|e| invalid(e.to_string()))?
             // Authorized and dispatched share the accept's commit: one fsync, and still durable
             // before the first byte leaves.
-            then: vec![
+            .then(vec![
                 NewEvent::new(EventKind::Authorized),
                 NewEvent::new(EventKind::Dispatched),
-            ],
-            now: now(),
-        };
+            ]);
+        request.operation_key = call.operation_key.clone();
+        request.run_id = call.run_id.clone();
         match self.ledger.accept(request).await? {
             AcceptOutcome::Created(s) => self.send(entry, s, &call, Attempt::New).await,
             AcceptOutcome::Existing {

@@ -104,18 +104,12 @@ async fn executions_per_second(
                             .unwrap();
                     let record =
                         ActionRecord::build(&contract, "bench", None, &args, &fkey).unwrap();
-                    let req = AcceptRequest {
-                        fingerprint: record.fingerprint(&fkey).unwrap(),
-                        record,
-                        contract: contract.clone(),
-                        operation_key: None,
-                        run_id: None,
-                        then: vec![
+                    let req = AcceptRequest::new(record, &fkey, contract.clone(), now())
+                        .unwrap()
+                        .then(vec![
                             NewEvent::new(EventKind::Authorized),
                             NewEvent::new(EventKind::Dispatched),
-                        ],
-                        now: now(),
-                    };
+                        ]);
                     let id = ledger.accept(req).await.unwrap().execution().id;
                     let result = ResultBody {
                         body: br#"{"id":"inv_1","status":"open"}"#.to_vec(),

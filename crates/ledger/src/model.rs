@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use postern_audit::ChainedEvent;
+use postern_core::canon::CanonError;
 use postern_core::lifecycle::Lifecycle;
 use postern_core::recovery::{PriorExecution, RecoveryDecision};
 use postern_core::{
-    ActionClass, ActionRecord, EventKind, ExecutionId, Fingerprint, Timestamp, ToolContract,
+    ActionClass, ActionRecord, EventKind, ExecutionId, Fingerprint, FingerprintKey, Timestamp,
+    ToolContract,
 };
 use serde_json::Value;
 
@@ -23,6 +25,33 @@ pub struct AcceptRequest {
     /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
     pub then: Vec<NewEvent>,
     pub now: Timestamp,
+}
+
+impl AcceptRequest {
+    /// A request for `record`, its fingerprint derived from it with `key` (so the two can never
+    /// disagree), with no operation key, no run and no follow-up events.
+    pub fn new(
+        record: ActionRecord,
+        key: &FingerprintKey,
+        contract: Arc<ToolContract>,
+        now: Timestamp,
+    ) -> Result<AcceptRequest, CanonError> {
+        Ok(AcceptRequest {
+            fingerprint: record.fingerprint(key)?,
+            record,
+            contract,
+            operation_key: None,
+            run_id: None,
+            then: Vec::new(),
+            now,
+        })
+    }
+
+    /// Events to append in the accept's commit when a new execution is created.
+    pub fn then(mut self, events: Vec<NewEvent>) -> AcceptRequest {
+        self.then = events;
+        self
+    }
 }
 
 /// One lifecycle event to append.

@@ -38,15 +38,7 @@ fn request(arguments: &str) -> AcceptRequest {
     let key = FingerprintKey::new(&[42u8; 32]).expect("key");
     let args = Arguments::parse(arguments).expect("arguments");
     let record = ActionRecord::build(&contract, "driver", None, &args, &key).expect("record");
-    AcceptRequest {
-        fingerprint: record.fingerprint(&key).expect("fingerprint"),
-        record,
-        contract,
-        operation_key: None,
-        run_id: None,
-        then: vec![],
-        now: now(),
-    }
+    AcceptRequest::new(record, &key, contract, now()).expect("fingerprint")
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -106,15 +106,7 @@ pub fn request(tool: &str, actor: &str, arguments: &str) -> AcceptRequest {
         &key,
     )
     .unwrap();
-    AcceptRequest {
-        fingerprint: record.fingerprint(&key).unwrap(),
-        record,
-        contract,
-        operation_key: None,
-        run_id: None,
-        then: vec![],
-        now: now(),
-    }
+    AcceptRequest::new(record, &key, contract, now()).unwrap()
 }
 
 pub const SIGNING_HEX: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";

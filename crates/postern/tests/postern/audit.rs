@@ -70,15 +70,7 @@ fn request(amount: u64) -> AcceptRequest {
     let key = FingerprintKey::new(&[42u8; 32]).unwrap();
     let args = Arguments::parse(&format!(r#"{{"customer":"acme","amount":{amount}}}"#)).unwrap();
     let record = ActionRecord::build(&contract, "billing-agent", None, &args, &key).unwrap();
-    AcceptRequest {
-        fingerprint: record.fingerprint(&key).unwrap(),
-        record,
-        contract,
-        operation_key: None,
-        run_id: None,
-        then: vec![],
-        now: now(),
-    }
+    AcceptRequest::new(record, &key, contract, now()).unwrap()
 }
 
 impl Fixture {
