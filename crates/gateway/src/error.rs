@@ -17,8 +17,13 @@ pub enum GatewayError {
         original: ExecutionId,
         accepted_at: Timestamp,
     },
-    #[error("cancelled before anything was accepted or sent")]
+    #[error("cancelled before anything was sent")]
     Cancelled,
+    #[error("execution {execution} is {state}: there is nothing left to cancel")]
+    NotCancellable {
+        execution: ExecutionId,
+        state: &'static str,
+    },
     #[error("unknown execution {0}")]
     UnknownExecution(String),
     #[error("ledger: {0}")]

@@ -46,6 +46,8 @@ pub struct Gateway {
     key: FingerprintKey,
     http: HttpChannel,
     config: Config,
+    /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
+    background: tokio_util::task::TaskTracker,
 }
 
 pub fn now() -> Timestamp {
@@ -70,6 +72,7 @@ impl Gateway {
             key,
             http,
             config,
+            background: tokio_util::task::TaskTracker::new(),
         })
     }
 
@@ -100,6 +103,48 @@ impl Gateway {
         if call.tool == "execution_status" {
             return self.execution_status(&call).await;
         }
+        let (entry, accepted) = self.admit(&call).await?;
+        self.finish(entry, accepted, &call).await
+    }
+
+    /// Accepts (or matches) a call durably and finishes it in the background; returns once the
+    /// execution is recorded. The call's record is then the only way to its result (an MCP
+    /// task reads it).
+    pub async fn start(self: &Arc<Self>, call: ToolCall) -> Result<ExecutionSummary, GatewayError> {
+        let (_, accepted) = self.admit(&call).await?;
+        let summary = match &accepted {
+            AcceptOutcome::Created(s) => s.clone(),
+            AcceptOutcome::Existing { execution, .. } => execution.clone(),
+        };
+        if summary.lifecycle.state == State::Cancelled {
+            return Err(GatewayError::Cancelled);
+        }
+        let gateway = self.clone();
+        self.background.spawn(async move {
+            if let Some(entry) = gateway.registry.get(&call.tool) {
+                let _ = gateway.finish(entry, accepted, &call).await;
+            }
+        });
+        Ok(summary)
+    }
+
+    /// Waits (at most `within`) for executions finishing in the background.
+    pub async fn drain(&self, within: Duration) -> bool {
+        self.background.close();
+        tokio::time::timeout(within, self.background.wait())
+            .await
+            .is_ok()
+    }
+
+    /// Whether a tool is declared long-running (served as an MCP task).
+    pub fn is_long_running(&self, tool: &str) -> bool {
+        self.registry
+            .get(tool)
+            .is_some_and(|e| e.contract.long_running)
+    }
+
+    /// Validates and accepts (or matches) a call, durably.
+    async fn admit(&self, call: &ToolCall) -> Result<(&ToolEntry, AcceptOutcome), GatewayError> {
         let entry = self
             .registry
             .get(&call.tool)
@@ -143,12 +188,46 @@ impl Gateway {
             ]);
         request.operation_key = call.operation_key.clone();
         request.run_id = call.run_id.clone();
-        match self.ledger.accept(request).await? {
-            AcceptOutcome::Created(s) => self.send(entry, s, &call, Attempt::New).await,
+        // A caller that goes away while its request waits for the writer is recorded
+        // `cancelled` instead of dispatched (DESIGN §3 rule 6).
+        let withdrawn = call
+            .cancel
+            .as_ref()
+            .map(|_| Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        request.withdrawn = withdrawn.clone();
+        let accepting = self.ledger.accept(request);
+        let accepted = match (&call.cancel, &withdrawn) {
+            (Some(cancel), Some(flag)) => {
+                tokio::pin!(accepting);
+                tokio::select! {
+                    outcome = &mut accepting => outcome,
+                    () = cancel.cancelled() => {
+                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                        accepting.await
+                    }
+                }
+            }
+            _ => accepting.await,
+        }?;
+        Ok((entry, accepted))
+    }
+
+    /// Sends a new execution, or recovers a matched one.
+    async fn finish(
+        &self,
+        entry: &ToolEntry,
+        accepted: AcceptOutcome,
+        call: &ToolCall,
+    ) -> Result<CallReport, GatewayError> {
+        match accepted {
+            AcceptOutcome::Created(s) if s.lifecycle.state == State::Cancelled => {
+                Err(GatewayError::Cancelled)
+            }
+            AcceptOutcome::Created(s) => self.send(entry, s, call, Attempt::New).await,
             AcceptOutcome::Existing {
                 decision,
                 execution,
-            } => self.recover(entry, decision, execution, &call).await,
+            } => self.recover(entry, decision, execution, call).await,
         }
     }
 
@@ -539,6 +618,43 @@ impl Gateway {
             Some(json!({"record": view.record, "events": events, "target_response": r.response}));
         r.attempt = Attempt::Recovered;
         Ok(r)
+    }
+
+    /// An actor's execution and its report as recorded now (an MCP task's status and result).
+    /// Another actor's execution is indistinguishable from a missing one.
+    pub async fn recorded(
+        &self,
+        id: ExecutionId,
+        actor: &str,
+    ) -> Result<(ExecutionSummary, CallReport), GatewayError> {
+        let summary = self
+            .ledger
+            .summary(id)
+            .await?
+            .filter(|s| s.actor == actor)
+            .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
+        let report = self.stored_report(id, Attempt::New).await?;
+        Ok((summary, report))
+    }
+
+    /// Asks an execution to stop: after dispatch this is only recorded (it does not un-send).
+    pub async fn request_cancel(&self, id: ExecutionId, actor: &str) -> Result<(), GatewayError> {
+        let (summary, _) = self.recorded(id, actor).await?;
+        let note = json!({"note": "cancellation asked after dispatch: the request had left; the execution runs to its recorded end"});
+        match summary.lifecycle.state {
+            State::Dispatched => {
+                self.append(
+                    id,
+                    NewEvent::new(EventKind::CancelRequested).with_detail(note),
+                )
+                .await?;
+                Ok(())
+            }
+            state => Err(GatewayError::NotCancellable {
+                execution: id,
+                state: state.display_name(),
+            }),
+        }
     }
 
     /// Records that the answer for these executions was (or was not) fully written out. Only a

@@ -21,6 +21,7 @@ mod liveness;
 mod model;
 mod rows;
 mod schema;
+mod streams;
 mod writer;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub use model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
     RecoveryReport, ResultBody, Run, StoredResult,
 };
+pub use streams::{StreamEvent, StreamOwner, StreamWrite};
 
 use liveness::Liveness;
 use writer::{now_millis, Op, Writer, WriterConfig};
@@ -453,6 +455,70 @@ impl Ledger {
             .iter()
             .map(rows::checkpoint)
             .collect()
+    }
+
+    /// Records transport state for resumable streams. It shares the next commit rather than
+    /// spending one of its own; the future resolves once that commit is durable.
+    pub async fn record_stream(&self, write: StreamWrite) -> Result<(), LedgerError> {
+        self.call(|tx| Op::Stream(Box::new(write), tx)).await
+    }
+
+    /// Commits everything queued before this call; returns once it is durable.
+    pub async fn flush(&self) -> Result<(), LedgerError> {
+        self.call(Op::Flush).await
+    }
+
+    /// A stream's events after position `after` (all of them for `None`), in order.
+    pub async fn stream_events_after(
+        &self,
+        stream_id: &str,
+        after: Option<u64>,
+    ) -> Result<Vec<StreamEvent>, LedgerError> {
+        let after = after.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        sqlx::query("SELECT stream_id, n, payload, execution_id, last, at FROM stream_events WHERE stream_id = $1 AND n > $2 ORDER BY n")
+            .bind(stream_id)
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::stream_event)
+            .collect()
+    }
+
+    /// Who may resume a stream.
+    pub async fn stream_owner(&self, stream_id: &str) -> Result<Option<StreamOwner>, LedgerError> {
+        sqlx::query("SELECT stream_id, session_id, actor, at FROM streams WHERE stream_id = $1")
+            .bind(stream_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::stream_owner)
+            .transpose()
+    }
+
+    /// An MCP session's stored state (opaque to the ledger).
+    pub async fn mcp_session(&self, id: &str) -> Result<Option<String>, LedgerError> {
+        sqlx::query("SELECT state FROM mcp_sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(|r| rows::get_str(r, "state"))
+            .transpose()
+    }
+
+    /// Deletes transport state older than `before` (stream events, owners, sessions). The
+    /// execution record is never pruned here.
+    pub async fn prune_streams(&self, before: Timestamp) -> Result<u64, LedgerError> {
+        let mut removed = 0;
+        for table in ["stream_events", "streams", "mcp_sessions"] {
+            removed += sqlx::query(&format!("DELETE FROM {table} WHERE at < $1"))
+                .bind(before.0)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(removed)
     }
 
     /// Streams every event in storage order, a page at a time. A row that cannot be decoded is

@@ -25,6 +25,10 @@ pub struct AcceptRequest {
     /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
     pub then: Vec<NewEvent>,
     pub now: Timestamp,
+    /// Set by the caller when it gave up (its client went away) while the request waited for
+    /// the writer: a new execution is then recorded `cancelled` instead of taking `then`, so
+    /// nothing is dispatched for a caller that is gone.
+    pub withdrawn: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl AcceptRequest {
@@ -44,6 +48,7 @@ impl AcceptRequest {
             run_id: None,
             then: Vec::new(),
             now,
+            withdrawn: None,
         })
     }
 
@@ -51,6 +56,13 @@ impl AcceptRequest {
     pub fn then(mut self, events: Vec<NewEvent>) -> AcceptRequest {
         self.then = events;
         self
+    }
+
+    /// Whether the caller withdrew before the writer reached this request.
+    pub fn is_withdrawn(&self) -> bool {
+        self.withdrawn
+            .as_ref()
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::SeqCst))
     }
 }
 

@@ -136,3 +136,29 @@ pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
         ended_at: get_opt_i64(row, "ended_at")?.map(Timestamp),
     })
 }
+
+pub(crate) fn stream_event(
+    row: &impl RowAccess,
+) -> Result<crate::streams::StreamEvent, LedgerError> {
+    Ok(crate::streams::StreamEvent {
+        stream_id: get_str(row, "stream_id")?,
+        n: u64::try_from(get_i64(row, "n")?).map_err(|e| corrupt("n", e))?,
+        payload: get_str(row, "payload")?,
+        execution_id: get_opt_str(row, "execution_id")?
+            .map(|s| parse_id(&s))
+            .transpose()?,
+        last: get_i64(row, "last")? != 0,
+        at: Timestamp(get_i64(row, "at")?),
+    })
+}
+
+pub(crate) fn stream_owner(
+    row: &impl RowAccess,
+) -> Result<crate::streams::StreamOwner, LedgerError> {
+    Ok(crate::streams::StreamOwner {
+        stream_id: get_str(row, "stream_id")?,
+        session_id: get_opt_str(row, "session_id")?,
+        actor: get_str(row, "actor")?,
+        at: Timestamp(get_i64(row, "at")?),
+    })
+}

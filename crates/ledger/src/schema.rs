@@ -19,9 +19,17 @@ impl Migration {
     }
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial ledger",
-    sqlite: include_str!("../migrations/sqlite/0001_initial.sql"),
-    postgres: include_str!("../migrations/postgres/0001_initial.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial ledger",
+        sqlite: include_str!("../migrations/sqlite/0001_initial.sql"),
+        postgres: include_str!("../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "resumable streams",
+        sqlite: include_str!("../migrations/sqlite/0002_resumable_streams.sql"),
+        postgres: include_str!("../migrations/postgres/0002_resumable_streams.sql"),
+    },
+];

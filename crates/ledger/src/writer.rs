@@ -17,6 +17,7 @@ use crate::dialect::Dialect;
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
 use crate::rows;
+use crate::streams::StreamWrite;
 
 type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 
@@ -33,6 +34,10 @@ pub(crate) enum Op {
     Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
     StartRun(Box<Run>, Reply<()>),
     EndRun(String, Timestamp, Reply<()>),
+    /// Transport state for resumable streams (never waited on by an action).
+    Stream(Box<StreamWrite>, Reply<()>),
+    /// Commits whatever is queued; replies once it is durable.
+    Flush(Reply<()>),
 }
 
 /// How long a batch of deferrable records waits for company.
@@ -41,7 +46,13 @@ const LAZY_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
 impl Op {
     /// A record nothing waits on before acting: a delivery, appended after the answer left.
     fn can_wait(&self) -> bool {
-        matches!(self, Op::Append(_, ev, _, _) if matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed))
+        match self {
+            Op::Append(_, ev, _, _) => {
+                matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed)
+            }
+            Op::Stream(..) => true,
+            _ => false,
+        }
     }
 }
 
@@ -254,7 +265,9 @@ impl<C: WriteConn> Writer<C> {
             Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
-            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) => drop(tx.send(Err(err()))),
+            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) | Op::Stream(_, tx) | Op::Flush(tx) => {
+                drop(tx.send(Err(err())))
+            }
         }
     }
 
@@ -290,6 +303,11 @@ impl<C: WriteConn> Writer<C> {
                     .map(|_| ());
                 Done::Unit(tx, r)
             }
+            Op::Stream(write, tx) => {
+                let (sql, values) = write.sql();
+                Done::Unit(tx, self.conn.exec(sql, &values).await.map(|_| ()))
+            }
+            Op::Flush(tx) => Done::Unit(tx, Ok(())),
         }
     }
 
@@ -477,8 +495,18 @@ impl<C: WriteConn> Writer<C> {
             "record_sha256": hex::encode(Sha256::digest(&record_bytes)),
         });
         self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
-        for ev in req.then {
-            self.advance(&mut s, ev, req.now).await?;
+        if req.is_withdrawn() {
+            let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
+            self.advance(
+                &mut s,
+                NewEvent::new(EventKind::Cancelled).with_detail(note),
+                req.now,
+            )
+            .await?;
+        } else {
+            for ev in req.then {
+                self.advance(&mut s, ev, req.now).await?;
+            }
         }
         // One row with the final projection: the `then` events cost no extra statement.
         self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;

@@ -143,12 +143,36 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             .with_context(|| format!("binding {listen}"))?;
         let addr = listener.local_addr()?;
         println!("postern listening on http://{addr}/mcp");
-        let app = postern_gateway::front::router(gateway, assembled.tokens);
+        let app = postern_gateway::front::router(gateway.clone(), assembled.tokens);
         axum::serve(no_delay(listener), app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
+            .with_graceful_shutdown(stop_signal())
             .await?;
+        // Executions finishing in the background (MCP tasks) get to record their end.
+        if !gateway.drain(std::time::Duration::from_secs(30)).await {
+            eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
+        }
         Ok(0)
     })
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -16,15 +16,21 @@ use bytes::Bytes;
 use postern_core::{ActionClass, ExecutionId};
 use postern_ledger::Run;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
+
+mod streams;
+mod tasks;
+
+use streams::{DurableSessions, DurableStreams};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
 use crate::pipeline::{now, Gateway, ToolCall};
@@ -39,6 +45,12 @@ struct Actor(String);
 struct RawParams {
     idempotency_key: Option<String>,
 }
+
+/// Fires when the client of a sessionless (2026-07-28) request goes away before its answer
+/// was written: for that protocol a disconnect is a cancellation (DESIGN §3 rule 6). Requests
+/// in a session are not cancelled by a disconnect: their stream can be resumed.
+#[derive(Clone, Debug)]
+struct Disconnected(CancellationToken);
 
 /// Executions whose answer travels in this HTTP response, and whether the response already
 /// ended (a client that hung up before the answer existed still lost it).
@@ -86,6 +98,7 @@ impl DeliverySlot {
 
 struct FrontState {
     gateway: Arc<Gateway>,
+    streams: Arc<DurableStreams>,
     /// bearer token → actor
     tokens: HashMap<String, String>,
     max_body: usize,
@@ -115,15 +128,27 @@ pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router 
     if !gateway.config().gateway.allowed_origins.is_empty() {
         config = config.with_allowed_origins(gateway.config().gateway.allowed_origins.clone());
     }
+    // Sessions and their streams outlive a restart (and move between replicas on PostgreSQL).
+    let streams = Arc::new(DurableStreams::new(gateway.clone()));
+    config.session_store = Some(Arc::new(DurableSessions::new(gateway.ledger().clone())));
+    let sessions = LocalSessionManager::default().with_event_store(streams.clone());
     let handler = PosternMcp::new(gateway.clone(), None);
     let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
-        StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
+    {
+        // Transport state is kept as long as the record's retention; never the record itself.
+        let ledger = gateway.ledger().clone();
+        let retention = gateway.config().gateway.retention;
+        tokio::spawn(async move {
+            let before = postern_core::Timestamp(
+                now().0 - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
+            );
+            let _ = ledger.prune_streams(before).await;
+        });
+    }
     let state = Arc::new(FrontState {
         gateway,
+        streams,
         tokens,
         max_body,
     });
@@ -166,8 +191,32 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         )
             .into_response();
     };
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(last) = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        // rmcp replays whatever id it is handed; a stream is only ever resumed by its owner.
+        if !st
+            .streams
+            .may_resume(last, session.as_deref(), &actor)
+            .await
+        {
+            return (
+                StatusCode::NOT_FOUND,
+                "no resumable stream with this Last-Event-ID belongs to this session",
+            )
+                .into_response();
+        }
+    }
     let (mut parts, body) = req.into_parts();
     let mut raw = RawParams::default();
+    let mut sessionless = false;
     let body = if parts.method == http::Method::POST {
         let bytes = match axum::body::to_bytes(body, st.max_body).await {
             Ok(b) => b,
@@ -181,11 +230,16 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         };
         match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
             Ok(v) => {
-                raw.idempotency_key = v
-                    .get("params")
+                let params = v.get("params");
+                raw.idempotency_key = params
                     .and_then(|p| p.get("idempotencyKey"))
                     .and_then(Value::as_str)
                     .map(str::to_string);
+                // A 2026-07-28 request carries its protocol version in `_meta` and has no session.
+                sessionless = params
+                    .and_then(|p| p.get("_meta"))
+                    .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+                    .is_some();
             }
             Err(postern_core::canon::CanonError::Malformed {
                 line,
@@ -220,18 +274,70 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         body
     };
     let slot = DeliverySlot::default();
-    parts.extensions.insert(Actor(actor));
+    let is_post = parts.method == http::Method::POST;
+    let disconnect = sessionless.then(CancellationToken::new);
+    if let Some(token) = &disconnect {
+        parts.extensions.insert(Disconnected(token.clone()));
+    }
+    parts.extensions.insert(Actor(actor.clone()));
     parts.extensions.insert(raw);
     parts.extensions.insert(slot.clone());
     let response = next.run(Request::from_parts(parts, body)).await;
     let (parts, body) = response.into_parts();
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    // The session of a new stream: the one just created (initialize) or the caller's.
+    let claim = (is_post && is_sse).then(|| {
+        let created = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        StreamClaim {
+            streams: st.streams.clone(),
+            session: if sessionless {
+                None
+            } else {
+                created.or(session)
+            },
+            actor,
+        }
+    });
     let tracked = TrackedBody {
         inner: body,
         slot,
         gateway: st.gateway.clone(),
         finished: false,
+        claim,
+        disconnect,
     };
     Response::from_parts(parts, Body::new(tracked))
+}
+
+/// Binds a request's SSE stream to its session and actor on its first event id.
+struct StreamClaim {
+    streams: Arc<DurableStreams>,
+    session: Option<String>,
+    actor: String,
+}
+
+impl StreamClaim {
+    /// Claims the stream if this chunk carries an event id; false while none was seen yet.
+    fn try_claim(&self, chunk: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(chunk);
+        let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("id:").map(str::trim))
+        else {
+            return false;
+        };
+        self.streams
+            .claim(id, self.session.clone(), self.actor.clone());
+        true
+    }
 }
 
 /// A response body that records, when it ends, whether it was written out completely.
@@ -240,6 +346,8 @@ struct TrackedBody {
     slot: DeliverySlot,
     gateway: Arc<Gateway>,
     finished: bool,
+    claim: Option<StreamClaim>,
+    disconnect: Option<CancellationToken>,
 }
 
 impl TrackedBody {
@@ -248,6 +356,11 @@ impl TrackedBody {
             return;
         }
         self.finished = true;
+        if !delivered {
+            if let Some(token) = &self.disconnect {
+                token.cancel();
+            }
+        }
         self.slot.end(&self.gateway, delivered);
     }
 }
@@ -262,6 +375,11 @@ impl http_body::Body for TrackedBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let (Some(claim), Poll::Ready(Some(Ok(frame)))) = (&this.claim, &polled) {
+            if frame.data_ref().is_some_and(|d| claim.try_claim(d)) {
+                this.claim = None;
+            }
+        }
         match &polled {
             Poll::Ready(None) => this.finish(true),
             Poll::Ready(Some(Err(_))) => this.finish(false),
@@ -387,7 +505,9 @@ fn to_error(e: GatewayError) -> ErrorData {
             message,
             Some(json!({"original_execution_id": original.to_string()})),
         ),
-        GatewayError::UnknownExecution(_) => ErrorData::invalid_params(message, None),
+        GatewayError::UnknownExecution(_) | GatewayError::NotCancellable { .. } => {
+            ErrorData::invalid_params(message, None)
+        }
         GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
         GatewayError::Ledger(_) | GatewayError::Internal(_) => {
             ErrorData::internal_error(message, None)
@@ -397,7 +517,12 @@ fn to_error(e: GatewayError) -> ErrorData {
 
 impl ServerHandler for PosternMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
             .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
@@ -449,6 +574,23 @@ impl ServerHandler for PosternMcp {
                     .and_then(|p| p.extensions.get::<RawParams>())
                     .and_then(|r| r.idempotency_key.clone())
             });
+        // Cancelled by `notifications/cancelled` (rmcp's token) or, without a session, by the
+        // client going away.
+        let cancel = CancellationToken::new();
+        let watcher = {
+            let (by_rmcp, cancel) = (ctx.ct.clone(), cancel.clone());
+            let by_disconnect = parts
+                .and_then(|p| p.extensions.get::<Disconnected>())
+                .map(|d| d.0.clone())
+                .unwrap_or_default();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = by_rmcp.cancelled() => {}
+                    () = by_disconnect.cancelled() => {}
+                }
+                cancel.cancel();
+            })
+        };
         let call = ToolCall {
             actor,
             tool: request.name.to_string(),
@@ -460,20 +602,71 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
-            cancel: Some(ctx.ct.clone()),
+            cancel: Some(cancel.clone()),
         };
-        let report = self.gateway.call(call).await.map_err(to_error)?;
+        let wants_task = self.gateway.is_long_running(&call.tool)
+            && ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+        if wants_task {
+            watcher.abort();
+            // A task outlives its request: no disconnect cancels it (tasks/cancel asks).
+            let call = ToolCall {
+                cancel: None,
+                ..call
+            };
+            let summary = self.gateway.start(call).await.map_err(to_error)?;
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(
+                tasks::task_of(&summary),
+            )));
+        }
+        let report = self.gateway.call(call).await;
+        watcher.abort();
+        let report = report.map_err(to_error)?;
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
             slot.carry(&self.gateway, report.execution_id);
         }
-        let mut result = if report.is_error {
-            CallToolResult::error(vec![ContentBlock::text(report.summary())])
-        } else {
-            CallToolResult::success(vec![ContentBlock::text(report.summary())])
-        };
-        result.structured_content = Some(report.structured());
-        Ok(result.into())
+        Ok(tool_result(&report).into())
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        tasks::get(&self.gateway, &actor, &request.task_id, |report| {
+            serde_json::to_value(tool_result(report))
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .unwrap_or_default()
+        })
+        .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let id = tasks::parse_task_id(&request.task_id)?;
+        self.gateway
+            .request_cancel(id, &actor)
+            .await
+            .map_err(to_error)
+    }
+}
+
+/// The MCP result of a report: a summary line, and the record in `structuredContent`.
+fn tool_result(report: &crate::report::CallReport) -> CallToolResult {
+    let mut result = if report.is_error {
+        CallToolResult::error(vec![ContentBlock::text(report.summary())])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(report.summary())])
+    };
+    result.structured_content = Some(report.structured());
+    result
 }
 
 /// Serves MCP over stdin/stdout for a local agent, as the configured actor.

@@ -1,0 +1,406 @@
+//! Resumable streams: rmcp's `EventStore` and `SessionStore` over the ledger, so a client that
+//! reconnects with `Last-Event-ID` gets the events it missed (the tool result above all), also
+//! after a gateway restart or from another replica on the same PostgreSQL.
+//!
+//! Event ids are `<stream id>/<n>`; stream ids are rmcp's random UUIDs (or
+//! `<session id>:common` for a session's standalone stream), so an id is not guessable. Each
+//! stream is bound to the session and actor that opened it ([`DurableStreams::claim`]); the
+//! front checks that binding before rmcp sees a `Last-Event-ID` ([`DurableStreams::may_resume`]),
+//! because rmcp itself replays whatever id it is given.
+//!
+//! Writes share the ledger's next commit instead of spending their own: an event is durable
+//! within one commit interval of being sent. Losing one in a crash costs a replay, never an
+//! action — the execution's result is in its own durable record and a re-issued call recovers
+//! it.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use postern_core::ExecutionId;
+use postern_ledger::{Ledger, StreamEvent, StreamOwner, StreamWrite};
+use rmcp::model::ServerJsonRpcMessage;
+use rmcp::transport::streamable_http_server::session::{
+    EventId, EventStore, EventStoreError, EventStream, ServerSseMessage, SessionState,
+    SessionStore, SessionStoreError,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::pipeline::{now, Gateway};
+
+/// How long a finished stream stays in memory for a fast in-process replay; the ledger serves
+/// it after that.
+const FINISHED_IN_MEMORY: Duration = Duration::from_secs(60);
+/// A stream with no event for this long leaves memory (a session's standalone stream).
+const IDLE_IN_MEMORY: Duration = Duration::from_secs(600);
+
+/// The event as stored: rmcp's message and retry hint, without the id (derived from the row).
+#[derive(Serialize, Deserialize)]
+struct StoredSse {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<ServerJsonRpcMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_ms: Option<u64>,
+}
+
+/// One event as replayed, with the execution whose answer it carries.
+#[derive(Clone)]
+struct Replayed {
+    sse: ServerSseMessage,
+    execution: Option<ExecutionId>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    events: Vec<(u64, Replayed)>,
+    next: u64,
+    finished: bool,
+    owner: Option<(Option<String>, String)>,
+    watchers: Vec<mpsc::UnboundedSender<Replayed>>,
+    touched: Option<Instant>,
+}
+
+/// Streams this process is carrying (or carried a moment ago).
+#[derive(Default)]
+struct Live(Mutex<HashMap<String, Arc<Mutex<LiveState>>>>);
+
+impl Live {
+    fn get(&self, stream_id: &str) -> Option<Arc<Mutex<LiveState>>> {
+        self.0.lock().ok()?.get(stream_id).cloned()
+    }
+
+    fn get_or_create(&self, stream_id: &str) -> Arc<Mutex<LiveState>> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() > 1024 {
+            map.retain(|_, s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                let age = s.touched.map_or(Duration::ZERO, |t| t.elapsed());
+                !(age > IDLE_IN_MEMORY || (s.finished && age > FINISHED_IN_MEMORY))
+            });
+        }
+        map.entry(stream_id.to_string()).or_default().clone()
+    }
+}
+
+/// The ledger-backed event and session store of the Streamable HTTP front.
+pub(crate) struct DurableStreams {
+    gateway: Arc<Gateway>,
+    live: Live,
+}
+
+/// Splits `<stream id>/<n>`.
+fn parse_event_id(id: &str) -> Option<(&str, u64)> {
+    let (stream, n) = id.rsplit_once('/')?;
+    Some((stream, n.parse().ok()?))
+}
+
+/// The execution whose tool result this message carries.
+fn execution_of(message: &ServerJsonRpcMessage) -> Option<ExecutionId> {
+    let ServerJsonRpcMessage::Response(response) = message else {
+        return None;
+    };
+    let value = serde_json::to_value(&response.result).ok()?;
+    value
+        .pointer("/structuredContent/execution/execution_id")
+        .and_then(Value::as_str)?
+        .parse()
+        .ok()
+}
+
+fn is_final(stream_id: &str, message: Option<&ServerJsonRpcMessage>) -> bool {
+    // A request's stream ends with its response; a session's standalone stream never ends.
+    !stream_id.ends_with(":common")
+        && matches!(
+            message,
+            Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+        )
+}
+
+impl DurableStreams {
+    pub(crate) fn new(gateway: Arc<Gateway>) -> DurableStreams {
+        DurableStreams {
+            gateway,
+            live: Live::default(),
+        }
+    }
+
+    fn ledger(&self) -> &Arc<Ledger> {
+        self.gateway.ledger()
+    }
+
+    /// Records the session and actor a request stream belongs to (seen in its first event id).
+    pub(crate) fn claim(&self, event_id: &str, session: Option<String>, actor: String) {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return;
+        };
+        let live = self.live.get_or_create(stream_id);
+        if let Ok(mut s) = live.lock() {
+            if s.owner.is_some() {
+                return;
+            }
+            s.owner = Some((session.clone(), actor.clone()));
+        }
+        let owner = StreamOwner {
+            stream_id: stream_id.to_string(),
+            session_id: session,
+            actor,
+            at: now(),
+        };
+        let ledger = self.ledger().clone();
+        tokio::spawn(async move { ledger.record_stream(StreamWrite::Owner(owner)).await });
+    }
+
+    /// Whether this session and actor may resume from `event_id`. Ids that are not ours
+    /// (rmcp's own `0` priming id) are left to rmcp, which replays nothing for them.
+    pub(crate) async fn may_resume(
+        &self,
+        event_id: &str,
+        session: Option<&str>,
+        actor: &str,
+    ) -> bool {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return true;
+        };
+        if let Some(common_of) = stream_id.strip_suffix(":common") {
+            return session == Some(common_of);
+        }
+        let live_owner = self
+            .live
+            .get(stream_id)
+            .and_then(|s| s.lock().ok().and_then(|s| s.owner.clone()));
+        let owner = match live_owner {
+            Some(o) => Some(o),
+            None => {
+                let _ = self.ledger().flush().await;
+                match self.ledger().stream_owner(stream_id).await {
+                    Ok(found) => found.map(|o| (o.session_id, o.actor)),
+                    Err(_) => None,
+                }
+            }
+        };
+        owner.is_some_and(|(s, a)| s.as_deref() == session && a == actor)
+    }
+
+    fn decode(event: &StreamEvent) -> Option<Replayed> {
+        let stored: StoredSse = serde_json::from_str(&event.payload).ok()?;
+        let mut sse = match (stored.message, stored.retry_ms) {
+            (Some(message), _) => ServerSseMessage::from_message(message),
+            (None, retry) => ServerSseMessage::retry(Duration::from_millis(retry.unwrap_or(0))),
+        };
+        sse.retry = stored.retry_ms.map(Duration::from_millis);
+        sse.event_id = Some(format!("{}/{}", event.stream_id, event.n));
+        Some(Replayed {
+            sse,
+            execution: event.execution_id,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl EventStore for DurableStreams {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<EventId, EventStoreError> {
+        let message = event.message.as_deref();
+        let execution = message.and_then(execution_of);
+        let last = is_final(stream_id, message);
+        let payload = serde_json::to_string(&StoredSse {
+            message: message.cloned(),
+            retry_ms: event
+                .retry
+                .map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+        })?;
+        let live = self.live.get_or_create(stream_id);
+        let n = {
+            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+            let n = s.next;
+            s.next += 1;
+            s.touched = Some(Instant::now());
+            let mut sse = event.clone();
+            sse.event_id = Some(format!("{stream_id}/{n}"));
+            let replayed = Replayed { sse, execution };
+            s.watchers.retain(|w| w.send(replayed.clone()).is_ok());
+            s.events.push((n, replayed));
+            if last {
+                s.finished = true;
+                // Dropping the senders ends every live replay after this event.
+                s.watchers.clear();
+            }
+            n
+        };
+        let write = StreamWrite::Event(StreamEvent {
+            stream_id: stream_id.to_string(),
+            n,
+            payload,
+            execution_id: execution,
+            last,
+            at: now(),
+        });
+        let ledger = self.ledger().clone();
+        tokio::spawn(async move { ledger.record_stream(write).await });
+        Ok(format!("{stream_id}/{n}"))
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        let (stream_id, after) = parse_event_id(last_event_id)
+            .ok_or_else(|| format!("not a Postern event id: {last_event_id:?}"))?;
+        let mut queue = VecDeque::new();
+        let mut live_rx = None;
+        if let Some(live) = self.live.get(stream_id) {
+            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+            queue.extend(
+                s.events
+                    .iter()
+                    .filter(|(n, _)| *n > after)
+                    .map(|(_, r)| r.clone()),
+            );
+            if !s.finished {
+                let (tx, rx) = mpsc::unbounded_channel();
+                s.watchers.push(tx);
+                live_rx = Some(rx);
+            }
+        } else {
+            // Not carried here (a restart, or another replica): what the ledger holds. A stream
+            // still running elsewhere is picked up by the client's next reconnect.
+            self.ledger().flush().await?;
+            for event in self
+                .ledger()
+                .stream_events_after(stream_id, Some(after))
+                .await?
+            {
+                queue.extend(Self::decode(&event));
+            }
+        }
+        Ok(Box::pin(Replay {
+            queue,
+            live: live_rx,
+            carried: Vec::new(),
+            gateway: self.gateway.clone(),
+            ended: false,
+        }))
+    }
+}
+
+/// A replayed stream. The executions whose answers it carried are recorded `delivered` when
+/// it ends, `delivery_failed` if the client goes away first.
+struct Replay {
+    queue: VecDeque<Replayed>,
+    live: Option<mpsc::UnboundedReceiver<Replayed>>,
+    carried: Vec<ExecutionId>,
+    gateway: Arc<Gateway>,
+    ended: bool,
+}
+
+impl Replay {
+    fn end(&mut self, delivered: bool) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let ids = std::mem::take(&mut self.carried);
+        if !ids.is_empty() {
+            let gateway = self.gateway.clone();
+            tokio::spawn(async move { gateway.record_delivery(&ids, delivered).await });
+        }
+    }
+
+    fn yield_event(&mut self, r: Replayed) -> Poll<Option<ServerSseMessage>> {
+        if let Some(id) = r.execution {
+            self.carried.push(id);
+        }
+        Poll::Ready(Some(r.sse))
+    }
+}
+
+impl futures_core::Stream for Replay {
+    type Item = ServerSseMessage;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
+        let this = self.get_mut();
+        if let Some(r) = this.queue.pop_front() {
+            return this.yield_event(r);
+        }
+        if let Some(rx) = this.live.as_mut() {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(r)) => return this.yield_event(r),
+                Poll::Ready(None) => this.live = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        this.end(true);
+        Poll::Ready(None)
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        self.end(false);
+    }
+}
+
+/// MCP sessions outlive a restart: rmcp restores one from its stored initialize parameters.
+pub(crate) struct DurableSessions {
+    ledger: Arc<Ledger>,
+}
+
+impl DurableSessions {
+    pub(crate) fn new(ledger: Arc<Ledger>) -> DurableSessions {
+        DurableSessions { ledger }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for DurableSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        match self.ledger.mcp_session(session_id).await? {
+            Some(text) => Ok(Some(serde_json::from_str(&text)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let write = StreamWrite::PutSession {
+            id: session_id.to_string(),
+            state: serde_json::to_string(state)?,
+            at: now(),
+        };
+        Ok(self.ledger.record_stream(write).await?)
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        Ok(self
+            .ledger
+            .record_stream(StreamWrite::DropSession(session_id.to_string()))
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_split_at_the_last_slash() {
+        assert_eq!(
+            parse_event_id("0b6c-4e/7"),
+            Some(("0b6c-4e", 7)),
+            "a request stream"
+        );
+        assert_eq!(
+            parse_event_id("s-1:common/12"),
+            Some(("s-1:common", 12)),
+            "a session's standalone stream"
+        );
+        assert_eq!(parse_event_id("0"), None, "rmcp's own priming id");
+        assert_eq!(parse_event_id("x/y"), None);
+    }
+}
