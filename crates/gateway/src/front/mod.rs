@@ -125,9 +125,11 @@ pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router 
     let mut config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(max_body)
         .with_allowed_hosts(hosts);
-    if !gateway.config().gateway.allowed_origins.is_empty() {
-        config = config.with_allowed_origins(gateway.config().gateway.allowed_origins.clone());
-    }
+    // DNS-rebinding protection: a request that carries an Origin (a browser) must come from an
+    // allowed one; with none configured, no browser page may call the gateway. Agents send none.
+    config = config
+        .with_allowed_origins(gateway.config().gateway.allowed_origins.clone())
+        .enforce_origin_validation();
     // Sessions and their streams outlive a restart (and move between replicas on PostgreSQL).
     let streams = Arc::new(DurableStreams::new(gateway.clone()));
     config.session_store = Some(Arc::new(DurableSessions::new(gateway.ledger().clone())));

@@ -1,0 +1,102 @@
+//! Protocol hygiene at the HTTP edge (issue #5 item 5): Host and Origin validation against
+//! DNS rebinding, `MCP-Protocol-Version` handling, and 404 for an unknown session — against a
+//! real `postern serve`.
+
+use postern_gateway::demo_target::InvoiceApi;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::harness::{config, Dir, Mcp, Served, BILLING_TOKEN};
+
+fn initialize() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "hygiene-test", "version": "1"}}})
+    .to_string()
+}
+
+async fn post(
+    url: &str,
+    body: String,
+    headers: &[(&str, &str)],
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("request sent");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    (status, headers, resp.text().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn host_origin_version_and_session_are_checked() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("hygiene");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let url = format!("http://{}/mcp", served.addr());
+
+    // A rebinding page reaches the loopback port under its own host name: refused.
+    let (status, _, _) = post(&url, initialize(), &[("host", "evil.example:80")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "foreign Host header");
+
+    // A browser page from another origin: refused (no origins are configured).
+    let (status, _, _) = post(&url, initialize(), &[("origin", "http://evil.example")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "foreign Origin header");
+
+    // An agent (no Origin) on the loopback host: served, with a session.
+    let (status, headers, _) = post(&url, initialize(), &[]).await;
+    assert_eq!(status, StatusCode::OK, "plain initialize");
+    assert!(
+        headers.get("mcp-session-id").is_some(),
+        "a session id is issued"
+    );
+
+    // A protocol version the gateway does not speak: 400, not a guess.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let session = headers["mcp-session-id"].to_str().unwrap().to_string();
+    let (status, _, body) = post(
+        &url,
+        list.clone(),
+        &[
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "1999-01-01"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "unsupported version: {body}"
+    );
+
+    // A session the gateway never issued (or forgot): 404, so the client starts a new one.
+    let (status, _, _) = post(
+        &url,
+        list,
+        &[
+            ("mcp-session-id", "00000000-0000-4000-8000-000000000000"),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "unknown session");
+
+    // And the well-behaved path still works end to end.
+    let mcp = Mcp::connect(&url, BILLING_TOKEN).await;
+    let r = mcp
+        .call(
+            "create_invoice",
+            json!({"customer": "hygiene", "amount": 3}),
+            json!({}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "tools/call answered: {r}");
+    served.stop();
+}
