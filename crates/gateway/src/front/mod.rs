@@ -314,6 +314,7 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         gateway: st.gateway.clone(),
         finished: false,
         claim,
+        claimed: None,
         disconnect,
     };
     Response::from_parts(parts, Body::new(tracked))
@@ -327,18 +328,15 @@ struct StreamClaim {
 }
 
 impl StreamClaim {
-    /// Claims the stream if this chunk carries an event id; false while none was seen yet.
-    fn try_claim(&self, chunk: &[u8]) -> bool {
+    /// Claims the stream if this chunk carries an event id; returns that id.
+    fn try_claim(&self, chunk: &[u8]) -> Option<String> {
         let text = String::from_utf8_lossy(chunk);
-        let Some(id) = text
+        let id = text
             .lines()
-            .find_map(|l| l.strip_prefix("id:").map(str::trim))
-        else {
-            return false;
-        };
+            .find_map(|l| l.strip_prefix("id:").map(str::trim))?;
         self.streams
             .claim(id, self.session.clone(), self.actor.clone());
-        true
+        Some(id.to_string())
     }
 }
 
@@ -349,6 +347,8 @@ struct TrackedBody {
     gateway: Arc<Gateway>,
     finished: bool,
     claim: Option<StreamClaim>,
+    /// The stream this body carries, once its first event id was seen.
+    claimed: Option<(Arc<DurableStreams>, String)>,
     disconnect: Option<CancellationToken>,
 }
 
@@ -361,6 +361,9 @@ impl TrackedBody {
         if !delivered {
             if let Some(token) = &self.disconnect {
                 token.cancel();
+            }
+            if let Some((streams, id)) = &self.claimed {
+                streams.abandoned(id);
             }
         }
         self.slot.end(&self.gateway, delivered);
@@ -378,7 +381,8 @@ impl http_body::Body for TrackedBody {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let (Some(claim), Poll::Ready(Some(Ok(frame)))) = (&this.claim, &polled) {
-            if frame.data_ref().is_some_and(|d| claim.try_claim(d)) {
+            if let Some(id) = frame.data_ref().and_then(|d| claim.try_claim(d)) {
+                this.claimed = Some((claim.streams.clone(), id));
                 this.claim = None;
             }
         }

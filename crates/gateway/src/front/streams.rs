@@ -8,10 +8,12 @@
 //! front checks that binding before rmcp sees a `Last-Event-ID` ([`DurableStreams::may_resume`]),
 //! because rmcp itself replays whatever id it is given.
 //!
-//! Writes share the ledger's next commit instead of spending their own: an event is durable
-//! within one commit interval of being sent. Losing one in a crash costs a replay, never an
-//! action — the execution's result is in its own durable record and a re-issued call recovers
-//! it.
+//! A stream is written to the ledger only once its client went away before its end
+//! ([`DurableStreams::abandoned`]): a stream delivered whole is never resumed, and its answer's
+//! delivery is in the record already, so the hot path pays nothing for resumability. From the
+//! cut on, every event of the stream is written, sharing the ledger's next commit. Losing one in
+//! a crash costs a replay, never an action — the execution's result is in its own durable
+//! record and a re-issued call recovers it.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -62,6 +64,10 @@ struct LiveState {
     owner: Option<(Option<String>, String)>,
     watchers: Vec<mpsc::UnboundedSender<Replayed>>,
     touched: Option<Instant>,
+    /// The client went away before the end: events are written to the ledger.
+    durable: bool,
+    /// The payloads of the events as stored, by position (written when the stream turns durable).
+    stored: Vec<StreamEvent>,
 }
 
 /// Streams this process is carrying (or carried a moment ago).
@@ -138,20 +144,45 @@ impl DurableStreams {
             return;
         };
         let live = self.live.get_or_create(stream_id);
-        if let Ok(mut s) = live.lock() {
-            if s.owner.is_some() {
+        let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+        if s.owner.is_none() {
+            s.owner = Some((session, actor));
+        }
+    }
+
+    /// The client of this stream went away before its end: from now on the stream is kept in
+    /// the ledger (owner, events so far, and every later event), so it can be resumed after a
+    /// restart or on another replica.
+    pub(crate) fn abandoned(&self, event_id: &str) {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return;
+        };
+        let Some(live) = self.live.get(stream_id) else {
+            return;
+        };
+        let mut writes = Vec::new();
+        {
+            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+            if s.durable {
                 return;
             }
-            s.owner = Some((session.clone(), actor.clone()));
+            s.durable = true;
+            if let Some((session, actor)) = s.owner.clone() {
+                writes.push(StreamWrite::Owner(StreamOwner {
+                    stream_id: stream_id.to_string(),
+                    session_id: session,
+                    actor,
+                    at: now(),
+                }));
+            }
+            writes.extend(s.stored.iter().cloned().map(StreamWrite::Event));
         }
-        let owner = StreamOwner {
-            stream_id: stream_id.to_string(),
-            session_id: session,
-            actor,
-            at: now(),
-        };
         let ledger = self.ledger().clone();
-        tokio::spawn(async move { ledger.record_stream(StreamWrite::Owner(owner)).await });
+        tokio::spawn(async move {
+            for write in writes {
+                let _ = ledger.record_stream(write).await;
+            }
+        });
     }
 
     /// Whether this session and actor may resume from `event_id`. Ids that are not ours
@@ -232,18 +263,22 @@ impl EventStore for DurableStreams {
                 // Dropping the senders ends every live replay after this event.
                 s.watchers.clear();
             }
+            let stored = StreamEvent {
+                stream_id: stream_id.to_string(),
+                n,
+                payload,
+                execution_id: execution,
+                last,
+                at: now(),
+            };
+            if s.durable {
+                let ledger = self.ledger().clone();
+                let write = StreamWrite::Event(stored.clone());
+                tokio::spawn(async move { ledger.record_stream(write).await });
+            }
+            s.stored.push(stored);
             n
         };
-        let write = StreamWrite::Event(StreamEvent {
-            stream_id: stream_id.to_string(),
-            n,
-            payload,
-            execution_id: execution,
-            last,
-            at: now(),
-        });
-        let ledger = self.ledger().clone();
-        tokio::spawn(async move { ledger.record_stream(write).await });
         Ok(format!("{stream_id}/{n}"))
     }
 
