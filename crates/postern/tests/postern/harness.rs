@@ -94,6 +94,11 @@ pub struct Served {
 impl Served {
     /// Writes the config and keys into `dir` (once) and starts `postern serve` on a free port.
     pub fn start(dir: &Path, config_text: &str) -> Served {
+        Served::start_on(dir, config_text, "127.0.0.1:0")
+    }
+
+    /// As [`Served::start`], listening on `listen` (e.g. the address of a gateway just stopped).
+    pub fn start_on(dir: &Path, config_text: &str, listen: &str) -> Served {
         let write = |name: &str, text: &str| {
             let p = dir.join(name);
             if !p.exists() {
@@ -117,7 +122,7 @@ impl Served {
                 "-c",
                 dir.join("postern.toml").to_str().unwrap(),
                 "--listen",
-                "127.0.0.1:0",
+                listen,
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -137,6 +142,30 @@ impl Served {
             url,
             dir: dir.to_path_buf(),
         }
+    }
+
+    /// `127.0.0.1:PORT`, the address it listens on.
+    pub fn addr(&self) -> &str {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+    }
+
+    /// SIGINT, the graceful shutdown; waits (bounded) until the process has exited.
+    pub fn stop(mut self) {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        for _ in 0..400 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "postern serve exited with {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("postern serve did not stop within 10 s of SIGINT");
     }
 
     /// `kill -9`.

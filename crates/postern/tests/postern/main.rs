@@ -4,4 +4,5 @@ mod audit;
 mod fingerprint;
 mod harness;
 mod interop;
+mod resume;
 mod serve;

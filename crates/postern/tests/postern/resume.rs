@@ -1,0 +1,753 @@
+//! Resumable streams and disconnects (issue #5), end to end: a real `postern serve` process, a
+//! real SQLite ledger file and the invoice API on loopback, spoken to in raw HTTP.
+//!
+//! - A legacy (session) client that loses a `tools/call` stream after its priming event gets the
+//!   result by `GET` with `Last-Event-ID`, also after the gateway restarted (gracefully or by
+//!   `kill -9`); the target acts once and the ledger records the replay as the delivery.
+//! - A stream is resumed only by the session and actor that opened it, and only that stream.
+//! - A sessionless (2026-07-28) call whose client goes away runs on once dispatched, and is
+//!   recorded `cancelled` (nothing sent) when the client left before the accept was written.
+
+use std::time::Duration;
+
+use postern_core::ExecutionId;
+use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
+use serde_json::{json, Value};
+
+use crate::harness::{config, execution, Dir, Served, BILLING_TOKEN, OPS_TOKEN};
+
+/// The target sleeps this long after creating the invoice, before it answers.
+const SLOW: Duration = Duration::from_millis(1500);
+/// Bound on every wait for the gateway or its ledger.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The test config with a response timeout the slow target stays within.
+fn slow_config(target: &InvoiceApiHandle) -> String {
+    config(&format!("http://{}", target.addr))
+        .replace("response_timeout = \"1s\"", "response_timeout = \"30s\"")
+}
+
+async fn setup(tag: &str) -> (InvoiceApiHandle, Dir, Served, String) {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new(tag);
+    let text = slow_config(&target);
+    let served = Served::start(&dir.0, &text);
+    (target, dir, served, text)
+}
+
+fn posts(target: &InvoiceApi) -> usize {
+    target
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count()
+}
+
+fn http() -> reqwest::Client {
+    // No pooling: dropping a response closes its connection, as a lost network would.
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// One server-sent event.
+#[derive(Clone, Debug, Default)]
+struct Event {
+    id: Option<String>,
+    data: String,
+}
+
+impl Event {
+    fn message(&self) -> Option<Value> {
+        serde_json::from_str(&self.data).ok()
+    }
+}
+
+/// Reads an SSE body incrementally, event by event, as it arrives.
+struct SseReader {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl SseReader {
+    fn new(response: reqwest::Response) -> SseReader {
+        let ctype = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            ctype.starts_with("text/event-stream"),
+            "expected an SSE answer, got status {} with content-type {ctype:?}",
+            response.status()
+        );
+        SseReader {
+            response,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next event (comments and keep-alives skipped); `None` when the body ended.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let frame: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(frame).unwrap();
+                let mut event = Event::default();
+                let mut fields = false;
+                for line in text.lines() {
+                    let (name, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match name {
+                        "" => continue, // a comment
+                        "id" => event.id = Some(value.to_string()),
+                        "data" => {
+                            if !event.data.is_empty() {
+                                event.data.push('\n');
+                            }
+                            event.data.push_str(value);
+                        }
+                        _ => {}
+                    }
+                    fields = true;
+                }
+                if fields {
+                    return Some(event);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(PATIENCE, self.response.chunk())
+                .await
+                .expect("the SSE stream stalled")
+                .expect("reading the SSE stream");
+            match chunk {
+                Some(bytes) => self.buf.extend_from_slice(&bytes),
+                None => return None,
+            }
+        }
+    }
+
+    /// Every remaining event, until the server ends the body.
+    async fn rest(mut self) -> Vec<Event> {
+        let mut all = Vec::new();
+        while let Some(e) = self.next().await {
+            all.push(e);
+        }
+        all
+    }
+}
+
+/// A legacy MCP client (one session) over raw HTTP.
+struct Session {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    version: String,
+    id: String,
+}
+
+impl Session {
+    /// `initialize` (+ `notifications/initialized`) with protocol `version`.
+    async fn open(url: &str, token: &str, version: &str) -> Session {
+        let http = http();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "resume-tests", "version": "1"}}});
+        let resp = http
+            .post(url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(init.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let id = resp
+            .headers()
+            .get("mcp-session-id")
+            .expect("initialize answers with a session id")
+            .to_str()
+            .unwrap()
+            .to_string();
+        let events = SseReader::new(resp).rest().await;
+        let answer = events
+            .iter()
+            .find_map(|e| e.message().filter(|m| m.get("id").is_some()))
+            .expect("an initialize result");
+        assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
+        let session = Session {
+            http,
+            url: url.to_string(),
+            token: token.to_string(),
+            version: version.to_string(),
+            id,
+        };
+        let resp = session
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        session
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", &self.version)
+            .body(body.to_string())
+    }
+
+    /// POSTs `tools/call` with JSON-RPC id `rpc_id`; the answer's SSE stream.
+    async fn call(&self, rpc_id: i64, tool: &str, arguments: Value) -> SseReader {
+        let body = json!({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let resp = self.post(&body).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        SseReader::new(resp)
+    }
+
+    /// `GET /mcp` with `Last-Event-ID`, as this session (its id and token).
+    async fn resume(&self, last_event_id: &str) -> reqwest::Response {
+        resume(
+            &self.http,
+            &self.url,
+            &self.token,
+            Some(&self.id),
+            last_event_id,
+        )
+        .await
+    }
+}
+
+/// `GET /mcp` with `Last-Event-ID`, with any token and session (or none).
+async fn resume(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    session: Option<&str>,
+    last_event_id: &str,
+) -> reqwest::Response {
+    let mut req = http
+        .get(url)
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", last_event_id);
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    tokio::time::timeout(PATIENCE, req.send())
+        .await
+        .expect("the resume request stalled")
+        .unwrap()
+}
+
+/// The first event carrying an id: the stream's priming event, `<stream uuid>/0`.
+async fn priming(stream: &mut SseReader) -> String {
+    let event = stream
+        .next()
+        .await
+        .expect("the stream ended before any event");
+    let id = event.id.clone().expect("the first event carries an id");
+    let (stream_id, n) = id.rsplit_once('/').expect("a `<stream>/<n>` event id");
+    assert_eq!(n, "0", "the priming event is the stream's first: {id}");
+    assert_eq!(stream_id.len(), 36, "a stream id is a UUID: {id}");
+    assert!(
+        event.message().is_none(),
+        "the priming event carries no message: {event:?}"
+    );
+    id
+}
+
+/// The stream id of a `<stream>/<n>` event id.
+fn stream_of(event_id: &str) -> &str {
+    event_id.rsplit_once('/').unwrap().0
+}
+
+/// The replayed events continue the stream after its priming event: `<stream>/1`, `/2`, ….
+fn assert_continues(events: &[Event], stream: &str) {
+    assert!(!events.is_empty(), "nothing was replayed");
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e.id.as_deref(),
+            Some(format!("{stream}/{}", i + 1).as_str()),
+            "replayed event {i} of {events:?}"
+        );
+    }
+}
+
+/// The JSON-RPC response with id `rpc_id` among the events.
+fn response_in(events: &[Event], rpc_id: i64) -> Value {
+    events
+        .iter()
+        .filter_map(Event::message)
+        .find(|m| m["id"] == rpc_id && (m.get("result").is_some() || m.get("error").is_some()))
+        .unwrap_or_else(|| panic!("no response to request {rpc_id} in {events:?}"))
+}
+
+async fn open_ledger(served: &Served) -> Ledger {
+    Ledger::open(&served.store(), LedgerOptions::default())
+        .await
+        .unwrap()
+        .0
+}
+
+async fn all_executions(ledger: &Ledger) -> Vec<ExecutionSummary> {
+    ledger
+        .list(&ListFilter {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// The names of an execution's lifecycle events, in order.
+async fn event_names(ledger: &Ledger, id: ExecutionId) -> Vec<String> {
+    ledger
+        .execution(id)
+        .await
+        .unwrap()
+        .expect("the execution exists")
+        .events
+        .iter()
+        .map(|e| e.body.event.name().to_string())
+        .collect()
+}
+
+/// Polls until the ledger holds exactly one execution whose event names satisfy `done`.
+async fn wait_for_the_execution(
+    ledger: &Ledger,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> (ExecutionId, Vec<String>) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        let all = all_executions(ledger).await;
+        assert!(all.len() <= 1, "more than one execution: {all:?}");
+        if let Some(s) = all.first() {
+            let names = event_names(ledger, s.id).await;
+            if done(&names) {
+                return (s.id, names);
+            }
+            last = Some(names);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}; the execution's events: {last:?}");
+}
+
+fn has(names: &[String], name: &str) -> bool {
+    names.iter().any(|n| n == name)
+}
+
+fn completed(names: &[String]) -> bool {
+    names.iter().any(|n| n.starts_with("completed"))
+}
+
+/// The last delivery event is `delivered`, after the lost delivery (`delivery_failed`).
+fn delivered_after_loss(names: &[String]) -> bool {
+    let failed = names.iter().position(|n| n == "delivery_failed");
+    let delivered = names.iter().rposition(|n| n == "delivered");
+    matches!((failed, delivered), (Some(f), Some(d)) if d > f)
+        && names
+            .iter()
+            .rev()
+            .find(|n| n.starts_with("deliver"))
+            .is_some_and(|n| n == "delivered")
+}
+
+/// Opens a session, calls the slow tool and cuts the connection right after the priming
+/// event. Returns the session and the priming event id.
+async fn call_and_cut(served: &Served, version: &str, rpc_id: i64) -> (Session, String) {
+    let session = Session::open(&served.url, BILLING_TOKEN, version).await;
+    let mut stream = session
+        .call(
+            rpc_id,
+            "create_invoice",
+            json!({"customer": "resume-co", "amount": 1500}),
+        )
+        .await;
+    let primed = priming(&mut stream).await;
+    // The cut: the connection goes away before the result exists.
+    drop(stream);
+    (session, primed)
+}
+
+/// Resumes `primed` and checks the replay: the stream continues, its response carries the
+/// one execution's completed result. Returns that execution id.
+async fn resume_and_check(session: &Session, primed: &str, rpc_id: i64) -> String {
+    let resp = session.resume(primed).await;
+    assert_eq!(resp.status().as_u16(), 200, "resume of {primed}");
+    let events = SseReader::new(resp).rest().await;
+    assert_continues(&events, stream_of(primed));
+    let answer = response_in(&events, rpc_id);
+    let ex = execution(&answer);
+    assert_eq!(ex["state"], "completed", "{answer}");
+    assert_eq!(ex["attempt"], "new", "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["response"]["customer"], "resume-co",
+        "{answer}"
+    );
+    ex["execution_id"]
+        .as_str()
+        .expect("an execution id")
+        .to_string()
+}
+
+/// Case 1: the stream of a `tools/call` is cut after its priming event; the target finishes;
+/// the client resumes with `Last-Event-ID` and gets the result. One invoice; the ledger records
+/// the lost delivery and then the replay's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_resumed_with_its_result() {
+    let (target, _dir, served, _) = setup("resume-cut").await;
+    target.state.set_mode(Mode::SlowOnce(SLOW));
+    let (session, primed) = call_and_cut(&served, "2025-11-25", 7).await;
+
+    let ledger = open_ledger(&served).await;
+    let (id, _) = wait_for_the_execution(&ledger, "the result and its lost delivery", |n| {
+        completed(n) && has(n, "delivery_failed")
+    })
+    .await;
+    assert_eq!(target.state.count_for("resume-co"), 1);
+
+    let replayed = resume_and_check(&session, &primed, 7).await;
+    assert_eq!(replayed, id.to_string());
+    assert_eq!(target.state.count_for("resume-co"), 1);
+    assert_eq!(posts(&target.state), 1);
+    let (_, names) = wait_for_the_execution(&ledger, "the replay's delivery", |n| {
+        delivered_after_loss(n)
+    })
+    .await;
+    assert!(completed(&names), "{names:?}");
+}
+
+/// Case 2: the cut of case 1, then a gateway restart on the same ledger file and port before
+/// the resume: the session is restored from the ledger and the resume delivers the result.
+async fn resumed_across_a_restart(tag: &str, kill9: bool) {
+    let (target, dir, served, text) = setup(tag).await;
+    target.state.set_mode(Mode::SlowOnce(SLOW));
+    let (session, primed) = call_and_cut(&served, "2025-06-18", 3).await;
+    {
+        let ledger = open_ledger(&served).await;
+        wait_for_the_execution(&ledger, "the result and its lost delivery", |n| {
+            completed(n) && has(n, "delivery_failed")
+        })
+        .await;
+    }
+    let addr = served.addr().to_string();
+    if kill9 {
+        // Past the result by more than the lazy commit of the stream's events.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        served.kill9();
+    } else {
+        served.stop();
+    }
+
+    let restarted = Served::start_on(&dir.0, &text, &addr);
+    assert_eq!(restarted.url, session.url, "the same address");
+    let replayed = resume_and_check(&session, &primed, 3).await;
+    assert_eq!(target.state.count_for("resume-co"), 1);
+    assert_eq!(posts(&target.state), 1, "the target saw one request");
+
+    let ledger = open_ledger(&restarted).await;
+    let (id, _) = wait_for_the_execution(&ledger, "the replay's delivery", |n| {
+        delivered_after_loss(n)
+    })
+    .await;
+    assert_eq!(replayed, id.to_string());
+
+    // The restored session goes on working.
+    let resp = session
+        .post(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let events = SseReader::new(resp).rest().await;
+    let list = response_in(&events, 4);
+    assert!(list["result"]["tools"].as_array().is_some(), "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_resumed_after_a_graceful_restart() {
+    resumed_across_a_restart("resume-stop", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_resumed_after_kill_9() {
+    resumed_across_a_restart("resume-kill9", true).await;
+}
+
+/// A random UUID (v4 layout).
+fn random_uuid() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).unwrap();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Case 3: a stream is resumed only by its own session and actor, and an id names one stream
+/// only: another session, another actor, no session or a made-up id get 404 and nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_resumes_and_only_that_stream() {
+    let (target, _dir, served, _) = setup("resume-forged").await;
+    let owner = Session::open(&served.url, BILLING_TOKEN, "2025-06-18").await;
+    // Two complete streams in one session.
+    let mut a = owner
+        .call(
+            11,
+            "create_invoice",
+            json!({"customer": "a-co", "amount": 1}),
+        )
+        .await;
+    let a0 = priming(&mut a).await;
+    let a_answer = response_in(&a.rest().await, 11);
+    let a_exe = execution(&a_answer)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut b = owner
+        .call(
+            12,
+            "create_invoice",
+            json!({"customer": "b-co", "amount": 2}),
+        )
+        .await;
+    let b0 = priming(&mut b).await;
+    let b_answer = response_in(&b.rest().await, 12);
+    let b_exe = execution(&b_answer)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(stream_of(&a0), stream_of(&b0));
+    assert_ne!(a_exe, b_exe);
+
+    // Each id replays its own stream, and nothing of the other.
+    for (id, rpc, exe, other_exe) in [(&a0, 11, &a_exe, &b_exe), (&b0, 12, &b_exe, &a_exe)] {
+        let resp = owner.resume(id).await;
+        assert_eq!(resp.status().as_u16(), 200, "the owner resumes {id}");
+        let events = SseReader::new(resp).rest().await;
+        assert_continues(&events, stream_of(id));
+        let answer = response_in(&events, rpc);
+        assert_eq!(&execution(&answer)["execution_id"], exe.as_str());
+        let all: String = events.iter().map(|e| e.data.as_str()).collect();
+        assert!(
+            !all.contains(other_exe.as_str()),
+            "resuming {id} replayed another stream's answer: {events:?}"
+        );
+        assert_eq!(
+            events.iter().filter_map(Event::message).count(),
+            1,
+            "{events:?}"
+        );
+    }
+
+    // Forged: everything but the owning session and actor is refused, with nothing of it.
+    let other_session = Session::open(&served.url, BILLING_TOKEN, "2025-06-18").await;
+    let other_actor = Session::open(&served.url, OPS_TOKEN, "2025-06-18").await;
+    let client = http();
+    let forged: Vec<(&str, reqwest::Response)> = vec![
+        (
+            "another session of the same actor",
+            other_session.resume(&a0).await,
+        ),
+        (
+            "another actor in its own session",
+            other_actor.resume(&a0).await,
+        ),
+        (
+            "another actor presenting the owner's session id",
+            resume(&client, &served.url, OPS_TOKEN, Some(&owner.id), &a0).await,
+        ),
+        (
+            "no session at all",
+            resume(&client, &served.url, BILLING_TOKEN, None, &a0).await,
+        ),
+        (
+            "a made-up id of the right shape",
+            owner.resume(&format!("{}/0", random_uuid())).await,
+        ),
+        (
+            "another session's standalone stream",
+            other_session
+                .resume(&format!("{}:common/0", owner.id))
+                .await,
+        ),
+    ];
+    for (what, resp) in forged {
+        let status = resp.status().as_u16();
+        let body = tokio::time::timeout(PATIENCE, resp.text())
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert_eq!(status, 404, "{what}: {body}");
+        assert!(
+            !body.contains(&a_exe) && !body.contains("structuredContent"),
+            "{what} got some of the stream: {body}"
+        );
+    }
+    assert_eq!(posts(&target.state), 2);
+}
+
+/// A `tools/call` of protocol 2026-07-28: no session, the version and capabilities in `_meta`,
+/// the SEP-2243 headers beside it.
+fn sessionless_call(
+    client: &reqwest::Client,
+    url: &str,
+    rpc_id: i64,
+    arguments: Value,
+) -> reqwest::RequestBuilder {
+    let body = json!({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": {
+        "name": "create_invoice",
+        "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }});
+    client
+        .post(url)
+        .bearer_auth(BILLING_TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "create_invoice")
+        .body(body.to_string())
+}
+
+/// The JSON-RPC response of a sessionless call (a JSON body or an SSE stream).
+async fn sessionless_answer(resp: reqwest::Response, rpc_id: i64) -> Value {
+    let status = resp.status().as_u16();
+    let json = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json {
+        let body = resp.text().await.unwrap();
+        panic!("a JSON answer with status {status}: {body}");
+    }
+    assert_eq!(status, 200);
+    response_in(&SseReader::new(resp).rest().await, rpc_id)
+}
+
+/// Case 4a: a sessionless call whose client goes away after dispatch runs on; the identical
+/// call re-issued gets the recorded result: one execution, one invoice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessionless_call_abandoned_after_dispatch_runs_on() {
+    let (target, _dir, served, _) = setup("resume-stateless-after").await;
+    target.state.set_mode(Mode::SlowOnce(SLOW));
+    let args = json!({"customer": "gone-co", "amount": 26});
+    let client = http();
+    let pending = tokio::spawn(sessionless_call(&client, &served.url, 1, args.clone()).send());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while posts(&target.state) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call never reached the target"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The client goes away while the target works.
+    pending.abort();
+    let _ = pending.await;
+
+    let ledger = open_ledger(&served).await;
+    let (id, names) =
+        wait_for_the_execution(&ledger, "the abandoned call to complete", completed).await;
+    assert!(
+        has(&names, "cancel_requested"),
+        "the disconnect after dispatch is recorded (and only recorded): {names:?}"
+    );
+    assert_eq!(target.state.count_for("gone-co"), 1);
+
+    let again = sessionless_call(&http(), &served.url, 2, args)
+        .send()
+        .await
+        .unwrap();
+    let answer = sessionless_answer(again, 2).await;
+    let ex = execution(&answer);
+    assert_eq!(ex["execution_id"], id.to_string(), "{answer}");
+    assert_eq!(ex["attempt"], "recovered", "{answer}");
+    assert_eq!(ex["state"], "completed", "{answer}");
+    assert_eq!(target.state.count_for("gone-co"), 1);
+    assert_eq!(posts(&target.state), 1);
+    assert_eq!(all_executions(&ledger).await.len(), 1);
+}
+
+/// Case 4b: a sessionless call whose client goes away before its accept is written is
+/// recorded `cancelled`, and nothing reaches the target. The test holds the ledger's write lock
+/// so the writer reaches the accept only after the client left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessionless_call_abandoned_before_dispatch_is_cancelled() {
+    use sqlx::Connection;
+
+    let (target, _dir, served, _) = setup("resume-stateless-before").await;
+    let path = served.dir.join("ledger.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .busy_timeout(PATIENCE);
+    let mut lock = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+
+    let client = http();
+    let pending = tokio::spawn(
+        sessionless_call(
+            &client,
+            &served.url,
+            1,
+            json!({"customer": "left-co", "amount": 3}),
+        )
+        .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!pending.is_finished(), "the call waits for the ledger");
+    pending.abort();
+    let _ = pending.await;
+    // The gateway sees the connection close; then the writer gets the file.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
+    drop(lock);
+
+    let ledger = open_ledger(&served).await;
+    let (id, names) =
+        wait_for_the_execution(&ledger, "the abandoned call's record", |n| n.len() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let names_later = event_names(&ledger, id).await;
+    assert_eq!(names, names_later, "nothing happens after the cancellation");
+    assert_eq!(names, ["accepted", "cancelled"], "{names:?}");
+    let summary = &all_executions(&ledger).await[0];
+    assert_eq!(summary.lifecycle.state.as_str(), "cancelled");
+    assert_eq!(summary.first_dispatched_at, None);
+    assert_eq!(target.state.count_for("left-co"), 0);
+    assert!(
+        target.state.requests().is_empty(),
+        "nothing reached the target: {:?}",
+        target.state.requests()
+    );
+}
