@@ -6,3 +6,4 @@ mod harness;
 mod interop;
 mod resume;
 mod serve;
+mod tasks;
