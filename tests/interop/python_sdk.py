@@ -2,7 +2,14 @@
 """A foreign MCP client against `postern serve`: the official Python SDK (PyPI `mcp`, pinned in
 requirements.txt) over Streamable HTTP with a bearer token.
 
-Usage: python3 tests/interop/python_sdk.py URL TOKEN
+Usage: python3 tests/interop/python_sdk.py [--mode legacy|2026-07-28] URL TOKEN
+
+The mode chooses how the SDK connects (SDK 2.3.0 speaks both eras):
+  legacy      (default) the `initialize` handshake, then requests in the session it opens
+              (protocol 2025-11-25, `Mcp-Session-Id`);
+  2026-07-28  `server/discover`, then stateless requests that each carry their own protocol
+              version and client capabilities in `_meta` (no handshake, no session). The
+              server must answer `server/discover`: there is no fallback to the handshake.
 
 Lists the tools, calls `create_invoice`, calls it again with the same arguments (the same
 execution, recovered), and reads the record back through `execution_status`; every answer is
@@ -42,17 +49,36 @@ def execution_of(result, call):
     return sc, ex
 
 
-async def run(url, token):
+MODES = ("legacy", "2026-07-28")
+
+
+async def connect(session, mode):
+    """Opens the conversation in `mode`; returns (server name, server version, protocol)."""
+    if mode == "legacy":
+        init = await session.initialize()
+        return init.server_info.name, init.server_info.version, init.protocol_version
+    found = await session.discover()
+    check(
+        mode in found.supported_versions,
+        f"server/discover: supportedVersions {found.supported_versions!r} lacks {mode!r}",
+    )
+    check(
+        session.protocol_version == mode,
+        f"server/discover: negotiated {session.protocol_version!r}, want {mode!r}",
+    )
+    check(session.initialize_result is None, "server/discover: an initialize result exists")
+    info = session.server_info
+    return (info.name if info else None), (info.version if info else None), session.protocol_version
+
+
+async def run(url, token, mode):
     headers = {"Authorization": f"Bearer {token}"}
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
-                init = await session.initialize()
-                print(
-                    f"initialized: server {init.server_info.name} {init.server_info.version}, "
-                    f"protocol {init.protocol_version}"
-                )
+                name, version, protocol = await connect(session, mode)
+                print(f"connected ({mode}): server {name} {version}, protocol {protocol}")
 
                 names = []
                 cursor = None
@@ -112,8 +138,8 @@ async def run(url, token):
                 print(f"execution_status: {exe} {ex3.get('state')}, events {events}")
 
     print(
-        f"ok: python mcp SDK listed {len(names)} tools, created {exe}, "
-        "recovered it on retry, read its record"
+        f"ok: python mcp SDK ({mode}, protocol {protocol}) listed {len(names)} tools, "
+        f"created {exe}, recovered it on retry, read its record"
     )
 
 
@@ -129,12 +155,20 @@ def describe(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
+USAGE = "usage: python3 tests/interop/python_sdk.py [--mode legacy|2026-07-28] URL TOKEN"
+
+
 def main(argv):
-    if len(argv) != 3:
-        print("usage: python3 tests/interop/python_sdk.py URL TOKEN", file=sys.stderr)
+    args = argv[1:]
+    mode = "legacy"
+    if len(args) >= 2 and args[0] == "--mode":
+        mode = args[1]
+        args = args[2:]
+    if len(args) != 2 or mode not in MODES:
+        print(USAGE, file=sys.stderr)
         return 1
     try:
-        asyncio.run(run(argv[1], argv[2]))
+        asyncio.run(run(args[0], args[1], mode))
     except (Exception, BaseExceptionGroup) as e:
         print(f"FAIL: {describe(e)}", file=sys.stderr)
         return 1

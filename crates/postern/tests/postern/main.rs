@@ -1,8 +1,11 @@
 //! The `postern` binary's one integration-test binary: runs the real executable.
 
 mod audit;
+mod conformance;
 mod fingerprint;
+mod foreign;
 mod harness;
+mod inspector;
 mod interop;
 mod resume;
 mod serve;
