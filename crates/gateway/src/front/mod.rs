@@ -641,7 +641,15 @@ impl ServerHandler for PosternMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let actor = self.actor(&ctx)?;
+        let slot = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<DeliverySlot>());
         tasks::get(&self.gateway, &actor, &request.task_id, |report| {
+            // The task's result travels in this response: its delivery is recorded like a call's.
+            if let Some(slot) = slot {
+                slot.carry(&self.gateway, report.execution_id);
+            }
             serde_json::to_value(tool_result(report))
                 .ok()
                 .and_then(|v| v.as_object().cloned())
@@ -657,10 +665,10 @@ impl ServerHandler for PosternMcp {
     ) -> Result<(), ErrorData> {
         let actor = self.actor(&ctx)?;
         let id = tasks::parse_task_id(&request.task_id)?;
-        self.gateway
-            .request_cancel(id, &actor)
-            .await
-            .map_err(to_error)
+        match self.gateway.request_cancel(id, &actor).await {
+            Err(GatewayError::UnknownExecution(_)) => Err(tasks::unknown_task(&request.task_id)),
+            other => other.map_err(to_error),
+        }
     }
 }
 

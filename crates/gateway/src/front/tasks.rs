@@ -39,7 +39,7 @@ pub(crate) fn task_of(s: &ExecutionSummary) -> Task {
     .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
-fn unknown_task(task_id: &str) -> ErrorData {
+pub(crate) fn unknown_task(task_id: &str) -> ErrorData {
     ErrorData::invalid_params(
         format!(
             "unknown task {:?}",

@@ -337,6 +337,19 @@ async fn a_task_is_polled_across_a_graceful_restart_until_completed() {
     assert_completed(&got, &id, "task-co");
     assert_eq!(target.state.count_for("task-co"), 1);
     assert_eq!(posts(&target.state), 1);
+    // The result reached its owner in that answer: the delivery is recorded.
+    let mut delivered = false;
+    for _ in 0..50 {
+        if event_names(&activity_show(&dir.0, &id))
+            .iter()
+            .any(|n| n.starts_with("delivered"))
+        {
+            delivered = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(delivered, "{:?}", event_names(&activity_show(&dir.0, &id)));
 
     // Another actor's task is indistinguishable from a missing one; so is a made-up id.
     let ops = Client::new(&second.url, OPS_TOKEN, true);
