@@ -5,6 +5,7 @@
 
 mod activity;
 mod audit;
+mod connect;
 mod demo;
 mod fingerprint;
 mod init;
@@ -45,6 +46,13 @@ enum Command {
     Fingerprint(fingerprint::FingerprintArgs),
     /// Serve MCP (Streamable HTTP at /mcp, or --stdio) in front of the configured tools.
     Serve(serve::ServeArgs),
+    /// Serve MCP on stdin/stdout for a local agent, bridged to a remote gateway at URL.
+    ///
+    /// The bearer token comes from the environment ($POSTERN_TOKEN, or --token-env NAME). A call
+    /// whose answer is lost in transit is re-issued and matched by the gateway to the same
+    /// execution; if no answer comes within --recovery-time, the agent is told plainly that the
+    /// outcome is not known and that repeating the identical call is safe.
+    Connect(connect::ConnectArgs),
     /// The Activity log: what was asked, what was sent, what the ledger recorded.
     #[command(subcommand)]
     Activity(activity::ActivityCommand),
@@ -61,6 +69,7 @@ fn main() -> ExitCode {
         Command::Keygen(a) => init::keygen(&a).map(|()| 0),
         Command::Fingerprint(a) => fingerprint::run(&a).map(|()| 0),
         Command::Serve(a) => serve::run(&a),
+        Command::Connect(a) => connect::run(&a),
         Command::Activity(cmd) => activity::run(&cmd),
         Command::Audit(cmd) => audit::run(&cmd),
     };

@@ -2,6 +2,7 @@
 
 mod audit;
 mod conformance;
+mod connect;
 mod fingerprint;
 mod foreign;
 mod harness;

@@ -1,0 +1,715 @@
+//! `postern connect URL`: a stdio MCP server for a local agent (a desktop client, an IDE) that
+//! bridges to a remote Postern over Streamable HTTP.
+//!
+//! The bridge decides nothing about actions; it only makes sure a lost answer is recovered
+//! rather than invented. A `tools/call` whose answer is lost (connection cut, timeout, transport
+//! error, session gone) is re-issued as a NEW JSON-RPC request with the same tool, arguments and
+//! `_meta`: the gateway matches it by fingerprint (or operation key) to the same execution and
+//! answers from its record. An answer that says the execution is still in progress is polled the
+//! same way. When the bounded recovery time runs out, the agent gets a plain result that says the
+//! outcome is not known to the bridge and that repeating the identical call is safe; never an
+//! error it would retry as a new action, never an invented success. Errors the gateway itself
+//! returned (conflict, invalid arguments) are passed through unchanged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use postern_core::duration::parse_duration;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ContentBlock, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
+    RequestMetaObject, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::common::client_side_sse::NeverRetry;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt};
+use serde_json::{json, Value};
+
+mod edge;
+
+/// The operation key in a request's `_meta` (the gateway's name for it).
+pub(crate) const KEY_META: &str = "io.postern/idempotency-key";
+/// The run (Sessions log) a request belongs to.
+const RUN_META: &str = "io.postern/run";
+/// Set by [`edge`] on a `tools/call` whose raw JSON the gateway would refuse.
+pub(crate) const REFUSED_META: &str = "io.postern.connect/refused";
+
+#[derive(Args)]
+pub struct ConnectArgs {
+    /// The remote gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp (a bare host:port gets
+    /// /mcp).
+    pub url: String,
+    /// The environment variable that holds the bearer token.
+    #[arg(long, value_name = "NAME", default_value = "POSTERN_TOKEN")]
+    pub token_env: String,
+    /// Refused: a token on the command line is readable by every user of the machine.
+    #[arg(long, hide = true)]
+    pub token: Option<String>,
+    /// How long one attempt of a call waits for its answer before it is re-issued.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub attempt_timeout: Duration,
+    /// How long a call whose answer is lost keeps being re-issued before the bridge reports its
+    /// outcome as not known. Keep it below the tools' match windows.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = duration)]
+    pub recovery_time: Duration,
+    /// Log every re-issued call on standard error.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Checks the arguments and the environment: the endpoint URL and the token.
+fn remote_from(a: &ConnectArgs) -> Result<Remote> {
+    if a.token.is_some() {
+        bail!(
+            "refusing a token on the command line: every user of this machine can read it from the \
+             process list. Put it in the environment variable {} (or name another with --token-env)",
+            a.token_env
+        );
+    }
+    let url = endpoint(&a.url)?;
+    let token = match std::env::var(&a.token_env) {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        Ok(_) => bail!("the environment variable {} is empty: put the bearer token for {url} in it", a.token_env),
+        Err(std::env::VarError::NotPresent) => bail!(
+            "no token: the environment variable {} is not set. Put the bearer token for {url} in it \
+             (or name another variable with --token-env)",
+            a.token_env
+        ),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            bail!("the environment variable {} is not valid UTF-8", a.token_env)
+        }
+    };
+    Ok(Remote { url, token })
+}
+
+/// The MCP endpoint URL, checked: `http://host[:port]/path` (`/mcp` when no path is given).
+fn endpoint(text: &str) -> Result<String> {
+    let mut url = reqwest::Url::parse(text.trim()).with_context(|| {
+        format!("invalid URL {text:?}: expected the gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp")
+    })?;
+    match url.scheme() {
+        "http" => {}
+        "https" => bail!(
+            "{text}: this build of postern has no TLS client; reach the gateway over http (a \
+             loopback address, an SSH tunnel or a local TLS-terminating proxy)"
+        ),
+        other => bail!("{text}: unsupported scheme {other:?}; expected http://host:port/mcp"),
+    }
+    let Some(host) = url.host_str().map(str::to_string) else {
+        bail!("{text}: the URL names no host; expected http://host:port/mcp");
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        bail!("{text}: refusing credentials in the URL; put the token in the environment instead");
+    }
+    if url.path() == "/" || url.path().is_empty() {
+        url.set_path("/mcp");
+    }
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        eprintln!(
+            "postern connect: warning: {host} is not a loopback address and http is not \
+             encrypted: the bearer token and every call cross the network in clear text"
+        );
+    }
+    Ok(url.to_string())
+}
+
+pub fn run(a: &ConnectArgs) -> Result<i32> {
+    let remote = remote_from(a)?;
+    let timing = Timing {
+        attempt: a.attempt_timeout.max(Duration::from_millis(100)),
+        recovery: a.recovery_time,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let bridge = Bridge::start(remote, timing, a.verbose).await?;
+        let input = edge::spawn(tokio::io::stdin());
+        let server = bridge
+            .clone()
+            .serve((input, tokio::io::stdout()))
+            .await
+            .context("serving MCP on standard input/output")?;
+        let _ = server.waiting().await;
+        bridge.close().await;
+        Ok(0)
+    })
+}
+
+struct Remote {
+    url: String,
+    token: String,
+}
+
+#[derive(Clone, Copy)]
+struct Timing {
+    attempt: Duration,
+    recovery: Duration,
+}
+
+/// One client session with the remote gateway.
+struct Session {
+    generation: u64,
+    service: RunningService<RoleClient, ClientConfig>,
+}
+
+/// How long `tools/list` answers are reused.
+const TOOLS_TTL: Duration = Duration::from_secs(60);
+/// Pause before the first re-issue; doubled up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+#[derive(Clone)]
+struct Bridge(Arc<Inner>);
+
+struct Inner {
+    remote: Remote,
+    timing: Timing,
+    verbose: bool,
+    /// Held while a session is built, so concurrent calls share one rebuild.
+    session: tokio::sync::Mutex<Option<Session>>,
+    generations: AtomicU64,
+    tools: Mutex<Option<(Instant, Vec<Tool>)>>,
+    instructions: Option<String>,
+    /// One run in the gateway's Sessions log for this bridge process, whatever sessions it
+    /// needs underneath.
+    run_id: String,
+}
+
+/// Why an attempt did not produce an answer.
+enum Failure {
+    /// The gateway answered with a JSON-RPC error: passed through unchanged.
+    Gateway(ErrorData),
+    /// The remote refused the token: nothing this attempt sent was performed.
+    Unauthorized(String),
+    /// The answer is lost (or never came); `sent` is false when provably nothing left.
+    Lost { reason: String, sent: bool },
+}
+
+impl Bridge {
+    /// Connects once (retrying transport failures for a short bounded time) so that a wrong
+    /// URL or token is reported at start, not at the agent's first call.
+    async fn start(remote: Remote, timing: Timing, verbose: bool) -> Result<Bridge> {
+        let deadline = Instant::now() + timing.recovery.min(Duration::from_secs(15));
+        let mut pause = FIRST_PAUSE;
+        let service = loop {
+            match tokio::time::timeout(timing.attempt, connect(&remote)).await {
+                Ok(Ok(s)) => break s,
+                Ok(Err(e)) if e.auth_challenge().is_some() => bail!(
+                    "{} refused the token (HTTP 401): check the token in the environment",
+                    remote.url
+                ),
+                Ok(Err(e)) if Instant::now() + pause >= deadline => {
+                    bail!("cannot open an MCP session with {}: {e}", remote.url)
+                }
+                Err(_) if Instant::now() + pause >= deadline => bail!(
+                    "cannot open an MCP session with {}: no answer within {:?}",
+                    remote.url,
+                    timing.attempt
+                ),
+                _ => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+        };
+        let instructions = service.peer_info().and_then(|i| i.instructions.clone());
+        let run_id = format!("connect:{}", random_hex());
+        Ok(Bridge(Arc::new(Inner {
+            remote,
+            timing,
+            verbose,
+            session: tokio::sync::Mutex::new(Some(Session {
+                generation: 0,
+                service,
+            })),
+            generations: AtomicU64::new(1),
+            tools: Mutex::new(None),
+            instructions,
+            run_id,
+        })))
+    }
+
+    /// The current session's peer, building a new session if there is none or it is closed.
+    async fn peer(&self, budget: Duration) -> Result<(u64, Peer<RoleClient>), Failure> {
+        let mut slot = self.0.session.lock().await;
+        if let Some(s) = slot.as_ref() {
+            if !s.service.is_transport_closed() {
+                return Ok((s.generation, s.service.peer().clone()));
+            }
+        }
+        if let Some(old) = slot.take() {
+            retire(old);
+        }
+        let built = tokio::time::timeout(budget, connect(&self.0.remote)).await;
+        let service = match built {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) if e.auth_challenge().is_some() => {
+                return Err(Failure::Unauthorized(format!(
+                    "{} refused the bridge's token (HTTP 401)",
+                    self.0.remote.url
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(Failure::Lost {
+                    reason: format!("cannot open a session: {e}"),
+                    sent: false,
+                })
+            }
+            Err(_) => {
+                return Err(Failure::Lost {
+                    reason: "cannot open a session: no answer".into(),
+                    sent: false,
+                })
+            }
+        };
+        let generation = self.0.generations.fetch_add(1, Ordering::Relaxed);
+        if self.0.verbose {
+            eprintln!("postern connect: new session with {}", self.0.remote.url);
+        }
+        let peer = service.peer().clone();
+        *slot = Some(Session {
+            generation,
+            service,
+        });
+        Ok((generation, peer))
+    }
+
+    /// Drops session `generation` if it is still the current one (the next call builds anew).
+    async fn discard(&self, generation: u64) {
+        let mut slot = self.0.session.lock().await;
+        if slot.as_ref().is_some_and(|s| s.generation == generation) {
+            if let Some(old) = slot.take() {
+                retire(old);
+            }
+        }
+    }
+
+    async fn close(&self) {
+        if let Some(s) = self.0.session.lock().await.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(3), s.service.cancel()).await;
+        }
+    }
+
+    async fn tools(&self) -> Result<Vec<Tool>, ErrorData> {
+        if let Some((at, tools)) = self.0.tools.lock().ok().and_then(|t| t.clone()) {
+            if at.elapsed() < TOOLS_TTL {
+                return Ok(tools);
+            }
+        }
+        let deadline = Instant::now() + self.0.timing.recovery;
+        let mut pause = FIRST_PAUSE;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let budget = self.0.timing.attempt.min(deadline - Instant::now());
+            match self.peer(budget).await {
+                Ok((generation, peer)) => {
+                    match tokio::time::timeout(budget, peer.list_all_tools()).await {
+                        Ok(Ok(tools)) => {
+                            if let Ok(mut t) = self.0.tools.lock() {
+                                *t = Some((Instant::now(), tools.clone()));
+                            }
+                            return Ok(tools);
+                        }
+                        Ok(Err(ServiceError::McpError(e))) if !synthesized(&e) => return Err(e),
+                        Ok(Err(e)) => {
+                            last = e.to_string();
+                            if self.needs_rebuild(&peer, &e) {
+                                self.discard(generation).await;
+                            }
+                        }
+                        Err(_) => last = "no answer".into(),
+                    }
+                }
+                Err(Failure::Unauthorized(m)) => return Err(ErrorData::invalid_request(m, None)),
+                Err(Failure::Lost { reason, .. }) => last = reason,
+                Err(Failure::Gateway(e)) => return Err(e),
+            }
+            // A stale list is better than none: tools change rarely.
+            if let Some((_, tools)) = self.0.tools.lock().ok().and_then(|t| t.clone()) {
+                return Ok(tools);
+            }
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+        Err(ErrorData::internal_error(
+            format!(
+                "postern connect: the gateway at {} did not list its tools: {last}",
+                self.0.remote.url
+            ),
+            None,
+        ))
+    }
+
+    /// One `tools/call` until a definitive answer or the recovery time runs out.
+    async fn call(
+        &self,
+        params: CallToolRequestParams,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = Instant::now();
+        let deadline = started + self.0.timing.recovery;
+        let mut pause = FIRST_PAUSE;
+        let mut attempts = 0u32;
+        let mut maybe_sent = false;
+        let mut last_problem;
+        let mut in_progress: Option<CallToolResult> = None;
+        loop {
+            attempts += 1;
+            let budget = self
+                .0
+                .timing
+                .attempt
+                .min(deadline.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(50));
+            let outcome = tokio::select! {
+                () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
+                o = self.attempt(params.clone(), budget) => o,
+            };
+            match outcome {
+                Ok(CallToolResponse::Complete(result)) if is_in_progress(&result) => {
+                    maybe_sent = true;
+                    last_problem = "the gateway reports the execution still in progress".into();
+                    in_progress = Some(result);
+                }
+                Ok(CallToolResponse::Complete(result)) => {
+                    return Ok(annotate(result, attempts).into());
+                }
+                Ok(other) => return Ok(other),
+                Err(Failure::Gateway(e)) => return Err(e),
+                Err(Failure::Unauthorized(m)) if !maybe_sent => {
+                    return Err(ErrorData::invalid_request(
+                        format!("{m}; nothing was performed"),
+                        None,
+                    ))
+                }
+                Err(Failure::Unauthorized(m)) => {
+                    last_problem = m;
+                    break;
+                }
+                Err(Failure::Lost { reason, sent, .. }) => {
+                    maybe_sent |= sent;
+                    last_problem = reason;
+                }
+            }
+            if Instant::now() + pause >= deadline {
+                break;
+            }
+            if self.0.verbose {
+                eprintln!(
+                    "postern connect: {} attempt {attempts}: {last_problem}; calling again",
+                    params.name
+                );
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+        // Out of time. A real "in progress" answer from the gateway is the best truth there is.
+        if let Some(result) = in_progress {
+            return Ok(annotate(result, attempts).into());
+        }
+        eprintln!(
+            "postern connect: {}: no answer after {attempts} attempts in {:?}: {last_problem}",
+            params.name,
+            started.elapsed()
+        );
+        Ok(not_known(
+            &params.name,
+            &self.0.remote.url,
+            attempts,
+            started.elapsed(),
+            &last_problem,
+            maybe_sent,
+        )
+        .into())
+    }
+
+    async fn attempt(
+        &self,
+        params: CallToolRequestParams,
+        budget: Duration,
+    ) -> Result<CallToolResponse, Failure> {
+        let started = Instant::now();
+        let (generation, peer) = self.peer(budget).await?;
+        let budget = budget
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(50));
+        match tokio::time::timeout(budget, peer.call_tool_once(params)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => {
+                let failure = classify(&e);
+                if matches!(failure, Failure::Lost { .. }) && self.needs_rebuild(&peer, &e) {
+                    self.discard(generation).await;
+                }
+                Err(failure)
+            }
+            // Dropping the request sends notifications/cancelled: before acceptance the gateway
+            // drops the call, after dispatch the execution runs to its recorded end.
+            Err(_) => Err(Failure::Lost {
+                reason: format!("no answer within {budget:?}"),
+                sent: true,
+            }),
+        }
+    }
+
+    fn needs_rebuild(&self, peer: &Peer<RoleClient>, e: &ServiceError) -> bool {
+        peer.is_transport_closed() || session_gone(e)
+    }
+
+    /// The agent's `_meta`, minus what belongs to the agent↔bridge hop, plus the bridge's run.
+    fn forwarded_meta(&self, meta: &RequestMetaObject) -> RequestMetaObject {
+        let mut out = RequestMetaObject::new();
+        for (k, v) in meta.0.iter() {
+            if k != "progressToken"
+                && !k.starts_with("io.modelcontextprotocol/")
+                && k != REFUSED_META
+            {
+                out.0.insert(k.clone(), v.clone());
+            }
+        }
+        if !out.0.contains_key(RUN_META) {
+            out.0
+                .insert(RUN_META.into(), Value::String(self.0.run_id.clone()));
+        }
+        out
+    }
+}
+
+/// Opens one client session with the gateway. Resumption of a broken response stream is
+/// bounded: one immediate `GET` with `Last-Event-ID` (rmcp's default policy retries forever,
+/// waiting the server's 3 s `retry:` each time); after that the call is re-issued instead.
+async fn connect(
+    remote: &Remote,
+) -> Result<RunningService<RoleClient, ClientConfig>, rmcp::service::ClientInitializeError> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(remote.url.clone())
+        .auth_header(remote.token.clone())
+        .reinit_on_expired_session(true);
+    config.retry_config = Arc::new(NeverRetry::default());
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("postern-connect", env!("CARGO_PKG_VERSION")),
+    );
+    info.serve(transport).await
+}
+
+/// Closes a session in the background (its `DELETE` must not hold up the caller).
+fn retire(old: Session) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(5), old.service.cancel()).await;
+    });
+}
+
+fn classify(e: &ServiceError) -> Failure {
+    match e {
+        // The gateway refused before accepting (a session closed under the call): re-issue.
+        ServiceError::McpError(err) if err.code == ErrorCode(-32800) => Failure::Lost {
+            reason: format!("cancelled by the gateway: {}", err.message),
+            sent: true,
+        },
+        ServiceError::McpError(err) if !synthesized(err) => Failure::Gateway(err.clone()),
+        ServiceError::TransportSend(_) if e.auth_challenge().is_some() => {
+            Failure::Unauthorized("the remote refused the bridge's token (HTTP 401)".to_string())
+        }
+        ServiceError::TransportSend(t) => Failure::Lost {
+            reason: t.error.to_string(),
+            sent: !connect_refused(t.error.as_ref()),
+        },
+        other => Failure::Lost {
+            reason: other.to_string(),
+            sent: true,
+        },
+    }
+}
+
+/// An error rmcp's client made up for a response it did not get (not the gateway's).
+fn synthesized(e: &ErrorData) -> bool {
+    e.message == "streamable HTTP session was re-initialized before the response arrived"
+}
+
+type HttpError = StreamableHttpError<reqwest::Error>;
+
+/// The remote said the session is gone (404) and rmcp could not re-initialize it in place.
+fn session_gone(e: &ServiceError) -> bool {
+    // A response stream that closed early (`TransportClosed`) costs that one call only; the
+    // session stays, and other calls in flight on it are left alone.
+    let ServiceError::TransportSend(t) = e else {
+        return false;
+    };
+    matches!(
+        t.error.downcast_ref::<HttpError>(),
+        Some(
+            StreamableHttpError::SessionExpired
+                | StreamableHttpError::ReinitializationFailed(_)
+                | StreamableHttpError::SessionRecoveryTimeout
+                | StreamableHttpError::TransportChannelClosed
+        )
+    )
+}
+
+/// The connection was refused: provably nothing of this attempt reached the gateway.
+fn connect_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(cur) = source {
+        if let Some(r) = cur.downcast_ref::<reqwest::Error>() {
+            return r.is_connect();
+        }
+        if let Some(StreamableHttpError::Client(r)) = cur.downcast_ref::<HttpError>() {
+            return r.is_connect();
+        }
+        source = cur.source();
+    }
+    false
+}
+
+fn execution(result: &CallToolResult) -> Option<&serde_json::Map<String, Value>> {
+    result
+        .structured_content
+        .as_ref()?
+        .get("execution")?
+        .as_object()
+}
+
+/// The gateway's answer says the execution has not reached an end yet.
+fn is_in_progress(result: &CallToolResult) -> bool {
+    execution(result)
+        .and_then(|e| e.get("state"))
+        .and_then(Value::as_str)
+        .is_some_and(|s| matches!(s, "accepted" | "authorized" | "dispatched"))
+}
+
+/// Says so when the answer took more than one attempt: the gateway's `attempt` then describes
+/// the bridge's re-issue, and the agent must not read "matched execution X" as someone else's.
+fn annotate(mut result: CallToolResult, attempts: u32) -> CallToolResult {
+    if attempts <= 1 {
+        return result;
+    }
+    let field = |name: &str| {
+        execution(&result)
+            .and_then(|e| e.get(name))
+            .and_then(Value::as_str)
+            .unwrap_or("(none)")
+            .to_string()
+    };
+    let (id, attempt) = (field("execution_id"), field("attempt"));
+    let what = if attempt == "new" {
+        format!("the gateway had acted on none of them, and this attempt started execution {id}")
+    } else {
+        format!(
+            "the gateway matched this one to execution {id} ({attempt}) instead of acting again"
+        )
+    };
+    let note = format!(
+        "postern connect: answered on attempt {attempts}: earlier attempts of this same call lost \
+         their answer in transit and the bridge re-issued it; {what}."
+    );
+    result.content.push(ContentBlock::text(note.clone()));
+    if let Some(Value::Object(s)) = result.structured_content.as_mut() {
+        s.insert(
+            "bridge".into(),
+            json!({"attempts": attempts, "reissued": true, "note": note}),
+        );
+    }
+    result
+}
+
+/// The answer after the recovery time ran out with no word from the gateway.
+fn not_known(
+    tool: &str,
+    url: &str,
+    attempts: u32,
+    waited: Duration,
+    last_problem: &str,
+    maybe_sent: bool,
+) -> CallToolResult {
+    let secs = waited.as_secs();
+    if !maybe_sent {
+        let text = format!(
+            "{tool}: not performed: the gateway at {url} could not be reached ({attempts} \
+             attempts in {secs}s; last problem: {last_problem}). Nothing was sent; it is safe to \
+             call again."
+        );
+        let mut r = CallToolResult::error(vec![ContentBlock::text(text.clone())]);
+        r.structured_content = Some(json!({
+            "execution": {"execution_id": null, "tool": tool, "state": "not_sent", "next_step": text},
+            "bridge": {"attempts": attempts, "waited_ms": waited.as_millis() as u64, "last_problem": last_problem},
+        }));
+        return r;
+    }
+    let text = format!(
+        "{tool}: outcome not known to postern connect: the gateway at {url} gave no answer in \
+         {secs}s ({attempts} attempts; last problem: {last_problem}). The call may or may not have \
+         been performed. Repeating this identical call (same tool, same arguments, same \
+         idempotency key) is safe: the gateway matches it to the same execution and returns its \
+         recorded result instead of acting twice."
+    );
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
+    r.structured_content = Some(json!({
+        "execution": {"execution_id": null, "tool": tool, "state": "unknown_to_bridge", "next_step": text},
+        "bridge": {"attempts": attempts, "waited_ms": waited.as_millis() as u64, "last_problem": last_problem},
+    }));
+    r
+}
+
+fn random_hex() -> String {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    hex::encode(b)
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> ServerConfig {
+        let mut instructions = self.0.instructions.clone().unwrap_or_default();
+        instructions.push_str(
+            " (Bridged by postern connect: a call whose answer is lost in transit is re-issued and \
+             matched by the gateway to the same execution.)",
+        );
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "postern-connect",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(instructions.trim_start().to_string())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools().await?))
+    }
+
+    async fn call_tool(
+        &self,
+        mut request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(reason) = ctx.meta.0.get(REFUSED_META).and_then(Value::as_str) {
+            return Err(ErrorData::invalid_params(
+                format!("invalid request: {reason}"),
+                None,
+            ));
+        }
+        request.meta = Some(self.forwarded_meta(&ctx.meta));
+        self.call(request, ctx.ct.clone()).await
+    }
+}
