@@ -125,10 +125,14 @@ pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router 
     let mut config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(max_body)
         .with_allowed_hosts(hosts);
-    // DNS-rebinding protection: a request that carries an Origin (a browser) must come from an
-    // allowed one; with none configured, no browser page may call the gateway. Agents send none.
+    // DNS-rebinding protection: a request that carries an Origin (a browser) must come from a
+    // loopback page or a configured origin; a rebound foreign page never passes. Agents send none.
+    let mut origins: Vec<String> = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+        .map(String::from)
+        .to_vec();
+    origins.extend(gateway.config().gateway.allowed_origins.iter().cloned());
     config = config
-        .with_allowed_origins(gateway.config().gateway.allowed_origins.clone())
+        .with_allowed_origins(origins)
         .enforce_origin_validation();
     // Sessions and their streams outlive a restart (and move between replicas on PostgreSQL).
     let streams = Arc::new(DurableStreams::new(gateway.clone()));
@@ -284,8 +288,14 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     parts.extensions.insert(Actor(actor.clone()));
     parts.extensions.insert(raw);
     parts.extensions.insert(slot.clone());
+    let is_delete = parts.method == http::Method::DELETE;
     let response = next.run(Request::from_parts(parts, body)).await;
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    if is_delete && parts.status == StatusCode::ACCEPTED {
+        // The session is closed when rmcp answers; "accepted for later" would be untrue (and
+        // clients expect 200 or 204).
+        parts.status = StatusCode::NO_CONTENT;
+    }
     let is_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
