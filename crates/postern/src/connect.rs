@@ -43,8 +43,8 @@ pub(crate) const REFUSED_META: &str = "io.postern.connect/refused";
 
 #[derive(Args)]
 pub struct ConnectArgs {
-    /// The remote gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp (a bare host:port gets
-    /// /mcp).
+    /// The remote gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp (without a path, /mcp
+    /// is used).
     pub url: String,
     /// The environment variable that holds the bearer token.
     #[arg(long, value_name = "NAME", default_value = "POSTERN_TOKEN")]
@@ -216,7 +216,11 @@ impl Bridge {
                     remote.url
                 ),
                 Ok(Err(e)) if Instant::now() + pause >= deadline => {
-                    bail!("cannot open an MCP session with {}: {e}", remote.url)
+                    bail!(
+                        "cannot open an MCP session with {}: {}",
+                        remote.url,
+                        init_chain(&e)
+                    )
                 }
                 Err(_) if Instant::now() + pause >= deadline => bail!(
                     "cannot open an MCP session with {}: no answer within {:?}",
@@ -267,7 +271,7 @@ impl Bridge {
             }
             Ok(Err(e)) => {
                 return Err(Failure::Lost {
-                    reason: format!("cannot open a session: {e}"),
+                    reason: format!("cannot open a session: {}", init_chain(&e)),
                     sent: false,
                 })
             }
@@ -530,7 +534,7 @@ fn classify(e: &ServiceError) -> Failure {
             Failure::Unauthorized("the remote refused the bridge's token (HTTP 401)".to_string())
         }
         ServiceError::TransportSend(t) => Failure::Lost {
-            reason: t.error.to_string(),
+            reason: chain(t.error.as_ref()),
             sent: !connect_refused(t.error.as_ref()),
         },
         other => Failure::Lost {
@@ -563,6 +567,36 @@ fn session_gone(e: &ServiceError) -> bool {
                 | StreamableHttpError::TransportChannelClosed
         )
     )
+}
+
+fn init_chain(e: &rmcp::service::ClientInitializeError) -> String {
+    match e {
+        rmcp::service::ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", chain(error.error.as_ref()))
+        }
+        other => chain(other),
+    }
+}
+
+/// An error and its causes, `a: b: c`.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut source = Some(e);
+    while let Some(cur) = source {
+        let text = cur.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        // rmcp's `Client` variant does not name the HTTP client's error as its source.
+        source = match cur.downcast_ref::<HttpError>() {
+            Some(StreamableHttpError::Client(r)) => Some(r),
+            _ => cur.source(),
+        };
+    }
+    out
 }
 
 /// The connection was refused: provably nothing of this attempt reached the gateway.

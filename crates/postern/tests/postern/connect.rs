@@ -522,6 +522,33 @@ async fn a_restarted_gateway_gets_a_new_session_and_the_same_record() {
     assert_eq!(target.state.count_for("after-co"), 1);
 }
 
+/// The gateway is gone (connections refused) for the whole recovery time: nothing left the
+/// bridge, and the agent is told so, as an error result it may safely act on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_gateway_is_reported_as_not_sent() {
+    let (target, _dir, served) = setup("connect-gone", |t| t).await;
+    let mut agent = Lines::start(&served.url, &["--recovery-time", "2s"]).await;
+    served.kill9();
+    let resp = agent
+        .ask(&call_line(
+            1,
+            json!({"customer": "gone-co", "amount": 1}),
+            "",
+        ))
+        .await;
+    let result = &resp["result"];
+    assert_eq!(result["isError"], true, "{resp}");
+    assert_eq!(
+        result["structuredContent"]["execution"]["state"], "not_sent",
+        "{resp}"
+    );
+    assert!(result["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Nothing was sent"));
+    assert!(target.state.requests().is_empty());
+}
+
 fn run_bridge(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_postern"));
     cmd.arg("connect").args(args).env_remove("POSTERN_TOKEN");
