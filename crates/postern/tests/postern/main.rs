@@ -6,6 +6,7 @@ mod connect;
 mod fingerprint;
 mod foreign;
 mod harness;
+mod hygiene;
 mod inspector;
 mod interop;
 mod resume;
