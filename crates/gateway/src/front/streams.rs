@@ -34,9 +34,13 @@ use tokio::sync::mpsc;
 
 use crate::pipeline::{now, Gateway};
 
-/// How long a finished stream stays in memory for a fast in-process replay; the ledger serves
-/// it after that.
-const FINISHED_IN_MEMORY: Duration = Duration::from_secs(60);
+/// How long a finished stream that was cut (and so is in the ledger too) stays in memory for a
+/// fast in-process replay; the ledger serves it after that.
+const ABANDONED_IN_MEMORY: Duration = Duration::from_secs(60);
+/// How long a finished stream that was written out whole stays resumable: long enough for a
+/// client whose connection died with the last bytes still in flight, short enough that memory
+/// stays bounded under load (a few seconds of calls).
+const DELIVERED_IN_MEMORY: Duration = Duration::from_secs(5);
 /// A stream with no event for this long leaves memory (a session's standalone stream).
 const IDLE_IN_MEMORY: Duration = Duration::from_secs(600);
 
@@ -70,25 +74,47 @@ struct LiveState {
     stored: Vec<StreamEvent>,
 }
 
-/// Streams this process is carrying (or carried a moment ago).
+/// Streams this process is carrying (or carried a moment ago). A sweep (at most every
+/// `SWEEP_EVERY`) drops finished streams after their grace and idle ones.
 #[derive(Default)]
-struct Live(Mutex<HashMap<String, Arc<Mutex<LiveState>>>>);
+struct Live(Mutex<LiveMap>);
+
+#[derive(Default)]
+struct LiveMap {
+    streams: HashMap<String, Arc<Mutex<LiveState>>>,
+    swept: Option<Instant>,
+}
+
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Live {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveMap> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn get(&self, stream_id: &str) -> Option<Arc<Mutex<LiveState>>> {
-        self.0.lock().ok()?.get(stream_id).cloned()
+        self.lock().streams.get(stream_id).cloned()
     }
 
     fn get_or_create(&self, stream_id: &str) -> Arc<Mutex<LiveState>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() > 1024 {
-            map.retain(|_, s| {
+        let mut map = self.lock();
+        if map.swept.is_none_or(|t| t.elapsed() > SWEEP_EVERY) {
+            map.swept = Some(Instant::now());
+            map.streams.retain(|_, s| {
                 let s = s.lock().unwrap_or_else(|e| e.into_inner());
                 let age = s.touched.map_or(Duration::ZERO, |t| t.elapsed());
-                !(age > IDLE_IN_MEMORY || (s.finished && age > FINISHED_IN_MEMORY))
+                let grace = if s.durable {
+                    ABANDONED_IN_MEMORY
+                } else {
+                    DELIVERED_IN_MEMORY
+                };
+                !(age > IDLE_IN_MEMORY || (s.finished && age > grace))
             });
         }
-        map.entry(stream_id.to_string()).or_default().clone()
+        map.streams
+            .entry(stream_id.to_string())
+            .or_default()
+            .clone()
     }
 }
 
