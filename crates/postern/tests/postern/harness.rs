@@ -85,6 +85,27 @@ http = {{ method = "GET", url = "{target}/invoices" }}
     )
 }
 
+/// Writes the config, keys and tokens into `dir` (files already there are kept).
+pub fn prepare(dir: &Path, config_text: &str) {
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        if !p.exists() {
+            std::fs::write(p, text).unwrap();
+        }
+    };
+    write("postern.toml", config_text);
+    write(
+        "fp.key",
+        "7f3a1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f",
+    );
+    write(
+        "signing.key",
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+    );
+    write("billing.token", BILLING_TOKEN);
+    write("ops.token", OPS_TOKEN);
+}
+
 pub struct Served {
     child: Child,
     pub url: String,
@@ -99,23 +120,7 @@ impl Served {
 
     /// As [`Served::start`], listening on `listen` (e.g. the address of a gateway just stopped).
     pub fn start_on(dir: &Path, config_text: &str, listen: &str) -> Served {
-        let write = |name: &str, text: &str| {
-            let p = dir.join(name);
-            if !p.exists() {
-                std::fs::write(p, text).unwrap();
-            }
-        };
-        write("postern.toml", config_text);
-        write(
-            "fp.key",
-            "7f3a1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f",
-        );
-        write(
-            "signing.key",
-            "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
-        );
-        write("billing.token", BILLING_TOKEN);
-        write("ops.token", OPS_TOKEN);
+        prepare(dir, config_text);
         let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
             .args([
                 "serve",

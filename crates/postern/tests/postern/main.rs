@@ -11,4 +11,5 @@ mod inspector;
 mod interop;
 mod resume;
 mod serve;
+mod stdio;
 mod tasks;
