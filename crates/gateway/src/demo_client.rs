@@ -134,6 +134,49 @@ impl McpClient {
         self.send(&body, None).await
     }
 
+    /// POSTs a request and cuts the connection as soon as its SSE stream carried an event id
+    /// (the priming event): the answer, still being made, never reaches this connection.
+    /// Returns that event id.
+    pub async fn post_and_cut(&self, body: &str) -> Result<String, ClientError> {
+        let mut resp = self.post(body).send().await?;
+        let mut seen = String::new();
+        while let Some(chunk) = resp.chunk().await? {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(id) = seen
+                .lines()
+                .find_map(|l| l.strip_prefix("id:").map(|v| v.trim().to_string()))
+            {
+                return Ok(id);
+            }
+        }
+        Err(ClientError::NoResponse(seen))
+    }
+
+    /// Resumes a stream with `GET` and `Last-Event-ID`: the JSON-RPC response it replays and the
+    /// ids of the replayed events.
+    pub async fn resume(&self, last_event_id: &str) -> Result<(Value, Vec<String>), ClientError> {
+        let resp = self
+            .http
+            .get(&self.url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("last-event-id", last_event_id)
+            .send()
+            .await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let ids = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("id:").map(|v| v.trim().to_string()))
+            .collect();
+        match response_message(&text) {
+            Some(v) => Ok((v, ids)),
+            None => Err(ClientError::Status { status, body: text }),
+        }
+    }
+
     /// Sends a prepared request body and returns its JSON-RPC response.
     pub async fn send(&self, body: &str, timeout: Option<Duration>) -> Result<Value, ClientError> {
         let (status, text) = self.raw(body, timeout).await?;

@@ -266,6 +266,35 @@ async fn demo() -> Result<i32> {
 
     heading(
         3,
+        "The stream carrying the answer is cut; the agent resumes the stream instead of asking again.",
+    );
+    d.target
+        .set_mode(Mode::SlowOnce(Duration::from_millis(600)));
+    let (id, body) = d.client.request(
+        "create_invoice",
+        json!({"customer": "hooli", "amount": 420}),
+        json!({}),
+    );
+    line(format!("agent  → tools/call create_invoice {{\"customer\":\"hooli\",\"amount\":420}} (JSON-RPC id {id})"));
+    let before = d.target.requests().len();
+    let last_seen = d.client.post_and_cut(&body).await?;
+    line(format!(
+        "agent  ✗ stream cut after its first event (id {last_seen}); the target is still working"
+    ));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    d.show_target_traffic(before);
+    line(format!(
+        "agent  → GET /mcp  Last-Event-ID: {last_seen}   ← same session, no new request"
+    ));
+    let (replayed, ids) = d.client.resume(&last_seen).await?;
+    line(format!("agent  ← replayed event(s) {}", ids.join(", ")));
+    d.show_answer(&replayed).await?;
+    line("why      the answer was made while the agent was away; the cut stream was kept (in the ledger, so a");
+    line("         restart would not lose it) and replayed to its own session. A replay is not a retry: nothing was sent again.");
+    d.invoices_for("hooli");
+
+    heading(
+        4,
         "The agent really wants a second, separate invoice: it says so with a new idempotencyKey.",
     );
     d.call(
@@ -277,7 +306,7 @@ async fn demo() -> Result<i32> {
     .await?;
     d.invoices_for("acme");
 
-    heading(4, "The same key with a different amount is a conflict: nothing changes, the original is named.");
+    heading(5, "The same key with a different amount is a conflict: nothing changes, the original is named.");
     d.call(
         "create_invoice",
         json!({"customer": "acme", "amount": 9999}),
@@ -287,7 +316,7 @@ async fn demo() -> Result<i32> {
     .await?;
     d.invoices_for("acme");
 
-    heading(5, "The target applies the request and never answers (the gateway's 1 s response timeout fires).");
+    heading(6, "The target applies the request and never answers (the gateway's 1 s response timeout fires).");
     d.target.set_mode(Mode::HangOnce);
     d.call(
         "create_invoice",
@@ -308,7 +337,7 @@ async fn demo() -> Result<i32> {
     d.invoices_for("initech");
 
     heading(
-        6,
+        7,
         "An irreversible tool with an unknown outcome stops for a human.",
     );
     d.target.set_mode(Mode::HangOnce);
@@ -328,11 +357,11 @@ async fn demo() -> Result<i32> {
     .await?;
     line("why      irreversible: nothing is re-sent; `needs_review` until a human resolves it as applied or not applied");
 
-    heading(7, "Reads are never matched: each call runs.");
+    heading(8, "Reads are never matched: each call runs.");
     d.call("list_invoices", json!({}), json!({}), "").await?;
     d.call("list_invoices", json!({}), json!({}), "").await?;
 
-    heading(8, "The audit chain, verified offline.");
+    heading(9, "The audit chain, verified offline.");
     let public =
         postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
             .verifying_key();

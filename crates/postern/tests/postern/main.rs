@@ -3,6 +3,7 @@
 mod audit;
 mod conformance;
 mod connect;
+mod demo;
 mod fingerprint;
 mod foreign;
 mod harness;
