@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use postern_core::ExecutionId;
 use postern_ledger::{Ledger, StreamEvent, StreamOwner, StreamWrite};
-use rmcp::model::ServerJsonRpcMessage;
+use rmcp::model::{ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, ServerSseMessage, SessionState,
     SessionStore, SessionStoreError,
@@ -135,9 +135,13 @@ fn execution_of(message: &ServerJsonRpcMessage) -> Option<ExecutionId> {
     let ServerJsonRpcMessage::Response(response) = message else {
         return None;
     };
-    let value = serde_json::to_value(&response.result).ok()?;
-    value
-        .pointer("/structuredContent/execution/execution_id")
+    let ServerResult::CallToolResult(result) = &response.result else {
+        return None;
+    };
+    result
+        .structured_content
+        .as_ref()?
+        .pointer("/execution/execution_id")
         .and_then(Value::as_str)?
         .parse()
         .ok()
