@@ -1,6 +1,8 @@
 //! The ledger's one integration-test binary: the store conformance suite (run against both
-//! SQLite and the real PostgreSQL), the multi-process and crash tests.
+//! SQLite and the real PostgreSQL), resumable-stream transport state, the multi-process and
+//! crash tests.
 
 mod conformance;
 mod crash;
+mod streams;
 mod support;

@@ -751,3 +751,165 @@ async fn a_sessionless_call_abandoned_before_dispatch_is_cancelled() {
         target.state.requests()
     );
 }
+
+/// A new, empty database on the machine's PostgreSQL (`POSTERN_TEST_PG`, the admin URL the
+/// ledger's conformance suite uses); its URL.
+async fn fresh_postgres() -> String {
+    use sqlx::Connection;
+
+    let admin = std::env::var("POSTERN_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let name = format!("postern_test_{}", random_uuid().replace('-', ""));
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("PostgreSQL must be running (see .ci/run)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let base = admin.rsplit_once('/').unwrap().0;
+    format!("{base}/{name}")
+}
+
+/// The chain (the writing instance) of an execution's last event named `name`.
+async fn chain_of(ledger: &Ledger, id: ExecutionId, name: &str) -> String {
+    ledger
+        .execution(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.body.event.name() == name)
+        .unwrap_or_else(|| panic!("no {name} event"))
+        .body
+        .chain
+        .clone()
+}
+
+/// Case 5: two replicas on one PostgreSQL. A legacy session opened on replica A loses a
+/// `tools/call` stream after its priming event; once the execution completed, the client resumes
+/// on replica B with the same session id and `Last-Event-ID`: B restores the session from the
+/// ledger and replays the result A recorded. The target acted once; B records the delivery.
+/// Another session presenting that event id on B gets 404 and nothing of the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_resumed_on_another_replica_on_postgres() {
+    let target = InvoiceApi::start().await.unwrap();
+    let store = fresh_postgres().await;
+    let sqlite_store = "store = \"sqlite://ledger.db\"";
+    let text = slow_config(&target);
+    assert!(text.contains(sqlite_store));
+    let text = text.replace(sqlite_store, &format!("store = \"{store}\""));
+    let (dir_a, dir_b) = (Dir::new("resume-pg-a"), Dir::new("resume-pg-b"));
+    let replica_a = Served::start(&dir_a.0, &text);
+    let replica_b = Served::start(&dir_b.0, &text);
+    assert_ne!(replica_a.url, replica_b.url, "two replicas, two ports");
+
+    target.state.set_mode(Mode::SlowOnce(SLOW));
+    let (on_a, primed) = call_and_cut(&replica_a, "2025-06-18", 9).await;
+    let stream = stream_of(&primed).to_string();
+
+    let ledger = Ledger::open(&store, LedgerOptions::default())
+        .await
+        .unwrap()
+        .0;
+    let (id, _) = wait_for_the_execution(&ledger, "the result and its lost delivery", |n| {
+        completed(n) && has(n, "delivery_failed")
+    })
+    .await;
+    assert_eq!(target.state.count_for("resume-co"), 1);
+    // Replica A wrote the cut stream to the shared ledger, its owner and final answer included
+    // (the events share A's next commit, so they may land a moment after the result).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let stored = loop {
+        let events = ledger.stream_events_after(&stream, None).await.unwrap();
+        if events.iter().any(|e| e.last) {
+            break events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica A never wrote the cut stream's end to the ledger: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(stored[0].n, 0, "{stored:?}");
+    let last = stored.last().unwrap();
+    assert_eq!(last.execution_id, Some(id), "{stored:?}");
+    let owner = ledger.stream_owner(&stream).await.unwrap();
+    let owner = owner.expect("the cut stream's owner is in the ledger");
+    assert_eq!(owner.session_id.as_deref(), Some(on_a.id.as_str()));
+    assert_eq!(owner.actor, "billing");
+
+    // The same client, now talking to replica B: same session id, same token.
+    let on_b = Session {
+        http: http(),
+        url: replica_b.url.clone(),
+        token: on_a.token.clone(),
+        version: on_a.version.clone(),
+        id: on_a.id.clone(),
+    };
+
+    // Another session (of the same actor, opened on B) presenting the event id: 404, nothing.
+    let other = Session::open(&replica_b.url, BILLING_TOKEN, "2025-06-18").await;
+    let exe = id.to_string();
+    let refused = |what: &'static str, resp: reqwest::Response| {
+        let exe = exe.clone();
+        async move {
+            let status = resp.status().as_u16();
+            let body = tokio::time::timeout(PATIENCE, resp.text())
+                .await
+                .unwrap()
+                .unwrap_or_default();
+            assert_eq!(status, 404, "{what}: {body}");
+            assert!(
+                !body.contains(&exe) && !body.contains("structuredContent"),
+                "{what} got some of the stream: {body}"
+            );
+        }
+    };
+    refused(
+        "another session on replica B, before the owner resumed",
+        other.resume(&primed).await,
+    )
+    .await;
+    refused(
+        "another actor presenting the owner's session id on replica B",
+        resume(&http(), &replica_b.url, OPS_TOKEN, Some(&on_b.id), &primed).await,
+    )
+    .await;
+
+    // The owner resumes on B and gets the result A's execution recorded.
+    let replayed = resume_and_check(&on_b, &primed, 9).await;
+    assert_eq!(replayed, exe);
+    assert_eq!(target.state.count_for("resume-co"), 1);
+    assert_eq!(posts(&target.state), 1, "the target saw one request");
+    assert_eq!(all_executions(&ledger).await.len(), 1);
+    let (_, names) = wait_for_the_execution(&ledger, "the replay's delivery", |n| {
+        delivered_after_loss(n)
+    })
+    .await;
+    assert!(completed(&names), "{names:?}");
+    assert_ne!(
+        chain_of(&ledger, id, "delivered").await,
+        chain_of(&ledger, id, "dispatched").await,
+        "replica B recorded the delivery of replica A's execution"
+    );
+
+    refused(
+        "another session on replica B, after the owner resumed",
+        other.resume(&primed).await,
+    )
+    .await;
+
+    // The session restored on B goes on working there.
+    let resp = on_b
+        .post(&json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let list = response_in(&SseReader::new(resp).rest().await, 10);
+    assert!(list["result"]["tools"].as_array().is_some(), "{list}");
+    ledger.close().await;
+}
