@@ -7,24 +7,9 @@ use std::time::Duration;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::recovery::RecoveryDecision;
 use postern_core::EventKind;
-use postern_ledger::{
-    AcceptOutcome, Ledger, LedgerError, LedgerOptions, ListFilter, NewEvent, ResultBody,
-};
+use postern_ledger::{AcceptOutcome, Ledger, LedgerError, ListFilter, NewEvent, ResultBody};
 
-use crate::support::{fresh_store, now, request, signing_key, verify, Backend, BACKENDS};
-
-fn options() -> LedgerOptions {
-    LedgerOptions {
-        signing_key: Some(signing_key()),
-        checkpoint_every: 5,
-        lease: Duration::from_millis(300),
-        ..LedgerOptions::default()
-    }
-}
-
-async fn open(url: &str) -> Ledger {
-    Ledger::open(url, options()).await.unwrap().0
-}
+use crate::support::{fresh_store, now, open, options, request, verify, Backend, BACKENDS};
 
 async fn count(ledger: &Ledger) -> usize {
     ledger

@@ -3,28 +3,11 @@
 //! what is older than the cutoff and never the execution record, and all of it outlives a close
 //! and reopen.
 
-use std::time::Duration;
-
 use postern_core::lifecycle::Verdict;
 use postern_core::{EventKind, ExecutionId, Timestamp};
-use postern_ledger::{
-    Ledger, LedgerOptions, NewEvent, ResultBody, StreamEvent, StreamOwner, StreamWrite,
-};
+use postern_ledger::{Ledger, NewEvent, ResultBody, StreamEvent, StreamOwner, StreamWrite};
 
-use crate::support::{fresh_store, now, request, signing_key, verify, BACKENDS};
-
-fn options() -> LedgerOptions {
-    LedgerOptions {
-        signing_key: Some(signing_key()),
-        checkpoint_every: 5,
-        lease: Duration::from_millis(300),
-        ..LedgerOptions::default()
-    }
-}
-
-async fn open(url: &str) -> Ledger {
-    Ledger::open(url, options()).await.unwrap().0
-}
+use crate::support::{fresh_store, now, open, request, verify, BACKENDS};
 
 fn event(stream: &str, n: u64, payload: &str, at: Timestamp) -> StreamEvent {
     StreamEvent {

@@ -134,3 +134,21 @@ pub async fn verify(ledger: &Ledger) -> postern_audit::Report {
     }
     v.finish()
 }
+
+/// The options every conformance test opens a ledger with: signed checkpoints every 5 events
+/// and a short lease (so liveness tests run quickly).
+pub fn options() -> postern_ledger::LedgerOptions {
+    postern_ledger::LedgerOptions {
+        signing_key: Some(signing_key()),
+        checkpoint_every: 5,
+        lease: std::time::Duration::from_millis(300),
+        ..postern_ledger::LedgerOptions::default()
+    }
+}
+
+pub async fn open(url: &str) -> postern_ledger::Ledger {
+    postern_ledger::Ledger::open(url, options())
+        .await
+        .unwrap()
+        .0
+}

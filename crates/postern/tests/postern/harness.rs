@@ -121,6 +121,11 @@ impl Served {
     /// As [`Served::start`], listening on `listen` (e.g. the address of a gateway just stopped).
     pub fn start_on(dir: &Path, config_text: &str, listen: &str) -> Served {
         prepare(dir, config_text);
+        Served::spawn(dir, listen)
+    }
+
+    /// Starts `postern serve` with the config already in `dir`, listening on `listen`.
+    pub fn spawn(dir: &Path, listen: &str) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
             .args([
                 "serve",
@@ -171,6 +176,27 @@ impl Served {
             std::thread::sleep(Duration::from_millis(25));
         }
         panic!("postern serve did not stop within 10 s of SIGINT");
+    }
+
+    /// SIGTERM; waits (bounded: a gateway drains running executions for at most 30 s) for the
+    /// process to exit, and returns how it exited.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "postern serve did not exit within 40 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `kill -9`.
@@ -238,4 +264,13 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// How many POSTs (creations) reached the target.
+pub fn posts(target: &postern_gateway::demo_target::InvoiceApi) -> usize {
+    target
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count()
 }

@@ -15,7 +15,7 @@ use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
 use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
 use serde_json::{json, Value};
 
-use crate::harness::{config, execution, Dir, Served, BILLING_TOKEN, OPS_TOKEN};
+use crate::harness::{config, execution, posts, Dir, Served, BILLING_TOKEN, OPS_TOKEN};
 
 /// The target sleeps this long after creating the invoice, before it answers.
 const SLOW: Duration = Duration::from_millis(1500);
@@ -34,14 +34,6 @@ async fn setup(tag: &str) -> (InvoiceApiHandle, Dir, Served, String) {
     let text = slow_config(&target);
     let served = Served::start(&dir.0, &text);
     (target, dir, served, text)
-}
-
-fn posts(target: &InvoiceApi) -> usize {
-    target
-        .requests()
-        .iter()
-        .filter(|r| r.method == "POST")
-        .count()
 }
 
 fn http() -> reqwest::Client {

@@ -8,7 +8,7 @@ use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    config, eventually, execution, sse_message, Dir, Mcp, Served, BILLING_TOKEN, OPS_TOKEN,
+    config, eventually, execution, posts, sse_message, Dir, Mcp, Served, BILLING_TOKEN, OPS_TOKEN,
 };
 
 async fn setup(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir, Served) {
@@ -27,14 +27,6 @@ async fn executions(store: &str) -> Vec<postern_ledger::ExecutionSummary> {
         })
         .await
         .unwrap()
-}
-
-fn posts(target: &InvoiceApi) -> usize {
-    target
-        .requests()
-        .iter()
-        .filter(|r| r.method == "POST")
-        .count()
 }
 
 /// 1. The answer is lost after the target created the invoice; a retry on a fresh connection

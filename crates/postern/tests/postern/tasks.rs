@@ -13,16 +13,17 @@
 //! The gateway processes are started here rather than through `harness::Served`: these tests
 //! send SIGTERM (not SIGINT), check the exit status and its time, and restart on the same port.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
 use serde_json::{json, Value};
 
-use crate::harness::{config, execution, sse_message, Dir, Mcp, BILLING_TOKEN, OPS_TOKEN};
+use crate::harness::{
+    config, execution, posts, prepare, sse_message, Dir, Mcp, Served, BILLING_TOKEN, OPS_TOKEN,
+};
 
 /// How long the target takes to answer the slow call.
 const SLOW: Duration = Duration::from_secs(3);
@@ -48,94 +49,6 @@ recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempot
 "#
     ));
     text
-}
-
-/// Writes the config, the keys and the actors' tokens into `dir`.
-fn prepare(dir: &Path, config_text: &str) {
-    for (name, text) in [
-        ("postern.toml", config_text),
-        (
-            "fp.key",
-            "7f3a1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f",
-        ),
-        (
-            "signing.key",
-            "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
-        ),
-        ("billing.token", BILLING_TOKEN),
-        ("ops.token", OPS_TOKEN),
-    ] {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-}
-
-/// A `postern serve` process.
-struct Gateway {
-    child: Child,
-    url: String,
-}
-
-impl Gateway {
-    /// Starts `postern serve` with the config in `dir`, listening on `listen`.
-    fn start(dir: &Path, listen: &str) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-            .args([
-                "serve",
-                "-c",
-                dir.join("postern.toml").to_str().unwrap(),
-                "--listen",
-                listen,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("postern listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
-        Gateway { child, url }
-    }
-
-    /// `127.0.0.1:PORT`.
-    fn addr(&self) -> String {
-        self.url
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp")
-            .to_string()
-    }
-
-    /// SIGTERM; waits (bounded: the gateway drains for at most 30 s) for the process to exit.
-    fn terminate(&mut self) -> ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "postern serve did not exit within 40 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A stateless (MCP 2026-07-28) client over raw HTTP, declaring the tasks extension or not.
@@ -238,14 +151,6 @@ fn event_names(shown: &Value) -> Vec<String> {
         .collect()
 }
 
-fn posts(target: &InvoiceApi) -> usize {
-    target
-        .requests()
-        .iter()
-        .filter(|r| r.method == "POST")
-        .count()
-}
-
 /// Calls the long-running tool as a task while the target is slow; checks the task it gets and
 /// that its execution is already in the ledger, dispatched. Returns the task id.
 async fn start_slow_task(client: &Client, dir: &Path, target: &InvoiceApi, args: Value) -> String {
@@ -296,7 +201,7 @@ async fn a_task_is_polled_across_a_graceful_restart_until_completed() {
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("tasks-restart");
     prepare(&dir.0, &tasks_config(&target));
-    let mut first = Gateway::start(&dir.0, "127.0.0.1:0");
+    let mut first = Served::spawn(&dir.0, "127.0.0.1:0");
     let billing = Client::new(&first.url, BILLING_TOKEN, true);
 
     let called = Instant::now();
@@ -331,7 +236,7 @@ async fn a_task_is_polled_across_a_graceful_restart_until_completed() {
     assert!(!names.iter().any(|n| n == "outcome_unknown"), "{names:?}");
 
     // Restarted on the same ledger file and port, the task reads completed, with its result.
-    let second = Gateway::start(&dir.0, &first.addr());
+    let second = Served::spawn(&dir.0, first.addr());
     assert_eq!(second.url, first.url);
     let got = billing.get(&id).await;
     assert_completed(&got, &id, "task-co");
@@ -391,7 +296,7 @@ async fn tasks_cancel_and_clients_without_tasks() {
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("tasks-cancel");
     prepare(&dir.0, &tasks_config(&target));
-    let mut gateway = Gateway::start(&dir.0, "127.0.0.1:0");
+    let mut gateway = Served::spawn(&dir.0, "127.0.0.1:0");
 
     // Without the tasks extension: a synchronous tool result, whatever the protocol era.
     let plain = Client::new(&gateway.url, BILLING_TOKEN, false);
