@@ -114,6 +114,17 @@ impl Gateway {
         let (_, accepted) = self.admit(&call).await?;
         let summary = match &accepted {
             AcceptOutcome::Created(s) => s.clone(),
+            // The same key with other arguments: an error naming the original, never its task.
+            AcceptOutcome::Existing {
+                decision: RecoveryDecision::Conflict { original },
+                execution,
+            } => {
+                return Err(GatewayError::Conflict {
+                    key: call.operation_key.clone().unwrap_or_default(),
+                    original: *original,
+                    accepted_at: execution.accepted_at,
+                })
+            }
             AcceptOutcome::Existing { execution, .. } => execution.clone(),
         };
         if summary.lifecycle.state == State::Cancelled {

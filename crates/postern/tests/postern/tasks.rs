@@ -382,6 +382,31 @@ async fn tasks_cancel_and_clients_without_tasks() {
     assert_completed(&billing.get(&id).await, &id, "cancel-co");
 
     assert_eq!(posts(&target.state), 3);
+
+    // An operation key reused with other arguments is a conflict naming the first execution,
+    // never a task for it; nothing reaches the target.
+    let keyed = |amount: u64| {
+        json!({"name": TOOL, "arguments": {"customer": "keyed-co", "amount": amount},
+               "idempotencyKey": "task-key-1"})
+    };
+    let first = billing.rpc("tools/call", keyed(10)).await;
+    let first_id = first["result"]["taskId"].as_str().unwrap().to_string();
+    let clash = billing.rpc("tools/call", keyed(11)).await;
+    assert_eq!(clash["error"]["code"], -32010, "{clash}");
+    assert_eq!(
+        clash["error"]["data"]["original_execution_id"],
+        first_id.as_str(),
+        "{clash}"
+    );
+    assert!(clash.get("result").is_none(), "{clash}");
+    for _ in 0..100 {
+        if billing.get(&first_id).await["result"]["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(target.state.count_for("keyed-co"), 1);
+    assert_eq!(posts(&target.state), 4);
     let status = gateway.terminate();
     assert_eq!(status.code(), Some(0), "postern serve exited with {status}");
 }
