@@ -48,6 +48,9 @@ pub struct Gateway {
     config: Config,
     /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
     background: tokio_util::task::TaskTracker,
+    /// Task executions whose background run has not returned yet (a task reads `working`
+    /// while its recovery is still going, whatever the record says so far).
+    running: std::sync::Mutex<std::collections::HashSet<ExecutionId>>,
 }
 
 pub fn now() -> Timestamp {
@@ -73,6 +76,7 @@ impl Gateway {
             http,
             config,
             background: tokio_util::task::TaskTracker::new(),
+            running: Default::default(),
         })
     }
 
@@ -131,12 +135,32 @@ impl Gateway {
             return Err(GatewayError::Cancelled);
         }
         let gateway = self.clone();
+        let id = summary.id;
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(id);
+        }
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
                 let _ = gateway.finish(entry, accepted, &call).await;
             }
+            if let Ok(mut running) = gateway.running.lock() {
+                running.remove(&id);
+            }
         });
         Ok(summary)
+    }
+
+    /// Performs a call on the background tracker and waits for it: dropping the caller does not
+    /// drop the execution, and [`Gateway::drain`] waits for it.
+    pub async fn call_tracked(
+        self: &Arc<Self>,
+        call: ToolCall,
+    ) -> Result<CallReport, GatewayError> {
+        let gateway = self.clone();
+        self.background
+            .spawn(async move { gateway.call(call).await })
+            .await
+            .map_err(|e| GatewayError::Internal(format!("call task: {e}")))?
     }
 
     /// Waits (at most `within`) for executions finishing in the background.
@@ -145,6 +169,11 @@ impl Gateway {
         tokio::time::timeout(within, self.background.wait())
             .await
             .is_ok()
+    }
+
+    /// Whether a task's execution is still being run (or recovered) in the background.
+    pub fn is_running(&self, id: ExecutionId) -> bool {
+        self.running.lock().is_ok_and(|r| r.contains(&id))
     }
 
     /// Whether a tool is declared long-running (served as an MCP task).
@@ -286,6 +315,13 @@ impl Gateway {
                 return Ok(self.report(&s, attempt, None, None));
             }
         };
+        if call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            // Gone between the durable `dispatched` and the first byte: provably nothing left.
+            let note = json!({"reason": "cancelled after dispatch was recorded and before the request left; nothing was sent"});
+            self.append(s.id, NewEvent::new(EventKind::Failed).with_detail(note))
+                .await?;
+            return Err(GatewayError::Cancelled);
+        }
         let sending = self.http.dispatch(dispatch);
         tokio::pin!(sending);
         let outcome = match &call.cancel {
@@ -446,6 +482,10 @@ impl Gateway {
                 accepted_at: prior.accepted_at,
             }),
             D::Continue { execution_id } => {
+                // Nothing is dispatched for a caller that is already gone.
+                if call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                    return Err(GatewayError::Cancelled);
+                }
                 if prior.lifecycle.state == State::Accepted {
                     self.append(execution_id, NewEvent::new(EventKind::Authorized))
                         .await?;
@@ -563,6 +603,10 @@ impl Gateway {
             }
             UnknownFallback::QueryMarker => false,
         };
+        if redispatch && call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            // The caller went away while we looked: its outcome stays unknown, nothing re-sent.
+            return Err(GatewayError::Cancelled);
+        }
         if redispatch {
             // Same execution, same idempotency key.
             match self
@@ -654,12 +698,29 @@ impl Gateway {
         let note = json!({"note": "cancellation asked after dispatch: the request had left; the execution runs to its recorded end"});
         match summary.lifecycle.state {
             State::Dispatched => {
-                self.append(
-                    id,
-                    NewEvent::new(EventKind::CancelRequested).with_detail(note),
-                )
-                .await?;
-                Ok(())
+                match self
+                    .append(
+                        id,
+                        NewEvent::new(EventKind::CancelRequested).with_detail(note),
+                    )
+                    .await
+                {
+                    // It ended between the read and the append: nothing left to cancel.
+                    Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition {
+                        ..
+                    })) => {
+                        let state = self
+                            .ledger
+                            .summary(id)
+                            .await?
+                            .map_or("unknown", |s| s.lifecycle.state.display_name());
+                        Err(GatewayError::NotCancellable {
+                            execution: id,
+                            state,
+                        })
+                    }
+                    other => other.map(|_| ()),
+                }
             }
             state => Err(GatewayError::NotCancellable {
                 execution: id,

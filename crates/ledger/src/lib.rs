@@ -460,7 +460,12 @@ impl Ledger {
     /// Records transport state for resumable streams. It shares the next commit rather than
     /// spending one of its own; the future resolves once that commit is durable.
     pub async fn record_stream(&self, write: StreamWrite) -> Result<(), LedgerError> {
-        self.call(|tx| Op::Stream(Box::new(write), tx)).await
+        self.record_streams(vec![write]).await
+    }
+
+    /// Several transport writes in one commit, in order (all or none).
+    pub async fn record_streams(&self, writes: Vec<StreamWrite>) -> Result<(), LedgerError> {
+        self.call(|tx| Op::Stream(writes, tx)).await
     }
 
     /// Commits everything queued before this call; returns once it is durable.

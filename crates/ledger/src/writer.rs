@@ -35,7 +35,7 @@ pub(crate) enum Op {
     StartRun(Box<Run>, Reply<()>),
     EndRun(String, Timestamp, Reply<()>),
     /// Transport state for resumable streams (never waited on by an action).
-    Stream(Box<StreamWrite>, Reply<()>),
+    Stream(Vec<StreamWrite>, Reply<()>),
     /// Commits whatever is queued; replies once it is durable.
     Flush(Reply<()>),
 }
@@ -303,9 +303,16 @@ impl<C: WriteConn> Writer<C> {
                     .map(|_| ());
                 Done::Unit(tx, r)
             }
-            Op::Stream(write, tx) => {
-                let (sql, values) = write.sql();
-                Done::Unit(tx, self.conn.exec(sql, &values).await.map(|_| ()))
+            Op::Stream(writes, tx) => {
+                let mut r = Ok(());
+                for write in &writes {
+                    let (sql, values) = write.sql();
+                    if let Err(e) = self.conn.exec(sql, &values).await {
+                        r = Err(e);
+                        break;
+                    }
+                }
+                Done::Unit(tx, r)
             }
             Op::Flush(tx) => Done::Unit(tx, Ok(())),
         }

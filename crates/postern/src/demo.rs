@@ -183,7 +183,11 @@ async fn demo() -> Result<i32> {
     let ledger = assembled.gateway.ledger().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_url = format!("http://{}/mcp", listener.local_addr()?);
-    let app = postern_gateway::front::router(assembled.gateway.clone(), assembled.tokens);
+    let app = postern_gateway::front::router(
+        assembled.gateway.clone(),
+        assembled.tokens,
+        tokio_util::sync::CancellationToken::new(),
+    );
     tokio::spawn(async move { axum::serve(crate::serve::no_delay(listener), app).await });
 
     println!(

@@ -143,9 +143,16 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             .with_context(|| format!("binding {listen}"))?;
         let addr = listener.local_addr()?;
         println!("postern listening on http://{addr}/mcp");
-        let app = postern_gateway::front::router(gateway.clone(), assembled.tokens);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let app =
+            postern_gateway::front::router(gateway.clone(), assembled.tokens, shutdown.clone());
         axum::serve(no_delay(listener), app)
-            .with_graceful_shutdown(stop_signal())
+            .with_graceful_shutdown(async move {
+                stop_signal().await;
+                // Open streams (a session's GET stream, a live replay) end now instead of
+                // holding the stop until their clients leave.
+                shutdown.cancel();
+            })
             .await?;
         // Executions finishing in the background (MCP tasks) get to record their end.
         if !gateway.drain(std::time::Duration::from_secs(30)).await {

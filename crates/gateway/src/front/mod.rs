@@ -46,6 +46,9 @@ struct RawParams {
     idempotency_key: Option<String>,
 }
 
+/// The first MCP revision without sessions (ISO dates compare as strings).
+const FIRST_SESSIONLESS_VERSION: &str = "2026-07-28";
+
 /// Fires when the client of a sessionless (2026-07-28) request goes away before its answer
 /// was written: for that protocol a disconnect is a cancellation (DESIGN §3 rule 6). Requests
 /// in a session are not cancelled by a disconnect: their stream can be resumed.
@@ -105,7 +108,12 @@ struct FrontState {
 }
 
 /// The HTTP application: `/mcp` and `/healthz`. `tokens` maps bearer tokens to actor names.
-pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router {
+/// Cancelling `shutdown` ends every open stream, so a graceful stop does not wait on clients.
+pub fn router(
+    gateway: Arc<Gateway>,
+    tokens: HashMap<String, String>,
+    shutdown: CancellationToken,
+) -> Router {
     let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
     let mut hosts: Vec<String> = vec![
         "localhost".into(),
@@ -123,6 +131,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router 
         hosts.push(host);
     }
     let mut config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(max_body)
         .with_allowed_hosts(hosts);
     // DNS-rebinding protection: a request that carries an Origin (a browser) must come from a
@@ -142,14 +151,18 @@ pub fn router(gateway: Arc<Gateway>, tokens: HashMap<String, String>) -> Router 
     let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
     {
-        // Transport state is kept as long as the record's retention; never the record itself.
+        // Transport state is kept as long as the record's retention (never the record itself),
+        // pruned at start and every hour after.
         let ledger = gateway.ledger().clone();
         let retention = gateway.config().gateway.retention;
         tokio::spawn(async move {
-            let before = postern_core::Timestamp(
-                now().0 - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
-            );
-            let _ = ledger.prune_streams(before).await;
+            loop {
+                let before = postern_core::Timestamp(
+                    now().0 - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
+                );
+                let _ = ledger.prune_streams(before).await;
+                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            }
         });
     }
     let state = Arc::new(FrontState {
@@ -220,6 +233,11 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
                 .into_response();
         }
     }
+    let header_version = req
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let (mut parts, body) = req.into_parts();
     let mut raw = RawParams::default();
     let mut sessionless = false;
@@ -241,11 +259,15 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
                     .and_then(|p| p.get("idempotencyKey"))
                     .and_then(Value::as_str)
                     .map(str::to_string);
-                // A 2026-07-28 request carries its protocol version in `_meta` and has no session.
-                sessionless = params
+                // As rmcp routes it: `initialize` is always a session's; otherwise the version in
+                // `_meta`, else the header, decides (2026-07-28 and later have no sessions).
+                let version = params
                     .and_then(|p| p.get("_meta"))
                     .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-                    .is_some();
+                    .and_then(Value::as_str)
+                    .or(header_version.as_deref());
+                sessionless = v.get("method").and_then(Value::as_str) != Some("initialize")
+                    && version.is_some_and(|v| v >= FIRST_SESSIONLESS_VERSION);
             }
             Err(postern_core::canon::CanonError::Malformed {
                 line,
@@ -633,10 +655,12 @@ impl ServerHandler for PosternMcp {
             };
             let summary = self.gateway.start(call).await.map_err(to_error)?;
             return Ok(CallToolResponse::Task(CreateTaskResult::new(
-                tasks::task_of(&summary),
+                tasks::task_of(&summary, self.gateway.is_running(summary.id)),
             )));
         }
-        let report = self.gateway.call(call).await;
+        // The call runs on the gateway's tracker: if this request is dropped (a stop, a lost
+        // session), the execution still records its end, and a graceful stop waits for it.
+        let report = self.gateway.call_tracked(call).await;
         watcher.abort();
         let report = report.map_err(to_error)?;
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {

@@ -43,6 +43,8 @@ const ABANDONED_IN_MEMORY: Duration = Duration::from_secs(60);
 const DELIVERED_IN_MEMORY: Duration = Duration::from_secs(5);
 /// A stream with no event for this long leaves memory (a session's standalone stream).
 const IDLE_IN_MEMORY: Duration = Duration::from_secs(600);
+/// A request stream that never finished (its handler is gone) leaves memory after this long.
+const ORPHANED_IN_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 /// The event as stored: rmcp's message and retry hint, without the id (derived from the row).
 #[derive(Serialize, Deserialize)]
@@ -68,8 +70,9 @@ struct LiveState {
     owner: Option<(Option<String>, String)>,
     watchers: Vec<mpsc::UnboundedSender<Replayed>>,
     touched: Option<Instant>,
-    /// The client went away before the end: events are written to the ledger.
-    durable: bool,
+    /// The client went away before the end: events are written to the ledger, in order,
+    /// through this queue (one writer task per durable stream).
+    durable: Option<mpsc::UnboundedSender<StreamWrite>>,
     /// The payloads of the events as stored, by position (written when the stream turns durable).
     stored: Vec<StreamEvent>,
 }
@@ -103,17 +106,30 @@ impl Live {
             map.streams.retain(|_, s| {
                 let s = s.lock().unwrap_or_else(|e| e.into_inner());
                 let age = s.touched.map_or(Duration::ZERO, |t| t.elapsed());
-                let grace = if s.durable {
-                    ABANDONED_IN_MEMORY
+                let gone = if s.finished {
+                    age > if s.durable.is_some() {
+                        ABANDONED_IN_MEMORY
+                    } else {
+                        DELIVERED_IN_MEMORY
+                    }
+                } else if s.owner.is_some() || s.durable.is_some() {
+                    // A request still running (a long call): its numbering must go on.
+                    age > ORPHANED_IN_MEMORY
                 } else {
-                    DELIVERED_IN_MEMORY
+                    // A session's standalone stream, idle.
+                    age > IDLE_IN_MEMORY
                 };
-                !(age > IDLE_IN_MEMORY || (s.finished && age > grace))
+                !gone
             });
         }
         map.streams
             .entry(stream_id.to_string())
-            .or_default()
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(LiveState {
+                    touched: Some(Instant::now()),
+                    ..LiveState::default()
+                }))
+            })
             .clone()
     }
 }
@@ -190,27 +206,33 @@ impl DurableStreams {
         let Some(live) = self.live.get(stream_id) else {
             return;
         };
-        let mut writes = Vec::new();
-        {
-            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
-            if s.durable {
-                return;
-            }
-            s.durable = true;
-            if let Some((session, actor)) = s.owner.clone() {
-                writes.push(StreamWrite::Owner(StreamOwner {
-                    stream_id: stream_id.to_string(),
-                    session_id: session,
-                    actor,
-                    at: now(),
-                }));
-            }
-            writes.extend(s.stored.iter().cloned().map(StreamWrite::Event));
+        let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+        if s.durable.is_some() {
+            return;
         }
+        // One queue per durable stream, drained by one task: the owner lands first, then the
+        // events in their order, so a replay elsewhere never sees a gap it would skip for good.
+        let (queue, mut pending) = mpsc::unbounded_channel::<StreamWrite>();
+        if let Some((session, actor)) = s.owner.clone() {
+            let _ = queue.send(StreamWrite::Owner(StreamOwner {
+                stream_id: stream_id.to_string(),
+                session_id: session,
+                actor,
+                at: now(),
+            }));
+        }
+        for event in &s.stored {
+            let _ = queue.send(StreamWrite::Event(event.clone()));
+        }
+        s.durable = Some(queue);
         let ledger = self.ledger().clone();
         tokio::spawn(async move {
-            for write in writes {
-                let _ = ledger.record_stream(write).await;
+            while let Some(first) = pending.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = pending.try_recv() {
+                    batch.push(more);
+                }
+                let _ = ledger.record_streams(batch).await;
             }
         });
     }
@@ -235,13 +257,12 @@ impl DurableStreams {
             .and_then(|s| s.lock().ok().and_then(|s| s.owner.clone()));
         let owner = match live_owner {
             Some(o) => Some(o),
-            None => {
-                let _ = self.ledger().flush().await;
-                match self.ledger().stream_owner(stream_id).await {
-                    Ok(found) => found.map(|o| (o.session_id, o.actor)),
-                    Err(_) => None,
-                }
-            }
+            // No flush first: an unknown id must not cost a commit (a cheap way to stall the
+            // writer). A cut stream's owner is queued ahead of its events.
+            None => match self.ledger().stream_owner(stream_id).await {
+                Ok(found) => found.map(|o| (o.session_id, o.actor)),
+                Err(_) => None,
+            },
         };
         owner.is_some_and(|(s, a)| s.as_deref() == session && a == actor)
     }
@@ -301,10 +322,8 @@ impl EventStore for DurableStreams {
                 last,
                 at: now(),
             };
-            if s.durable {
-                let ledger = self.ledger().clone();
-                let write = StreamWrite::Event(stored.clone());
-                tokio::spawn(async move { ledger.record_stream(write).await });
+            if let Some(queue) = &s.durable {
+                let _ = queue.send(StreamWrite::Event(stored.clone()));
             }
             s.stored.push(stored);
             n
@@ -427,7 +446,18 @@ impl DurableSessions {
 impl SessionStore for DurableSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
         match self.ledger.mcp_session(session_id).await? {
-            Some(text) => Ok(Some(serde_json::from_str(&text)?)),
+            Some(text) => {
+                let state = serde_json::from_str(&text)?;
+                // A session in use is not old: restoring it restarts its retention.
+                let touch = StreamWrite::PutSession {
+                    id: session_id.to_string(),
+                    state: text,
+                    at: now(),
+                };
+                let ledger = self.ledger.clone();
+                tokio::spawn(async move { ledger.record_stream(touch).await });
+                Ok(Some(state))
+            }
             None => Ok(None),
         }
     }

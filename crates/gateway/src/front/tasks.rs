@@ -27,11 +27,15 @@ fn status_of(state: State) -> TaskStatus {
     }
 }
 
-/// The task view of an execution.
-pub(crate) fn task_of(s: &ExecutionSummary) -> Task {
+/// The task view of an execution; `running`: its background run has not returned yet.
+pub(crate) fn task_of(s: &ExecutionSummary, running: bool) -> Task {
     Task::new(
         s.id.to_string(),
-        status_of(s.lifecycle.state),
+        if running {
+            TaskStatus::Working
+        } else {
+            status_of(s.lifecycle.state)
+        },
         s.accepted_at.to_string(),
         s.state_since.to_string(),
     )
@@ -66,7 +70,7 @@ pub(crate) async fn get(
         Err(GatewayError::UnknownExecution(_)) => return Err(unknown_task(task_id)),
         Err(e) => return Err(ErrorData::internal_error(e.to_string(), None)),
     };
-    let task = task_of(&summary);
+    let task = task_of(&summary, gateway.is_running(id));
     let payload = match task.status {
         TaskStatus::Completed => TaskPayload::Completed {
             result: to_result(&report),
