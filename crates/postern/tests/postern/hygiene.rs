@@ -100,3 +100,43 @@ async fn host_origin_version_and_session_are_checked() {
     assert!(r.get("result").is_some(), "tools/call answered: {r}");
     served.stop();
 }
+
+/// A graceful stop (SIGINT) ends open streams instead of waiting for their clients: a session's
+/// standalone GET stream is open while the gateway is told to stop, and it still exits at once.
+#[tokio::test]
+async fn a_graceful_stop_does_not_wait_for_open_streams() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("hygiene-stop");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let url = format!("http://{}/mcp", served.addr());
+    let (status, headers, _) = post(&url, initialize(), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let session = headers["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let (status, _, _) = post(
+        &url,
+        initialized,
+        &[
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
+    assert!(status.is_success(), "{status}");
+    let stream = reqwest::Client::new()
+        .get(&url)
+        .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .expect("GET stream opened");
+    assert_eq!(stream.status(), StatusCode::OK);
+    // `stop` sends SIGINT and fails unless the process exits cleanly within 10 s.
+    let stopping = tokio::task::spawn_blocking(move || served.stop());
+    stopping
+        .await
+        .expect("postern serve stopped while a stream was open");
+    drop(stream);
+}
