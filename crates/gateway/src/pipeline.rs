@@ -150,17 +150,11 @@ impl Gateway {
         Ok(summary)
     }
 
-    /// Performs a call on the background tracker and waits for it: dropping the caller does not
-    /// drop the execution, and [`Gateway::drain`] waits for it.
-    pub async fn call_tracked(
-        self: &Arc<Self>,
-        call: ToolCall,
-    ) -> Result<CallReport, GatewayError> {
-        let gateway = self.clone();
-        self.background
-            .spawn(async move { gateway.call(call).await })
-            .await
-            .map_err(|e| GatewayError::Internal(format!("call task: {e}")))?
+    /// Performs a call counted by the tracker, so [`Gateway::drain`] waits for it. It runs in
+    /// the caller's task: a spawned task per call cost ~0.4 ms at concurrency 1 here (measured
+    /// with `bench/gateway-load`).
+    pub async fn call_tracked(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
+        self.background.track_future(self.call(call)).await
     }
 
     /// Waits (at most `within`) for executions finishing in the background.

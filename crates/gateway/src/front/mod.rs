@@ -658,8 +658,7 @@ impl ServerHandler for PosternMcp {
                 tasks::task_of(&summary, self.gateway.is_running(summary.id)),
             )));
         }
-        // The call runs on the gateway's tracker: if this request is dropped (a stop, a lost
-        // session), the execution still records its end, and a graceful stop waits for it.
+        // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
         let report = self.gateway.call_tracked(call).await;
         watcher.abort();
         let report = report.map_err(to_error)?;
