@@ -40,8 +40,8 @@ pub(crate) enum Op {
     Flush(Reply<()>),
 }
 
-/// How long a batch of deferrable records waits for company.
-const LAZY_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
+/// How long records nothing waits on may be held back before they are committed.
+const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Op {
     /// A record nothing waits on before acting: a delivery, appended after the answer left.
@@ -139,19 +139,51 @@ impl<C: WriteConn> Writer<C> {
     }
 
     pub async fn run(mut self, mut rx: mpsc::Receiver<Op>) {
-        let mut batch = Vec::with_capacity(self.cfg.max_batch);
-        while let Some(op) = rx.recv().await {
+        // Records nothing waits on (deliveries, stream state) are held back for up to
+        // `LAZY_HOLD` and then ride an urgent commit together, instead of adding their pages to
+        // every accept (or spending an fsync alone).
+        let mut deferred: Vec<Op> = Vec::new();
+        let mut oldest: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match oldest {
+                None => rx.recv().await,
+                Some(since) => match tokio::time::timeout_at(since + LAZY_HOLD, rx.recv()).await {
+                    Ok(op) => op,
+                    Err(_) => {
+                        // Held long enough and nothing urgent came: commit them alone.
+                        oldest = None;
+                        self.commit_batch(std::mem::take(&mut deferred)).await;
+                        continue;
+                    }
+                },
+            };
+            let Some(op) = next else {
+                // The ledger is closing: what was held is committed before the writer ends.
+                if !deferred.is_empty() {
+                    self.commit_batch(deferred).await;
+                }
+                return;
+            };
+            let mut batch = Vec::with_capacity(self.cfg.max_batch);
             batch.push(op);
             self.drain(&mut rx, &mut batch);
-            if batch.iter().all(Op::can_wait) {
-                // Only records that nothing waits on (deliveries): give an urgent request a
-                // moment to arrive and share the commit, instead of spending an fsync alone.
-                if let Ok(Some(op)) = tokio::time::timeout(LAZY_WAIT, rx.recv()).await {
-                    batch.push(op);
-                    self.drain(&mut rx, &mut batch);
-                }
+            let (lazy, urgent): (Vec<Op>, Vec<Op>) = batch.into_iter().partition(Op::can_wait);
+            if !lazy.is_empty() && oldest.is_none() {
+                oldest = Some(tokio::time::Instant::now());
             }
-            self.commit_batch(std::mem::take(&mut batch)).await;
+            deferred.extend(lazy);
+            let due = oldest.is_some_and(|t| t.elapsed() >= LAZY_HOLD)
+                || deferred.len() >= self.cfg.max_batch
+                || urgent.iter().any(|op| matches!(op, Op::Flush(_)));
+            if urgent.is_empty() && !due {
+                continue;
+            }
+            let mut commit = urgent;
+            if due {
+                oldest = None;
+                commit.append(&mut deferred);
+            }
+            self.commit_batch(commit).await;
         }
     }
 

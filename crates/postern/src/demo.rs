@@ -134,7 +134,7 @@ impl Demo {
             .and_then(|s| s.parse::<ExecutionId>().ok())
         {
             // Give the delivery record a moment: it is written when the answer has left.
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::time::sleep(Duration::from_millis(80)).await;
             if let Some(view) = self.ledger.execution(id).await? {
                 let events: Vec<&str> = view.events.iter().map(|e| e.body.event.name()).collect();
                 line(format!("ledger   {}", events.join(" → ")));

@@ -158,6 +158,10 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
         }
+        // Records the writer holds back (deliveries, stream state) are committed before exit.
+        if let Err(e) = gateway.ledger().flush().await {
+            eprintln!("postern: the last ledger records could not be committed: {e}");
+        }
         Ok(0)
     })
 }
