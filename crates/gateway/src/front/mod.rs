@@ -311,7 +311,15 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     parts.extensions.insert(raw);
     parts.extensions.insert(slot.clone());
     let is_delete = parts.method == http::Method::DELETE;
+    // If the client goes away before the response even starts (rmcp may hold the headers until
+    // the handler returns), this future is dropped here: the answer was lost all the same.
+    let mut early_exit = GoneBeforeAnswer {
+        slot: Some(slot.clone()),
+        gateway: st.gateway.clone(),
+        disconnect: disconnect.clone(),
+    };
     let response = next.run(Request::from_parts(parts, body)).await;
+    early_exit.slot = None;
     let (mut parts, body) = response.into_parts();
     if is_delete && parts.status == StatusCode::ACCEPTED {
         // The session is closed when rmcp answers; "accepted for later" would be untrue (and
@@ -350,6 +358,25 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         disconnect,
     };
     Response::from_parts(parts, Body::new(tracked))
+}
+
+/// Armed while the response is being produced; dropped armed, it records the lost answer and
+/// (for a sessionless call) the cancellation.
+struct GoneBeforeAnswer {
+    slot: Option<DeliverySlot>,
+    gateway: Arc<Gateway>,
+    disconnect: Option<CancellationToken>,
+}
+
+impl Drop for GoneBeforeAnswer {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            if let Some(token) = &self.disconnect {
+                token.cancel();
+            }
+            slot.end(&self.gateway, false);
+        }
+    }
 }
 
 /// Binds a request's SSE stream to its session and actor on its first event id.
