@@ -11,7 +11,7 @@
 //! dispatched in one commit, the POST to the API, completed in a second commit), never a match.
 //! Direct calls are the same JSON POST with an `Idempotency-Key`, over a keep-alive connection.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,20 +103,10 @@ impl Drop for Served {
     }
 }
 
-/// Raw fsync rate: 512 B appends, each followed by fdatasync (as the ledger benchmark).
+/// Raw fsync rate: the ledger's own baseline probe (512 B appends, each `fdatasync`ed).
 fn fsync_rate(dir: &Path, seconds: f64) -> f64 {
-    let path = dir.join("fsync-probe");
-    let mut f = std::fs::File::create(&path).unwrap();
-    let block = [7u8; 512];
-    let started = Instant::now();
-    let mut n = 0u64;
-    while started.elapsed().as_secs_f64() < seconds {
-        f.write_all(&block).unwrap();
-        f.sync_data().unwrap();
-        n += 1;
-    }
-    std::fs::remove_file(&path).unwrap();
-    n as f64 / started.elapsed().as_secs_f64()
+    postern_ledger::disk::fsync_rate(dir, std::time::Duration::from_secs_f64(seconds))
+        .expect("the fsync probe could not write in the benchmark directory")
 }
 
 /// One worker's client: its own keep-alive connection and, through Postern, its own MCP session.

@@ -38,27 +38,10 @@ fn now() -> Timestamp {
     )
 }
 
-/// Raw fsync rate: small appends to a file in the same directory, each followed by fdatasync.
+/// Raw fsync rate: the ledger's own baseline probe (512 B appends, each `fdatasync`ed).
 fn fsync_rate(dir: &Path, seconds: f64) -> f64 {
-    let path = dir.join("fsync-probe");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let block = [7u8; 512];
-    let started = Instant::now();
-    let mut n = 0u64;
-    while started.elapsed().as_secs_f64() < seconds {
-        f.write_all(&block).unwrap();
-        f.sync_data().unwrap();
-        n += 1;
-    }
-    let rate = n as f64 / started.elapsed().as_secs_f64();
-    drop(f);
-    std::fs::remove_file(&path).unwrap();
-    rate
+    postern_ledger::disk::fsync_rate(dir, std::time::Duration::from_secs_f64(seconds))
+        .expect("the fsync probe could not write in the benchmark directory")
 }
 
 async fn executions_per_second(

@@ -16,6 +16,7 @@
 
 mod db;
 mod dialect;
+pub mod disk;
 mod error;
 mod liveness;
 mod model;
