@@ -40,6 +40,13 @@ pub struct ToolCall {
     pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
+impl ToolCall {
+    /// Whether the caller is already gone (nothing more may be sent on its behalf).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+    }
+}
+
 pub struct Gateway {
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) registry: Registry,
@@ -309,7 +316,7 @@ impl Gateway {
                 return Ok(self.report(&s, attempt, None, None));
             }
         };
-        if call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+        if call.is_cancelled() {
             // Gone between the durable `dispatched` and the first byte: provably nothing left.
             let note = json!({"reason": "cancelled after dispatch was recorded and before the request left; nothing was sent"});
             self.append(s.id, NewEvent::new(EventKind::Failed).with_detail(note))
@@ -477,7 +484,7 @@ impl Gateway {
             }),
             D::Continue { execution_id } => {
                 // Nothing is dispatched for a caller that is already gone.
-                if call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                if call.is_cancelled() {
                     return Err(GatewayError::Cancelled);
                 }
                 if prior.lifecycle.state == State::Accepted {
@@ -597,7 +604,7 @@ impl Gateway {
             }
             UnknownFallback::QueryMarker => false,
         };
-        if redispatch && call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+        if redispatch && call.is_cancelled() {
             // The caller went away while we looked: its outcome stays unknown, nothing re-sent.
             return Err(GatewayError::Cancelled);
         }

@@ -64,6 +64,8 @@ struct DeliverySlot(Arc<Mutex<SlotState>>);
 struct SlotState {
     ids: Vec<ExecutionId>,
     ended: Option<bool>,
+    /// Fired when the response ends unwritten (a sessionless call's cancellation).
+    on_lost: Option<CancellationToken>,
 }
 
 impl DeliverySlot {
@@ -88,6 +90,11 @@ impl DeliverySlot {
         let ids = match self.0.lock() {
             Ok(mut st) => {
                 st.ended = Some(delivered);
+                if !delivered {
+                    if let Some(token) = st.on_lost.take() {
+                        token.cancel();
+                    }
+                }
                 std::mem::take(&mut st.ids)
             }
             Err(_) => Vec::new(),
@@ -306,6 +313,9 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     let disconnect = sessionless.then(CancellationToken::new);
     if let Some(token) = &disconnect {
         parts.extensions.insert(Disconnected(token.clone()));
+        if let Ok(mut st) = slot.0.lock() {
+            st.on_lost = Some(token.clone());
+        }
     }
     parts.extensions.insert(Actor(actor.clone()));
     parts.extensions.insert(raw);
@@ -316,7 +326,6 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     let mut early_exit = GoneBeforeAnswer {
         slot: Some(slot.clone()),
         gateway: st.gateway.clone(),
-        disconnect: disconnect.clone(),
     };
     let response = next.run(Request::from_parts(parts, body)).await;
     early_exit.slot = None;
@@ -355,25 +364,19 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         finished: false,
         claim,
         claimed: None,
-        disconnect,
     };
     Response::from_parts(parts, Body::new(tracked))
 }
 
-/// Armed while the response is being produced; dropped armed, it records the lost answer and
-/// (for a sessionless call) the cancellation.
+/// Armed while the response is being produced; dropped armed, it ends the slot as lost.
 struct GoneBeforeAnswer {
     slot: Option<DeliverySlot>,
     gateway: Arc<Gateway>,
-    disconnect: Option<CancellationToken>,
 }
 
 impl Drop for GoneBeforeAnswer {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            if let Some(token) = &self.disconnect {
-                token.cancel();
-            }
             slot.end(&self.gateway, false);
         }
     }
@@ -408,7 +411,6 @@ struct TrackedBody {
     claim: Option<StreamClaim>,
     /// The stream this body carries, once its first event id was seen.
     claimed: Option<(Arc<DurableStreams>, String)>,
-    disconnect: Option<CancellationToken>,
 }
 
 impl TrackedBody {
@@ -418,9 +420,6 @@ impl TrackedBody {
         }
         self.finished = true;
         if !delivered {
-            if let Some(token) = &self.disconnect {
-                token.cancel();
-            }
             if let Some((streams, id)) = &self.claimed {
                 streams.abandoned(id);
             }
