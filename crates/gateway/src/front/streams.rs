@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use postern_core::ExecutionId;
+use postern_core::{ExecutionId, Timestamp};
 use postern_ledger::{Ledger, StreamEvent, StreamOwner, StreamWrite};
 use rmcp::model::{ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_server::session::{
@@ -73,8 +73,8 @@ struct LiveState {
     /// The client went away before the end: events are written to the ledger, in order,
     /// through this queue (one writer task per durable stream).
     durable: Option<mpsc::UnboundedSender<StreamWrite>>,
-    /// The payloads of the events as stored, by position (written when the stream turns durable).
-    stored: Vec<StreamEvent>,
+    /// When each event was stored, by position (for its row, should the stream turn durable).
+    stored_at: Vec<Timestamp>,
 }
 
 /// Streams this process is carrying (or carried a moment ago). A sweep (at most every
@@ -144,6 +144,26 @@ pub(crate) struct DurableStreams {
 fn parse_event_id(id: &str) -> Option<(&str, u64)> {
     let (stream, n) = id.rsplit_once('/')?;
     Some((stream, n.parse().ok()?))
+}
+
+/// The ledger row of one event.
+fn row_of(stream_id: &str, n: u64, r: &Replayed, last: bool, at: Timestamp) -> Option<StreamEvent> {
+    let payload = serde_json::to_string(&StoredSse {
+        message: r.sse.message.as_deref().cloned(),
+        retry_ms: r
+            .sse
+            .retry
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    })
+    .ok()?;
+    Some(StreamEvent {
+        stream_id: stream_id.to_string(),
+        n,
+        payload,
+        execution_id: r.execution,
+        last,
+        at,
+    })
 }
 
 /// The execution whose tool result this message carries.
@@ -221,8 +241,11 @@ impl DurableStreams {
                 at: now(),
             }));
         }
-        for event in &s.stored {
-            let _ = queue.send(StreamWrite::Event(event.clone()));
+        for ((n, replayed), at) in s.events.iter().zip(&s.stored_at) {
+            let last = s.finished && *n + 1 == s.next;
+            if let Some(row) = row_of(stream_id, *n, replayed, last, *at) {
+                let _ = queue.send(StreamWrite::Event(row));
+            }
         }
         s.durable = Some(queue);
         let ledger = self.ledger().clone();
@@ -292,12 +315,6 @@ impl EventStore for DurableStreams {
         let message = event.message.as_deref();
         let execution = message.and_then(execution_of);
         let last = is_final(stream_id, message);
-        let payload = serde_json::to_string(&StoredSse {
-            message: message.cloned(),
-            retry_ms: event
-                .retry
-                .map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
-        })?;
         let live = self.live.get_or_create(stream_id);
         let n = {
             let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
@@ -314,18 +331,15 @@ impl EventStore for DurableStreams {
                 // Dropping the senders ends every live replay after this event.
                 s.watchers.clear();
             }
-            let stored = StreamEvent {
-                stream_id: stream_id.to_string(),
-                n,
-                payload,
-                execution_id: execution,
-                last,
-                at: now(),
-            };
+            let at = now();
             if let Some(queue) = &s.durable {
-                let _ = queue.send(StreamWrite::Event(stored.clone()));
+                // Serialised only for a stream being kept: a stream delivered whole never is.
+                let (_, replayed) = &s.events[s.events.len() - 1];
+                if let Some(row) = row_of(stream_id, n, replayed, last, at) {
+                    let _ = queue.send(StreamWrite::Event(row));
+                }
             }
-            s.stored.push(stored);
+            s.stored_at.push(at);
             n
         };
         Ok(format!("{stream_id}/{n}"))
