@@ -89,6 +89,8 @@ pub struct InvoiceApi {
 #[derive(Debug, Default)]
 struct Inner {
     invoices: Vec<Invoice>,
+    /// Idempotency-Key → position in `invoices` (a lookup per request, also under load).
+    by_key: std::collections::HashMap<String, usize>,
     requests: Vec<SeenRequest>,
     mode: Mode,
 }
@@ -192,9 +194,7 @@ impl InvoiceApi {
 
 impl Inner {
     fn find_by_key(&self, key: &str) -> Option<Invoice> {
-        let mut all = self.invoices.iter();
-        all.find(|i| i.idempotency_key.as_deref() == Some(key))
-            .cloned()
+        self.by_key.get(key).map(|&i| self.invoices[i].clone())
     }
 }
 
@@ -278,6 +278,10 @@ async fn create(
                     currency: new.currency.unwrap_or_else(|| "USD".to_owned()),
                     idempotency_key: key,
                 };
+                if let Some(k) = &invoice.idempotency_key {
+                    let at = inner.invoices.len();
+                    inner.by_key.insert(k.clone(), at);
+                }
                 inner.invoices.push(invoice.clone());
                 (StatusCode::CREATED, invoice, mode)
             }

@@ -19,6 +19,6 @@ mod registry;
 mod report;
 
 pub use error::GatewayError;
-pub use pipeline::{now, Gateway, ToolCall};
+pub use pipeline::{now, Cancellation, Gateway, ToolCall};
 pub use registry::Registry;
 pub use report::{Attempt, CallReport};

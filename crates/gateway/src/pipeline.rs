@@ -17,6 +17,7 @@ use postern_ledger::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, LedgerError, NewEvent, ResultBody,
 };
 use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
@@ -37,13 +38,40 @@ pub struct ToolCall {
     pub run_id: Option<String>,
     /// Fires on `notifications/cancelled` or a lost session. Before dispatch it cancels the
     /// call; after dispatch it is only recorded (DESIGN §3 rule 6: it does not un-send).
-    pub cancel: Option<tokio_util::sync::CancellationToken>,
+    pub cancel: Option<Cancellation>,
 }
 
 impl ToolCall {
     /// Whether the caller is already gone (nothing more may be sent on its behalf).
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+        self.cancel.as_ref().is_some_and(Cancellation::is_cancelled)
+    }
+}
+
+/// A call's cancellation: fired by whichever of its two signals comes first (the client's
+/// `notifications/cancelled`, and a sessionless client going away). Watched where the call
+/// waits, instead of by a task of its own per call.
+#[derive(Clone, Debug, Default)]
+pub struct Cancellation {
+    asked: CancellationToken,
+    gone: CancellationToken,
+}
+
+impl Cancellation {
+    pub fn new(asked: CancellationToken, gone: CancellationToken) -> Cancellation {
+        Cancellation { asked, gone }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.asked.is_cancelled() || self.gone.is_cancelled()
+    }
+
+    /// Completes when either signal fires.
+    pub async fn cancelled(&self) {
+        tokio::select! {
+            () = self.asked.cancelled() => {}
+            () = self.gone.cancelled() => {}
+        }
     }
 }
 
@@ -733,14 +761,15 @@ impl Gateway {
     /// Records that the answer for these executions was (or was not) fully written out. Only a
     /// completed execution has a delivery to record: for any other the ledger refuses the event
     /// (an impossible transition), which is what lets this skip a read first.
-    pub async fn record_delivery(&self, ids: &[ExecutionId], delivered: bool) {
+    /// Nothing waits for these records: they are queued and ride a later commit.
+    pub fn record_delivery(&self, ids: &[ExecutionId], delivered: bool) {
         let kind = if delivered {
             EventKind::Delivered
         } else {
             EventKind::DeliveryFailed
         };
         for id in ids {
-            let _ = self.ledger.append(*id, NewEvent::new(kind), now()).await;
+            self.ledger.append_later(*id, NewEvent::new(kind), now());
         }
     }
 }

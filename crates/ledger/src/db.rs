@@ -240,6 +240,11 @@ fn sqlite_err(e: rusqlite::Error) -> LedgerError {
 }
 
 impl SqliteWriteConn {
+    /// How long a statement waits for another process's lock before failing with "busy".
+    pub fn set_patience(&mut self, patience: std::time::Duration) -> Result<(), LedgerError> {
+        self.0.busy_timeout(patience).map_err(sqlite_err)
+    }
+
     fn exec_now(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
         if params.is_empty() && !sql.contains('$') {
             // Transaction control and pragmas: not worth a cached statement.

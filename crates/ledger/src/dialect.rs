@@ -34,4 +34,12 @@ impl Dialect {
             Dialect::Postgres => " FOR UPDATE",
         }
     }
+
+    /// Whether a chain's head is kept in its own row. PostgreSQL: yes, and the row lock is what
+    /// serialises the chain's writers. SQLite: the write lock already serialises them and the
+    /// head is the chain's last event, read back in the same transaction; not rewriting the
+    /// row saves a page in every commit.
+    pub fn keeps_head_row(self) -> bool {
+        self == Dialect::Postgres
+    }
 }

@@ -14,6 +14,7 @@
 //! Architecture invariant: the ledger never retries anything itself. Its recovery scan only
 //! records `outcome_unknown` for executions a stopped instance left `dispatched`.
 
+mod combiner;
 mod db;
 mod dialect;
 pub mod disk;
@@ -76,13 +77,24 @@ pub struct Ledger {
     instance: String,
     chain: String,
     pool: AnyPool,
-    tx: mpsc::Sender<Op>,
+    writes: WritePath,
     liveness: Liveness,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// How durable changes reach the single writer.
+enum WritePath {
+    /// PostgreSQL: a writer task fed by a channel (its statements are awaited anyway).
+    Channel(mpsc::Sender<Op>),
+    /// SQLite: callers commit on their own thread, combining whatever is queued.
+    Combining(Arc<combiner::Combiner>),
+}
+
 impl Drop for Ledger {
     fn drop(&mut self) {
+        if let WritePath::Combining(c) = &self.writes {
+            c.close();
+        }
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
@@ -103,7 +115,7 @@ async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Resul
         // on one file take turns instead of failing.
         // Small pages: a commit writes every page it dirtied to the WAL before its fsync, and
         // an execution's rows are small. Only takes effect when the file is created.
-        conn.execute("PRAGMA page_size = 1024").await?;
+        conn.execute("PRAGMA page_size = 4096").await?;
         conn.execute("PRAGMA journal_mode = WAL").await?;
         conn.execute("PRAGMA synchronous = FULL").await?;
         conn.execute("PRAGMA busy_timeout = 30000").await?;
@@ -160,7 +172,6 @@ impl Ledger {
                 });
         let pool = pool_options.connect_with(connect_options).await?;
 
-        let (tx, rx) = mpsc::channel(4096);
         let writer_config = WriterConfig {
             dialect,
             chain: chain.clone(),
@@ -173,7 +184,7 @@ impl Ledger {
             },
             max_batch: options.max_batch.max(1),
         };
-        match dialect {
+        let writes = match dialect {
             Dialect::Sqlite => {
                 drop(conn);
                 let sqlite = rusqlite::Connection::open(sqlite_path(url))
@@ -183,22 +194,14 @@ impl Ledger {
                     .map_err(|e| LedgerError::Corrupt(format!("sqlite: {e}")))?;
                 sqlite.set_prepared_statement_cache_capacity(64);
                 let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
-                // Its own thread: every call blocks (a commit for its fsync), never a runtime worker.
-                std::thread::Builder::new()
-                    .name("postern-ledger-writer".into())
-                    .spawn(move || {
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .enable_time()
-                            .build();
-                        if let Ok(rt) = rt {
-                            rt.block_on(writer.run(rx));
-                        }
-                    })?;
+                WritePath::Combining(combiner::Combiner::start(writer)?)
             }
             Dialect::Postgres => {
+                let (tx, rx) = mpsc::channel(4096);
                 tokio::spawn(Writer::new(conn, writer_config).run(rx));
+                WritePath::Channel(tx)
             }
-        }
+        };
 
         let heartbeat = (dialect == Dialect::Postgres).then(|| {
             let pool = pool.clone();
@@ -221,7 +224,7 @@ impl Ledger {
             instance,
             chain,
             pool,
-            tx,
+            writes,
             liveness,
             heartbeat,
         };
@@ -248,10 +251,13 @@ impl Ledger {
         make: impl FnOnce(oneshot::Sender<Result<T, LedgerError>>) -> Op,
     ) -> Result<T, LedgerError> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(make(tx))
-            .await
-            .map_err(|_| LedgerError::Closed)?;
+        match &self.writes {
+            WritePath::Channel(writer) => writer
+                .send(make(tx))
+                .await
+                .map_err(|_| LedgerError::Closed)?,
+            WritePath::Combining(combiner) => combiner.submit(make(tx)),
+        }
         rx.await.map_err(|_| LedgerError::Closed)?
     }
 
@@ -270,6 +276,24 @@ impl Ledger {
     ) -> Result<ExecutionSummary, LedgerError> {
         self.call(|tx| Op::Append(id, Box::new(event), now, tx))
             .await
+    }
+
+    /// Queues one lifecycle event nothing waits on (a delivery) and returns at once. It is
+    /// committed with a later commit, by [`Ledger::flush`] at the latest, or when the ledger
+    /// closes; an impossible transition is refused then, and written nowhere.
+    pub fn append_later(&self, id: ExecutionId, event: NewEvent, now: Timestamp) {
+        // Nobody reads the reply.
+        let (tx, _) = oneshot::channel();
+        let op = Op::Append(id, Box::new(event), now, tx);
+        match &self.writes {
+            WritePath::Combining(combiner) => combiner.submit(op),
+            WritePath::Channel(writer) => {
+                if let Err(mpsc::error::TrySendError::Full(op)) = writer.try_send(op) {
+                    let writer = writer.clone();
+                    tokio::spawn(async move { writer.send(op).await });
+                }
+            }
+        }
     }
 
     /// Signs a checkpoint of this instance's chain head now.
@@ -391,7 +415,7 @@ impl Ledger {
         }))
     }
 
-    /// Executions, newest first.
+    /// Executions, newest first (by id: UUIDv7, minted when the ledger accepted them).
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionSummary>, LedgerError> {
         let mut q = format!(
             "SELECT {} FROM executions WHERE 1 = 1",
@@ -409,7 +433,7 @@ impl Ledger {
             }
         }
         q.push_str(&format!(
-            " ORDER BY accepted_at DESC, id DESC LIMIT {}",
+            " ORDER BY id DESC LIMIT {}",
             if filter.limit == 0 { 100 } else { filter.limit }
         ));
         let mut query = sqlx::query(&q);

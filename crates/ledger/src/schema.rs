@@ -32,4 +32,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0002_resumable_streams.sql"),
         postgres: include_str!("../migrations/postgres/0002_resumable_streams.sql"),
     },
+    Migration {
+        version: 3,
+        name: "fewer index pages per commit",
+        sqlite: include_str!("../migrations/sqlite/0003_dispatched_index.sql"),
+        postgres: include_str!("../migrations/postgres/0003_dispatched_index.sql"),
+    },
 ];

@@ -41,11 +41,11 @@ pub(crate) enum Op {
 }
 
 /// How long records nothing waits on may be held back before they are committed.
-const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Op {
     /// A record nothing waits on before acting: a delivery, appended after the answer left.
-    fn can_wait(&self) -> bool {
+    pub fn can_wait(&self) -> bool {
         match self {
             Op::Append(_, ev, _, _) => {
                 matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed)
@@ -53,6 +53,42 @@ impl Op {
             Op::Stream(..) => true,
             _ => false,
         }
+    }
+}
+
+/// Records nothing waits on (deliveries, stream state) are held back for up to `LAZY_HOLD` and
+/// then ride an urgent commit together, instead of adding their pages to every accept (or
+/// spending an fsync alone).
+#[derive(Default)]
+pub(crate) struct Deferral {
+    held: Vec<Op>,
+    oldest: Option<std::time::Instant>,
+}
+
+impl Deferral {
+    /// Takes newly arrived ops and returns what must be committed now (possibly nothing):
+    /// every urgent op, plus the held ones once they are due (or `force`d).
+    pub fn sort(&mut self, ops: Vec<Op>, max_batch: usize, force: bool) -> Vec<Op> {
+        let (lazy, urgent): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(Op::can_wait);
+        if !lazy.is_empty() && self.oldest.is_none() {
+            self.oldest = Some(std::time::Instant::now());
+        }
+        self.held.extend(lazy);
+        let due = force
+            || self.oldest.is_some_and(|t| t.elapsed() >= LAZY_HOLD)
+            || self.held.len() >= max_batch
+            || urgent.iter().any(|op| matches!(op, Op::Flush(_)));
+        let mut commit = urgent;
+        if due {
+            self.oldest = None;
+            commit.append(&mut self.held);
+        }
+        commit
+    }
+
+    /// When the held ops must be committed even if nothing urgent comes.
+    pub fn due_at(&self) -> Option<std::time::Instant> {
+        self.oldest.map(|t| t + LAZY_HOLD)
     }
 }
 
@@ -138,53 +174,46 @@ impl<C: WriteConn> Writer<C> {
         }
     }
 
+    /// The write loop for a dialect whose writes are awaited (PostgreSQL): one task, fed by a
+    /// channel.
     pub async fn run(mut self, mut rx: mpsc::Receiver<Op>) {
-        // Records nothing waits on (deliveries, stream state) are held back for up to
-        // `LAZY_HOLD` and then ride an urgent commit together, instead of adding their pages to
-        // every accept (or spending an fsync alone).
-        let mut deferred: Vec<Op> = Vec::new();
-        let mut oldest: Option<tokio::time::Instant> = None;
+        let mut held = Deferral::default();
         loop {
-            let next = match oldest {
+            let next = match held.due_at() {
                 None => rx.recv().await,
-                Some(since) => match tokio::time::timeout_at(since + LAZY_HOLD, rx.recv()).await {
-                    Ok(op) => op,
-                    Err(_) => {
-                        // Held long enough and nothing urgent came: commit them alone.
-                        oldest = None;
-                        self.commit_batch(std::mem::take(&mut deferred)).await;
-                        continue;
+                Some(due) => {
+                    let due = tokio::time::Instant::from_std(due);
+                    match tokio::time::timeout_at(due, rx.recv()).await {
+                        Ok(op) => op,
+                        Err(_) => {
+                            // Held long enough and nothing urgent came: commit them alone.
+                            let batch = held.sort(Vec::new(), self.cfg.max_batch, true);
+                            self.commit_batch(batch).await;
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let Some(op) = next else {
                 // The ledger is closing: what was held is committed before the writer ends.
-                if !deferred.is_empty() {
-                    self.commit_batch(deferred).await;
+                let batch = held.sort(Vec::new(), self.cfg.max_batch, true);
+                if !batch.is_empty() {
+                    self.commit_batch(batch).await;
                 }
                 return;
             };
             let mut batch = Vec::with_capacity(self.cfg.max_batch);
             batch.push(op);
             self.drain(&mut rx, &mut batch);
-            let (lazy, urgent): (Vec<Op>, Vec<Op>) = batch.into_iter().partition(Op::can_wait);
-            if !lazy.is_empty() && oldest.is_none() {
-                oldest = Some(tokio::time::Instant::now());
+            let commit = held.sort(batch, self.cfg.max_batch, false);
+            if !commit.is_empty() {
+                self.commit_batch(commit).await;
             }
-            deferred.extend(lazy);
-            let due = oldest.is_some_and(|t| t.elapsed() >= LAZY_HOLD)
-                || deferred.len() >= self.cfg.max_batch
-                || urgent.iter().any(|op| matches!(op, Op::Flush(_)));
-            if urgent.is_empty() && !due {
-                continue;
-            }
-            let mut commit = urgent;
-            if due {
-                oldest = None;
-                commit.append(&mut deferred);
-            }
-            self.commit_batch(commit).await;
         }
+    }
+
+    pub fn max_batch(&self) -> usize {
+        self.cfg.max_batch
     }
 
     fn drain(&self, rx: &mut mpsc::Receiver<Op>, batch: &mut Vec<Op>) {
@@ -196,14 +225,28 @@ impl<C: WriteConn> Writer<C> {
         }
     }
 
-    async fn commit_batch(&mut self, batch: Vec<Op>) {
-        if let Err(e) = self.conn.exec(self.cfg.dialect.begin(), &[]).await {
+    pub async fn commit_batch(&mut self, batch: Vec<Op>) {
+        if let Err(e) = self.begin().await {
             let msg = e.to_string();
             for op in batch {
                 Self::refuse(op, &msg);
             }
             return;
         }
+        self.commit_begun(batch).await
+    }
+
+    /// Opens the write transaction ([`Writer::commit_begun`] then fills and commits it).
+    pub async fn begin(&mut self) -> Result<u64, LedgerError> {
+        self.conn.exec(self.cfg.dialect.begin(), &[]).await
+    }
+
+    pub fn conn_mut(&mut self) -> &mut C {
+        &mut self.conn
+    }
+
+    /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
+    pub async fn commit_begun(&mut self, batch: Vec<Op>) {
         let mut done = Vec::with_capacity(batch.len());
         let head_before = match self.load_head().await {
             Ok(h) => h,
@@ -351,6 +394,21 @@ impl<C: WriteConn> Writer<C> {
     }
 
     async fn load_head(&mut self) -> Result<(u64, [u8; 32]), LedgerError> {
+        if !self.cfg.dialect.keeps_head_row() {
+            let row = self
+                .conn
+                .query_opt(
+                    "SELECT seq, hash FROM events WHERE chain = $1 ORDER BY seq DESC LIMIT 1",
+                    params![&self.cfg.chain],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Ok((0, GENESIS_HASH));
+            };
+            let seq = u64::try_from(rows::get_i64(&row, "seq")?)
+                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            return Ok((seq, rows::hash_from_hex(&rows::get_str(&row, "hash")?)?));
+        }
         let q = format!(
             "SELECT head_seq, head_hash FROM chains WHERE chain = $1{}",
             self.cfg.dialect.for_update()
@@ -373,6 +431,9 @@ impl<C: WriteConn> Writer<C> {
     }
 
     async fn store_head(&mut self) -> Result<(), LedgerError> {
+        if !self.cfg.dialect.keeps_head_row() {
+            return Ok(());
+        }
         self.conn
             .exec(
                 "UPDATE chains SET head_seq = $1, head_hash = $2 WHERE chain = $3",

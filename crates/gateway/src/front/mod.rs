@@ -33,7 +33,7 @@ use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
-use crate::pipeline::{now, Gateway, ToolCall};
+use crate::pipeline::{now, Cancellation, Gateway, ToolCall};
 use crate::registry::execution_status_schema;
 
 /// The authenticated caller of an HTTP request.
@@ -81,8 +81,7 @@ impl DeliverySlot {
             Err(_) => None,
         };
         if let Some(delivered) = ended {
-            let gateway = gateway.clone();
-            tokio::spawn(async move { gateway.record_delivery(&[id], delivered).await });
+            gateway.record_delivery(&[id], delivered);
         }
     }
 
@@ -99,10 +98,7 @@ impl DeliverySlot {
             }
             Err(_) => Vec::new(),
         };
-        if !ids.is_empty() {
-            let gateway = gateway.clone();
-            tokio::spawn(async move { gateway.record_delivery(&ids, delivered).await });
-        }
+        gateway.record_delivery(&ids, delivered);
     }
 }
 
@@ -640,21 +636,13 @@ impl ServerHandler for PosternMcp {
             });
         // Cancelled by `notifications/cancelled` (rmcp's token) or, without a session, by the
         // client going away.
-        let cancel = CancellationToken::new();
-        let watcher = {
-            let (by_rmcp, cancel) = (ctx.ct.clone(), cancel.clone());
-            let by_disconnect = parts
+        let cancel = Cancellation::new(
+            ctx.ct.clone(),
+            parts
                 .and_then(|p| p.extensions.get::<Disconnected>())
                 .map(|d| d.0.clone())
-                .unwrap_or_default();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = by_rmcp.cancelled() => {}
-                    () = by_disconnect.cancelled() => {}
-                }
-                cancel.cancel();
-            })
-        };
+                .unwrap_or_default(),
+        );
         let call = ToolCall {
             actor,
             tool: request.name.to_string(),
@@ -666,14 +654,13 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
-            cancel: Some(cancel.clone()),
+            cancel: Some(cancel),
         };
         let wants_task = self.gateway.is_long_running(&call.tool)
             && ctx
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks());
         if wants_task {
-            watcher.abort();
             // A task outlives its request: no disconnect cancels it (tasks/cancel asks).
             let call = ToolCall {
                 cancel: None,
@@ -686,7 +673,6 @@ impl ServerHandler for PosternMcp {
         }
         // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
         let report = self.gateway.call_tracked(call).await;
-        watcher.abort();
         let report = report.map_err(to_error)?;
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
             slot.carry(&self.gateway, report.execution_id);

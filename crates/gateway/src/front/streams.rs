@@ -405,10 +405,7 @@ impl Replay {
         }
         self.ended = true;
         let ids = std::mem::take(&mut self.carried);
-        if !ids.is_empty() {
-            let gateway = self.gateway.clone();
-            tokio::spawn(async move { gateway.record_delivery(&ids, delivered).await });
-        }
+        self.gateway.record_delivery(&ids, delivered);
     }
 
     fn yield_event(&mut self, r: Replayed) -> Poll<Option<ServerSseMessage>> {

@@ -367,3 +367,44 @@ async fn runs_are_recorded() {
         assert!(runs[0].ended_at.is_some(), "{backend:?}");
     }
 }
+
+/// SQLite callers commit on their own thread where the runtime allows it (a multi-threaded
+/// one); on a single-threaded runtime the writer's thread does it for them. Both paths must
+/// make writes durable, including a delivery held back because nothing waits on it.
+#[tokio::test(flavor = "current_thread")]
+async fn writes_complete_on_a_single_threaded_runtime() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let mut req = request("create_invoice", "billing", r#"{"amount":3}"#);
+        req.then = vec![
+            NewEvent::new(EventKind::Authorized),
+            NewEvent::new(EventKind::Dispatched),
+        ];
+        let id = ledger.accept(req).await.unwrap().execution().id;
+        let done = ledger
+            .append(
+                id,
+                NewEvent::new(EventKind::Completed(Verdict::Applied)),
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.lifecycle.state, State::Completed(Verdict::Applied));
+        // A delivery is held back for a later commit; alone, it is committed when due.
+        let delivered = tokio::time::timeout(
+            Duration::from_secs(5),
+            ledger.append(id, NewEvent::new(EventKind::Delivered), now()),
+        )
+        .await
+        .expect("a held delivery is committed within its hold time")
+        .unwrap();
+        assert_eq!(
+            delivered.lifecycle.state,
+            State::Delivered(Verdict::Applied)
+        );
+        let view = ledger.execution(id).await.unwrap().unwrap();
+        assert_eq!(view.events.len(), 5, "{backend:?}");
+        assert!(verify(&ledger).await.is_valid());
+    }
+}
