@@ -581,6 +581,8 @@ impl Ledger {
 
     /// Closes the writer after everything queued is committed.
     pub async fn close(self) {
+        // Records held back for a later commit (deliveries) are committed before this returns.
+        let _ = self.flush().await;
         let pool = self.pool.clone();
         let instance = self.instance.clone();
         let _ = sqlx::query("DELETE FROM instances WHERE id = $1")

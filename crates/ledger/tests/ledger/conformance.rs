@@ -408,3 +408,56 @@ async fn writes_complete_on_a_single_threaded_runtime() {
         assert!(verify(&ledger).await.is_valid());
     }
 }
+
+/// While another process holds the SQLite file's write lock, a caller's write waits without
+/// blocking its own thread (so it can still be timed out or cancelled), and once the lock is
+/// released the queued write is committed all the same: nothing accepted is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_behind_another_process_lock_waits_asynchronously_and_lands() {
+    use sqlx::Connection;
+
+    let (url, _guard) = fresh_store(Backend::Sqlite).await;
+    let ledger = open(&url).await;
+    // Another writer (a second gateway, or a tool) takes the file's write lock.
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let waited = tokio::time::timeout(
+        Duration::from_millis(300),
+        ledger.accept(request("create_invoice", "billing", r#"{"amount":9}"#)),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "the write cannot land while the lock is held"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the caller was never stuck waiting for the lock on its own thread: {:?}",
+        started.elapsed()
+    );
+
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    drop(other);
+    // The write the caller stopped waiting for was queued: it lands once the file is free.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while count(&ledger).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queued accept was never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And the writer is free for the next caller.
+    let next = ledger
+        .accept(request("create_invoice", "billing", r#"{"amount":10}"#))
+        .await
+        .unwrap();
+    assert!(matches!(next, AcceptOutcome::Created(_)));
+    assert_eq!(count(&ledger).await, 2);
+    assert!(verify(&ledger).await.is_valid());
+}
