@@ -8,8 +8,12 @@
 //! hand-off to and from a writer thread cost ~15–35 µs (see `docs/performance.md`). Under load
 //! the queue still batches many ops into one commit.
 //!
-//! One thread remains, for what no caller waits for: it commits held deliveries when they
-//! fall due, serves callers outside a multi-threaded runtime, takes over a queue a busy
+//! A caller's commit never waits for another process's lock (two gateways or a tool on one
+//! file): it opens its transaction without patience, and a busy file sends the batch to the
+//! combiner's thread, which waits for it. So a caller blocks its thread for one commit at most
+//! and can always notice its client leaving.
+//!
+//! The thread also commits held deliveries when they fall due, takes over a queue a busy
 //! combiner handed off, and commits what is held when the ledger closes.
 
 use std::future::Future;
@@ -70,33 +74,6 @@ fn complete<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// Where a caller's commit runs.
-enum CommitSite {
-    /// On the caller's worker thread. With two or more workers, at most one of them is ever
-    /// busy committing (the others find the connection taken and wait asynchronously), so the
-    /// runtime keeps serving; measured cheaper than `block_in_place`, which hands the worker's
-    /// queue to another thread on every call (`docs/performance.md`).
-    Inline,
-    /// The only worker: hand its queue over while this thread commits, so a long wait (another
-    /// process holding the file's write lock) never stalls the whole runtime.
-    BlockInPlace,
-    /// No multi-threaded runtime: the combiner's thread commits.
-    Thread,
-}
-
-fn commit_site() -> CommitSite {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            if h.metrics().num_workers() >= 2 {
-                CommitSite::Inline
-            } else {
-                CommitSite::BlockInPlace
-            }
-        }
-        _ => CommitSite::Thread,
-    }
-}
-
 impl Combiner {
     /// Starts the combiner and its thread.
     pub fn start(writer: Writer<SqliteWriteConn>) -> std::io::Result<Arc<Combiner>> {
@@ -125,11 +102,11 @@ impl Combiner {
             self.arm(Some(Instant::now() + LAZY_HOLD));
             return;
         }
-        match commit_site() {
-            CommitSite::Inline => self.combine(false, false),
-            CommitSite::BlockInPlace => tokio::task::block_in_place(|| self.combine(false, false)),
-            CommitSite::Thread => self.kick(),
-        }
+        // On the caller's thread, whatever runs it: the commit blocks for one fsync at most,
+        // never for another process's lock (see `combine`). Measured cheaper than
+        // `tokio::task::block_in_place`, which hands the worker's queue to another thread on
+        // every call (`docs/performance.md`).
+        self.combine(false, false);
     }
 
     /// Tells the thread to commit what is held and stop.

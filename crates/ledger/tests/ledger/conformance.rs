@@ -368,9 +368,9 @@ async fn runs_are_recorded() {
     }
 }
 
-/// SQLite callers commit on their own thread where the runtime allows it (a multi-threaded
-/// one); on a single-threaded runtime the writer's thread does it for them. Both paths must
-/// make writes durable, including a delivery held back because nothing waits on it.
+/// SQLite callers commit on their own thread, also on a single-threaded runtime (one fsync at
+/// most blocks it). Writes are durable when they return, and a delivery held back because
+/// nothing waits on it is committed by the writer's thread when it falls due.
 #[tokio::test(flavor = "current_thread")]
 async fn writes_complete_on_a_single_threaded_runtime() {
     for backend in BACKENDS {
