@@ -21,6 +21,7 @@ pub mod disk;
 mod error;
 mod liveness;
 mod model;
+mod recall;
 mod rows;
 mod schema;
 mod streams;

@@ -16,6 +16,7 @@ use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
+use crate::recall::Recall;
 use crate::rows;
 use crate::streams::StreamWrite;
 
@@ -161,6 +162,10 @@ pub(crate) struct Writer<C> {
     appended_since_checkpoint: u64,
     /// Events linked in the open transaction, written just before it commits.
     pending: Vec<ChainedEvent>,
+    /// SQLite only: the head and summaries as of the last commit (see [`Recall`]).
+    recall: Option<Recall>,
+    /// Executions the current op wrote into `recall` (forgotten again if the op fails).
+    touched: Vec<ExecutionId>,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -171,6 +176,8 @@ impl<C: WriteConn> Writer<C> {
             head: (0, GENESIS_HASH),
             appended_since_checkpoint: 0,
             pending: Vec::new(),
+            recall: None,
+            touched: Vec::new(),
         }
     }
 
@@ -248,7 +255,7 @@ impl<C: WriteConn> Writer<C> {
     /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
     pub async fn commit_begun(&mut self, batch: Vec<Op>) {
         let mut done = Vec::with_capacity(batch.len());
-        let head_before = match self.load_head().await {
+        let head_before = match self.open_head().await {
             Ok(h) => h,
             Err(e) => {
                 let msg = e.to_string();
@@ -273,6 +280,7 @@ impl<C: WriteConn> Writer<C> {
             if savepoints {
                 let _ = self.conn.exec("SAVEPOINT op", &[]).await;
             }
+            self.touched.clear();
             let d = self.process(op).await;
             if d.is_ok() {
                 if savepoints {
@@ -287,6 +295,11 @@ impl<C: WriteConn> Writer<C> {
                 }
                 (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
                 self.pending.truncate(saved.2);
+                if let Some(recall) = &mut self.recall {
+                    for id in self.touched.drain(..) {
+                        recall.forget(id);
+                    }
+                }
             }
             done.push(d);
         }
@@ -294,6 +307,7 @@ impl<C: WriteConn> Writer<C> {
             // Nothing of the lone failed request may stay; its reply is its own error.
             let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
+            self.recall = None;
             for d in done {
                 d.send(None);
             }
@@ -327,6 +341,10 @@ impl<C: WriteConn> Writer<C> {
             let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
             self.pending.clear();
+            self.recall = None;
+        } else if let Some(recall) = &mut self.recall {
+            // This connection's own commits leave `data_version` as it was.
+            recall.head = self.head;
         }
         for d in done {
             d.send(failure.as_deref());
@@ -390,6 +408,35 @@ impl<C: WriteConn> Writer<C> {
                 Done::Unit(tx, r)
             }
             Op::Flush(tx) => Done::Unit(tx, Ok(())),
+        }
+    }
+
+    /// The chain head for a transaction just opened: remembered from the last commit if no
+    /// other connection wrote since (SQLite), else read.
+    async fn open_head(&mut self) -> Result<(u64, [u8; 32]), LedgerError> {
+        if self.cfg.dialect.keeps_head_row() {
+            return self.load_head().await;
+        }
+        let row = self.conn.query_opt("PRAGMA data_version", &[]).await?;
+        let version = row
+            .map(|r| rows::get_i64(&r, "data_version"))
+            .transpose()?
+            .unwrap_or(-1);
+        if let Some(recall) = &self.recall {
+            if recall.version == version {
+                return Ok(recall.head);
+            }
+        }
+        let head = self.load_head().await?;
+        self.recall = Some(Recall::new(version, head));
+        Ok(head)
+    }
+
+    /// Remembers a summary this transaction wrote (forgotten again if its op fails).
+    fn remember(&mut self, s: &ExecutionSummary) {
+        if let Some(recall) = &mut self.recall {
+            recall.remember(s);
+            self.touched.push(s.id);
         }
     }
 
@@ -463,6 +510,19 @@ impl<C: WriteConn> Writer<C> {
     }
 
     async fn load_summary(&mut self, id: ExecutionId) -> Result<ExecutionSummary, LedgerError> {
+        if let Some(s) = self.recall.as_ref().and_then(|r| r.summary(id)).cloned() {
+            // Debug builds (the test suites) check every remembered summary against its row.
+            #[cfg(debug_assertions)]
+            {
+                let read = self.read_summary(id).await?;
+                assert_eq!(s, read, "remembered summary of {id} differs from its row");
+            }
+            return Ok(s);
+        }
+        self.read_summary(id).await
+    }
+
+    async fn read_summary(&mut self, id: ExecutionId) -> Result<ExecutionSummary, LedgerError> {
         let q = format!(
             "SELECT {} FROM executions WHERE id = $1{}",
             rows::SUMMARY_COLUMNS,
@@ -610,6 +670,7 @@ impl<C: WriteConn> Writer<C> {
         }
         // One row with the final projection: the `then` events cost no extra statement.
         self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
+        self.remember(&s);
         Ok(s)
     }
 
@@ -622,6 +683,7 @@ impl<C: WriteConn> Writer<C> {
     ) -> Result<(), LedgerError> {
         self.advance(s, ev, now).await?;
         self.conn.exec("UPDATE executions SET state = $1, n = $2, dispatches = $3, cancel_requested = $4, state_since = $5, first_dispatched_at = $6, rejection_retryable = $7, owner = $8 WHERE id = $9", params![s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), now.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance, s.id.to_string()]).await?;
+        self.remember(s);
         Ok(())
     }
 
