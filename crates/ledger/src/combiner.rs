@@ -23,7 +23,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::db::SqliteWriteConn;
-use crate::writer::{Deferral, Op, Writer, LAZY_HOLD};
+use crate::ops::{Deferral, Op, LAZY_HOLD};
+use crate::writer::Writer;
 
 /// Commits a caller makes for others before it hands the rest of the queue to the thread, so a
 /// caller's own answer never waits behind an unbounded stream of other requests.

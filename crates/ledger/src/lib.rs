@@ -21,6 +21,7 @@ pub mod disk;
 mod error;
 mod liveness;
 mod model;
+mod ops;
 mod recall;
 mod rows;
 mod schema;
@@ -45,7 +46,8 @@ pub use model::{
 pub use streams::{StreamEvent, StreamOwner, StreamWrite};
 
 use liveness::Liveness;
-use writer::{now_millis, Op, Writer, WriterConfig};
+use ops::Op;
+use writer::{now_millis, Writer, WriterConfig};
 
 /// How a ledger is opened.
 #[derive(Clone, Debug)]

@@ -1,6 +1,8 @@
-//! The single writer: every durable change goes through one task holding one connection.
-//! Requests that arrive while a commit is in flight are batched into the next transaction
-//! (group commit), each inside its own savepoint so one request's failure never undoes another's.
+//! The single writer: every durable change goes through one connection. Requests that arrive
+//! while a commit is in flight are batched into the next transaction (group commit), each
+//! inside its own savepoint so one request's failure never undoes another's. PostgreSQL runs it
+//! as a task fed by a channel ([`Writer::run`]); SQLite's callers drive it themselves
+//! (`combiner.rs`).
 
 use std::sync::Arc;
 
@@ -10,140 +12,15 @@ use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::LedgerError;
-use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
+use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
+use crate::ops::{Deferral, Done, Op};
 use crate::recall::Recall;
 use crate::rows;
-use crate::streams::StreamWrite;
-
-type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
-
-pub(crate) enum Op {
-    Accept(Box<AcceptRequest>, Reply<AcceptOutcome>),
-    Append(
-        ExecutionId,
-        Box<NewEvent>,
-        Timestamp,
-        Reply<ExecutionSummary>,
-    ),
-    /// Marks an execution `outcome_unknown` if it is still `dispatched` by the given owner.
-    Abandoned(ExecutionId, String, Timestamp, Reply<bool>),
-    Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
-    StartRun(Box<Run>, Reply<()>),
-    EndRun(String, Timestamp, Reply<()>),
-    /// Transport state for resumable streams (never waited on by an action).
-    Stream(Vec<StreamWrite>, Reply<()>),
-    /// Commits whatever is queued; replies once it is durable.
-    Flush(Reply<()>),
-}
-
-/// How long records nothing waits on may be held back before they are committed.
-pub(crate) const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
-
-impl Op {
-    /// A record nothing waits on before acting: a delivery, appended after the answer left.
-    pub fn can_wait(&self) -> bool {
-        match self {
-            Op::Append(_, ev, _, _) => {
-                matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed)
-            }
-            Op::Stream(..) => true,
-            _ => false,
-        }
-    }
-}
-
-/// Records nothing waits on (deliveries, stream state) are held back for up to `LAZY_HOLD` and
-/// then ride an urgent commit together, instead of adding their pages to every accept (or
-/// spending an fsync alone).
-#[derive(Default)]
-pub(crate) struct Deferral {
-    held: Vec<Op>,
-    oldest: Option<std::time::Instant>,
-}
-
-impl Deferral {
-    /// Takes newly arrived ops and returns what must be committed now (possibly nothing):
-    /// every urgent op, plus the held ones once they are due (or `force`d).
-    pub fn sort(&mut self, ops: Vec<Op>, max_batch: usize, force: bool) -> Vec<Op> {
-        let (lazy, urgent): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(Op::can_wait);
-        if !lazy.is_empty() && self.oldest.is_none() {
-            self.oldest = Some(std::time::Instant::now());
-        }
-        self.held.extend(lazy);
-        let due = force
-            || self.oldest.is_some_and(|t| t.elapsed() >= LAZY_HOLD)
-            || self.held.len() >= max_batch
-            || urgent.iter().any(|op| matches!(op, Op::Flush(_)));
-        let mut commit = urgent;
-        if due {
-            self.oldest = None;
-            commit.append(&mut self.held);
-        }
-        commit
-    }
-
-    /// When the held ops must be committed even if nothing urgent comes.
-    pub fn due_at(&self) -> Option<std::time::Instant> {
-        self.oldest.map(|t| t + LAZY_HOLD)
-    }
-}
-
-enum Done {
-    Accept(Reply<AcceptOutcome>, Result<AcceptOutcome, LedgerError>),
-    Append(
-        Reply<ExecutionSummary>,
-        Result<ExecutionSummary, LedgerError>,
-    ),
-    Abandoned(Reply<bool>, Result<bool, LedgerError>),
-    Checkpoint(
-        Reply<Option<Checkpoint>>,
-        Result<Option<Checkpoint>, LedgerError>,
-    ),
-    Unit(Reply<()>, Result<(), LedgerError>),
-}
-
-impl Done {
-    fn is_ok(&self) -> bool {
-        match self {
-            Done::Accept(_, r) => r.is_ok(),
-            Done::Append(_, r) => r.is_ok(),
-            Done::Abandoned(_, r) => r.is_ok(),
-            Done::Checkpoint(_, r) => r.is_ok(),
-            Done::Unit(_, r) => r.is_ok(),
-        }
-    }
-
-    /// Sends the result, or `failure` if the batch's commit failed.
-    fn send(self, failure: Option<&str>) {
-        let fail = |msg: &str| {
-            LedgerError::Corrupt(format!(
-                "commit failed, nothing of this request was recorded: {msg}"
-            ))
-        };
-        macro_rules! reply {
-            ($tx:expr, $r:expr) => {{
-                let r = match failure {
-                    Some(m) => Err(fail(m)),
-                    None => $r,
-                };
-                // The caller may have gone away; its write stands either way.
-                let _ = $tx.send(r);
-            }};
-        }
-        match self {
-            Done::Accept(tx, r) => reply!(tx, r),
-            Done::Append(tx, r) => reply!(tx, r),
-            Done::Abandoned(tx, r) => reply!(tx, r),
-            Done::Checkpoint(tx, r) => reply!(tx, r),
-            Done::Unit(tx, r) => reply!(tx, r),
-        }
-    }
-}
 
 pub(crate) struct WriterConfig {
     pub dialect: Dialect,
@@ -236,7 +113,7 @@ impl<C: WriteConn> Writer<C> {
         if let Err(e) = self.begin().await {
             let msg = e.to_string();
             for op in batch {
-                Self::refuse(op, &msg);
+                op.refuse(&msg);
             }
             return;
         }
@@ -261,7 +138,7 @@ impl<C: WriteConn> Writer<C> {
                 let msg = e.to_string();
                 let _ = self.conn.exec("ROLLBACK", &[]).await;
                 for op in batch {
-                    Self::refuse(op, &msg);
+                    op.refuse(&msg);
                 }
                 return;
             }
@@ -348,19 +225,6 @@ impl<C: WriteConn> Writer<C> {
         }
         for d in done {
             d.send(failure.as_deref());
-        }
-    }
-
-    fn refuse(op: Op, msg: &str) {
-        let err = || LedgerError::Corrupt(format!("could not open a transaction: {msg}"));
-        match op {
-            Op::Accept(_, tx) => drop(tx.send(Err(err()))),
-            Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
-            Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
-            Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
-            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) | Op::Stream(_, tx) | Op::Flush(tx) => {
-                drop(tx.send(Err(err())))
-            }
         }
     }
 

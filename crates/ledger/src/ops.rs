@@ -1,0 +1,149 @@
+//! What the writer is asked to do ([`Op`]), how its answers go back ([`Done`]), and which
+//! requests may wait for a later commit ([`Deferral`]).
+
+use postern_audit::Checkpoint;
+use postern_core::{EventKind, ExecutionId, Timestamp};
+use tokio::sync::oneshot;
+
+use crate::error::LedgerError;
+use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
+use crate::streams::StreamWrite;
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
+
+pub(crate) enum Op {
+    Accept(Box<AcceptRequest>, Reply<AcceptOutcome>),
+    Append(
+        ExecutionId,
+        Box<NewEvent>,
+        Timestamp,
+        Reply<ExecutionSummary>,
+    ),
+    /// Marks an execution `outcome_unknown` if it is still `dispatched` by the given owner.
+    Abandoned(ExecutionId, String, Timestamp, Reply<bool>),
+    Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
+    StartRun(Box<Run>, Reply<()>),
+    EndRun(String, Timestamp, Reply<()>),
+    /// Transport state for resumable streams (never waited on by an action).
+    Stream(Vec<StreamWrite>, Reply<()>),
+    /// Commits whatever is queued; replies once it is durable.
+    Flush(Reply<()>),
+}
+
+/// How long records nothing waits on may be held back before they are committed.
+pub(crate) const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl Op {
+    /// Answers an op that could not even get a transaction.
+    pub fn refuse(self, msg: &str) {
+        let err = || LedgerError::Corrupt(format!("could not open a transaction: {msg}"));
+        match self {
+            Op::Accept(_, tx) => drop(tx.send(Err(err()))),
+            Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
+            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) | Op::Stream(_, tx) | Op::Flush(tx) => {
+                drop(tx.send(Err(err())))
+            }
+        }
+    }
+
+    /// A record nothing waits on before acting: a delivery, appended after the answer left.
+    pub fn can_wait(&self) -> bool {
+        match self {
+            Op::Append(_, ev, _, _) => {
+                matches!(ev.kind, EventKind::Delivered | EventKind::DeliveryFailed)
+            }
+            Op::Stream(..) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Records nothing waits on (deliveries, stream state) are held back for up to `LAZY_HOLD` and
+/// then ride an urgent commit together, instead of adding their pages to every accept (or
+/// spending an fsync alone).
+#[derive(Default)]
+pub(crate) struct Deferral {
+    held: Vec<Op>,
+    oldest: Option<std::time::Instant>,
+}
+
+impl Deferral {
+    /// Takes newly arrived ops and returns what must be committed now (possibly nothing):
+    /// every urgent op, plus the held ones once they are due (or `force`d).
+    pub fn sort(&mut self, ops: Vec<Op>, max_batch: usize, force: bool) -> Vec<Op> {
+        let (lazy, urgent): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(Op::can_wait);
+        if !lazy.is_empty() && self.oldest.is_none() {
+            self.oldest = Some(std::time::Instant::now());
+        }
+        self.held.extend(lazy);
+        let due = force
+            || self.oldest.is_some_and(|t| t.elapsed() >= LAZY_HOLD)
+            || self.held.len() >= max_batch
+            || urgent.iter().any(|op| matches!(op, Op::Flush(_)));
+        let mut commit = urgent;
+        if due {
+            self.oldest = None;
+            commit.append(&mut self.held);
+        }
+        commit
+    }
+
+    /// When the held ops must be committed even if nothing urgent comes.
+    pub fn due_at(&self) -> Option<std::time::Instant> {
+        self.oldest.map(|t| t + LAZY_HOLD)
+    }
+}
+
+pub(crate) enum Done {
+    Accept(Reply<AcceptOutcome>, Result<AcceptOutcome, LedgerError>),
+    Append(
+        Reply<ExecutionSummary>,
+        Result<ExecutionSummary, LedgerError>,
+    ),
+    Abandoned(Reply<bool>, Result<bool, LedgerError>),
+    Checkpoint(
+        Reply<Option<Checkpoint>>,
+        Result<Option<Checkpoint>, LedgerError>,
+    ),
+    Unit(Reply<()>, Result<(), LedgerError>),
+}
+
+impl Done {
+    pub fn is_ok(&self) -> bool {
+        match self {
+            Done::Accept(_, r) => r.is_ok(),
+            Done::Append(_, r) => r.is_ok(),
+            Done::Abandoned(_, r) => r.is_ok(),
+            Done::Checkpoint(_, r) => r.is_ok(),
+            Done::Unit(_, r) => r.is_ok(),
+        }
+    }
+
+    /// Sends the result, or `failure` if the batch's commit failed.
+    pub fn send(self, failure: Option<&str>) {
+        let fail = |msg: &str| {
+            LedgerError::Corrupt(format!(
+                "commit failed, nothing of this request was recorded: {msg}"
+            ))
+        };
+        macro_rules! reply {
+            ($tx:expr, $r:expr) => {{
+                let r = match failure {
+                    Some(m) => Err(fail(m)),
+                    None => $r,
+                };
+                // The caller may have gone away; its write stands either way.
+                let _ = $tx.send(r);
+            }};
+        }
+        match self {
+            Done::Accept(tx, r) => reply!(tx, r),
+            Done::Append(tx, r) => reply!(tx, r),
+            Done::Abandoned(tx, r) => reply!(tx, r),
+            Done::Checkpoint(tx, r) => reply!(tx, r),
+            Done::Unit(tx, r) => reply!(tx, r),
+        }
+    }
+}
