@@ -146,6 +146,24 @@ proptest! {
     }
 
     #[test]
+    fn action_record_bytes_match_serde_jcs(args in prop::collection::btree_map("\\PC{0,6}", json_value(), 0..5), tool in "\\PC{0,8}") {
+        let record = postern_core::ActionRecord {
+            actor: "billing".into(),
+            tool,
+            channel: postern_core::contract::Channel::Http,
+            target: "https://api.example.com/v1/invoices".into(),
+            credential_ref: Some("stripe".into()),
+            method: "POST".into(),
+            arguments: args.into_iter().collect(),
+            intent_scope: "billing".into(),
+        };
+        prop_assert_eq!(
+            String::from_utf8(record.canonical_bytes().unwrap()).unwrap(),
+            String::from_utf8(postern_core::canon::canonical_bytes(&record).unwrap()).unwrap()
+        );
+    }
+
+    #[test]
     fn the_event_body_bytes_match_serde_jcs(detail in json_value(), seq in 1u64..u64::MAX / 2, n in 1u32..100) {
         let b = body(seq, 9, n, EventKind::Completed(Verdict::Rejected), detail);
         let fast = b.canonical_bytes().unwrap();
