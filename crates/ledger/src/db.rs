@@ -246,11 +246,8 @@ impl SqliteWriteConn {
     }
 
     fn exec_now(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
-        if params.is_empty() && !sql.contains('$') {
-            // Transaction control and pragmas: not worth a cached statement.
-            self.0.execute_batch(sql).map_err(sqlite_err)?;
-            return Ok(0);
-        }
+        // Cached as well: `BEGIN IMMEDIATE` and `COMMIT` run twice per execution, and parsing
+        // them each time cost ~10% of an execution at concurrency 1 (`docs/performance.md`).
         let mut stmt = self
             .0
             .prepare_cached(&sqlite_sql(sql))
