@@ -9,7 +9,9 @@ use postern_core::recovery::RecoveryDecision;
 use postern_core::EventKind;
 use postern_ledger::{AcceptOutcome, Ledger, LedgerError, ListFilter, NewEvent, ResultBody};
 
-use crate::support::{fresh_store, now, open, options, request, verify, Backend, BACKENDS};
+use crate::support::{
+    dispatched_request, fresh_store, now, open, options, request, verify, Backend, BACKENDS,
+};
 
 async fn count(ledger: &Ledger) -> usize {
     ledger
@@ -312,15 +314,11 @@ async fn recovery_scan_marks_a_stopped_instances_dispatched_executions_unknown()
     for backend in BACKENDS {
         let (url, _guard) = fresh_store(backend).await;
         let ledger = open(&url).await;
-        let mut req = request(
+        let req = dispatched_request(
             "create_invoice",
             "billing",
             r#"{"customer":"acme","amount":5}"#,
         );
-        req.then = vec![
-            NewEvent::new(EventKind::Authorized),
-            NewEvent::new(EventKind::Dispatched),
-        ];
         let id = ledger.accept(req).await.unwrap().execution().id;
         // A live instance's in-flight execution is left alone.
         let (observer, report) = Ledger::open(&url, options()).await.unwrap();
@@ -376,11 +374,7 @@ async fn writes_complete_on_a_single_threaded_runtime() {
     for backend in BACKENDS {
         let (url, _guard) = fresh_store(backend).await;
         let ledger = open(&url).await;
-        let mut req = request("create_invoice", "billing", r#"{"amount":3}"#);
-        req.then = vec![
-            NewEvent::new(EventKind::Authorized),
-            NewEvent::new(EventKind::Dispatched),
-        ];
+        let req = dispatched_request("create_invoice", "billing", r#"{"amount":3}"#);
         let id = ledger.accept(req).await.unwrap().execution().id;
         let done = ledger
             .append(

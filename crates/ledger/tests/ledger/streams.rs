@@ -7,7 +7,7 @@ use postern_core::lifecycle::Verdict;
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use postern_ledger::{Ledger, NewEvent, ResultBody, StreamEvent, StreamOwner, StreamWrite};
 
-use crate::support::{fresh_store, now, open, request, verify, BACKENDS};
+use crate::support::{dispatched_request, fresh_store, now, open, verify, BACKENDS};
 
 fn event(stream: &str, n: u64, payload: &str, at: Timestamp) -> StreamEvent {
     StreamEvent {
@@ -312,15 +312,11 @@ async fn pruning_takes_only_older_transport_state_and_never_the_record() {
         let (url, _guard) = fresh_store(backend).await;
         let ledger = open(&url).await;
         // An execution with a result, recorded (and so older than every cutoff below).
-        let mut req = request(
+        let req = dispatched_request(
             "create_invoice",
             "billing",
             r#"{"customer":"acme","amount":5}"#,
         );
-        req.then = vec![
-            NewEvent::new(EventKind::Authorized),
-            NewEvent::new(EventKind::Dispatched),
-        ];
         let id = ledger.accept(req).await.unwrap().execution().id;
         ledger
             .append(

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use postern_audit::{SigningKey, Verifier};
 use postern_core::config::Config;
+use postern_core::EventKind;
 use postern_core::{ActionRecord, Arguments, FingerprintKey, Timestamp};
-use postern_ledger::{AcceptRequest, Ledger};
+use postern_ledger::{AcceptRequest, Ledger, NewEvent};
 use sqlx::Connection;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,4 +152,12 @@ pub async fn open(url: &str) -> postern_ledger::Ledger {
         .await
         .unwrap()
         .0
+}
+
+/// A request whose accept also records `authorized` and `dispatched` (as the gateway sends it).
+pub fn dispatched_request(tool: &str, actor: &str, arguments: &str) -> AcceptRequest {
+    request(tool, actor, arguments).then(vec![
+        NewEvent::new(EventKind::Authorized),
+        NewEvent::new(EventKind::Dispatched),
+    ])
 }
