@@ -381,7 +381,7 @@ pub(crate) mod hex32 {
     use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&hex::encode(b))
+        s.serialize_str(&postern_core::hexdigits::encode(b))
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
         d.deserialize_str(super::StrVisitor(

@@ -70,7 +70,7 @@ impl FingerprintKey {
         mac.update(canonical_secret);
         format!(
             "secret:hmac-sha256:{}",
-            hex::encode(mac.finalize().into_bytes())
+            crate::hexdigits::encode(mac.finalize().into_bytes())
         )
     }
 }
@@ -112,7 +112,8 @@ impl std::hash::Hash for Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "hmac-sha256:{}", hex::encode(self.0))
+        f.write_str("hmac-sha256:")?;
+        f.write_str(&crate::hexdigits::encode(self.0))
     }
 }
 

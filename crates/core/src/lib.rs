@@ -14,6 +14,7 @@ pub mod config;
 pub mod contract;
 pub mod duration;
 pub mod fingerprint;
+pub mod hexdigits;
 pub mod ids;
 pub mod lifecycle;
 pub mod record;

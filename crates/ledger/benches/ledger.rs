@@ -6,6 +6,13 @@
 //! One execution = accept (+ authorized + dispatched, one commit) → completed with a result
 //! (a second commit): every step durable before the next. Figures are printed as ratios to
 //! the floor measured here, never as absolute promises.
+//!
+//! After the concurrency-1 run it also measures SQLite alone (`bare.rs`): the same two commits
+//! with rows of the same sizes, written straight through rusqlite into the ledger's schema, and
+//! SQLite's cheapest commit. That splits the gap to the floor into what the storage engine
+//! costs on this disk and what the ledger adds.
+
+mod bare;
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -209,6 +216,25 @@ fn main() {
         println!("raw fsync rate after it:                          {after:>10.0} /s");
         fsync = after;
         last_db = Some(db);
+        if c == 1 {
+            // The same two commits by SQLite alone, and SQLite's cheapest commit: what the
+            // storage engine costs here, apart from what the ledger adds.
+            let bare = rt.block_on(bare::bare_sqlite_rate(&dir, seconds));
+            let minimal = bare::minimal_commit_rate(&dir, probe);
+            let after = fsync_rate(&dir, probe);
+            let around = (fsync + after) / 2.0;
+            println!(
+                "SQLite alone, the same two commits: {bare:>10.0} executions/s = {:>5.2}× the two-commit floor; the ledger at concurrency 1 = {:.2}× of it",
+                bare / (around / 2.0),
+                rate / bare
+            );
+            println!(
+                "SQLite alone, one 200 B row per commit: {minimal:>10.0} commits/s = {:>5.2}× the raw fsync rate",
+                minimal / around
+            );
+            println!("raw fsync rate after it:                          {after:>10.0} /s");
+            fsync = after;
+        }
     }
     let db = last_db.unwrap();
     let (verify_rate, events) = rt.block_on(verify_throughput(&db, &key, &dir));

@@ -29,6 +29,8 @@ pub struct AcceptRequest {
     /// the writer: a new execution is then recorded `cancelled` instead of taking `then`, so
     /// nothing is dispatched for a caller that is gone.
     pub withdrawn: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The record's canonical bytes, computed once for the fingerprint and kept for the row.
+    pub(crate) record_bytes: Vec<u8>,
 }
 
 impl AcceptRequest {
@@ -40,9 +42,11 @@ impl AcceptRequest {
         contract: Arc<ToolContract>,
         now: Timestamp,
     ) -> Result<AcceptRequest, CanonError> {
+        let record_bytes = record.canonical_bytes()?;
         Ok(AcceptRequest {
-            fingerprint: record.fingerprint(key)?,
+            fingerprint: key.fingerprint(&record_bytes),
             record,
+            record_bytes,
             contract,
             operation_key: None,
             run_id: None,

@@ -4,12 +4,12 @@
 //! as a task fed by a channel ([`Writer::run`]); SQLite's callers drive it themselves
 //! (`combiner.rs`).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use postern_audit::{ChainedEvent, Checkpoint, EventBody, SigningKey, GENESIS_HASH};
 use postern_core::lifecycle::{Lifecycle, State};
 use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
-use postern_core::{EventKind, ExecutionId, Timestamp};
+use postern_core::{hexdigits, EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -335,7 +335,7 @@ impl<C: WriteConn> Writer<C> {
         self.conn
             .exec(
                 "INSERT INTO chains (chain, head_seq, head_hash) VALUES ($1, 0, $2)",
-                params![&self.cfg.chain, hex::encode(GENESIS_HASH)],
+                params![&self.cfg.chain, hexdigits::encode(GENESIS_HASH)],
             )
             .await?;
         Ok((0, GENESIS_HASH))
@@ -350,7 +350,7 @@ impl<C: WriteConn> Writer<C> {
                 "UPDATE chains SET head_seq = $1, head_hash = $2 WHERE chain = $3",
                 params![
                     self.head.0 as i64,
-                    hex::encode(self.head.1),
+                    hexdigits::encode(self.head.1),
                     &self.cfg.chain
                 ],
             )
@@ -368,7 +368,7 @@ impl<C: WriteConn> Writer<C> {
             return Ok(None);
         }
         let c = key.checkpoint(&self.cfg.chain, self.head.0, self.head.1, now)?;
-        self.conn.exec("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hex::encode(c.head_hash), c.at.0, &c.key_id, &c.signature]).await?;
+        self.conn.exec("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hexdigits::encode(c.head_hash), c.at.0, &c.key_id, &c.signature]).await?;
         self.appended_since_checkpoint = 0;
         Ok(Some(c))
     }
@@ -480,13 +480,10 @@ impl<C: WriteConn> Writer<C> {
     async fn create(
         &mut self,
         id: ExecutionId,
-        req: AcceptRequest,
+        mut req: AcceptRequest,
     ) -> Result<ExecutionSummary, LedgerError> {
-        let record_bytes = req
-            .record
-            .canonical_bytes()
-            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let record_text = String::from_utf8(record_bytes.clone())
+        let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
+        let record_text = String::from_utf8(std::mem::take(&mut req.record_bytes))
             .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
         let mut s = ExecutionSummary {
             id,
@@ -516,7 +513,7 @@ impl<C: WriteConn> Writer<C> {
             "intent_scope": s.intent_scope,
             "operation_key": s.operation_key,
             "run_id": s.run_id,
-            "record_sha256": hex::encode(Sha256::digest(&record_bytes)),
+            "record_sha256": record_sha256,
         });
         self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         if req.is_withdrawn() {
@@ -574,7 +571,7 @@ impl<C: WriteConn> Writer<C> {
         };
         if let Some(result) = &ev.result {
             let attempt = next.dispatches.max(1);
-            let digest = format!("sha256:{}", hex::encode(Sha256::digest(&result.body)));
+            let digest = format!("sha256:{}", hexdigits::encode(Sha256::digest(&result.body)));
             self.conn.exec("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body", params![s.id.to_string(), i64::from(attempt), &digest, result.size as i64, i64::from(result.truncated), &result.body]).await?;
             detail.insert("result_digest".into(), json!(digest));
             detail.insert(
@@ -627,28 +624,9 @@ impl<C: WriteConn> Writer<C> {
     }
 
     async fn flush_events(&mut self) -> Result<(), LedgerError> {
-        const ROWS: usize = 100;
         let pending = std::mem::take(&mut self.pending);
-        for chunk in pending.chunks(ROWS) {
-            let mut sql = String::from("INSERT INTO events (chain, seq, execution_id, n, event, at, detail, prev_hash, hash) VALUES ");
-            for i in 0..chunk.len() {
-                let b = i * 9;
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6,
-                    b + 7,
-                    b + 8,
-                    b + 9
-                ));
-            }
+        for chunk in pending.chunks(EVENT_ROWS) {
+            let sql = insert_events_sql(chunk.len());
             let mut params = Vec::with_capacity(chunk.len() * 9);
             for e in chunk {
                 params.extend([
@@ -658,12 +636,12 @@ impl<C: WriteConn> Writer<C> {
                     SqlValue::Int(i64::from(e.body.n)),
                     SqlValue::Text(e.body.event.to_string()),
                     SqlValue::Int(e.body.at.0),
-                    SqlValue::Text(e.body.detail.to_string()),
-                    SqlValue::Text(hex::encode(e.prev_hash)),
-                    SqlValue::Text(hex::encode(e.hash)),
+                    SqlValue::Text(detail_text(&e.body.detail)?),
+                    SqlValue::Text(hexdigits::encode(e.prev_hash)),
+                    SqlValue::Text(hexdigits::encode(e.hash)),
                 ]);
             }
-            self.conn.exec(&sql, &params).await?;
+            self.conn.exec(sql, &params).await?;
         }
         Ok(())
     }
@@ -697,6 +675,36 @@ impl<C: WriteConn> Writer<C> {
         self.apply(&mut s, ev, now).await?;
         Ok(true)
     }
+}
+
+/// Events per multi-row `INSERT`.
+const EVENT_ROWS: usize = 100;
+
+/// The multi-row event `INSERT` for `rows` rows, built once per size (every commit runs one).
+fn insert_events_sql(rows: usize) -> &'static str {
+    static SQL: [OnceLock<String>; EVENT_ROWS] = [const { OnceLock::new() }; EVENT_ROWS];
+    SQL[rows - 1].get_or_init(|| {
+        let mut sql = String::from("INSERT INTO events (chain, seq, execution_id, n, event, at, detail, prev_hash, hash) VALUES ");
+        for i in 0..rows {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let placeholders: Vec<String> = (1..=9).map(|c| format!("${}", i * 9 + c)).collect();
+            sql.push('(');
+            sql.push_str(&placeholders.join(", "));
+            sql.push(')');
+        }
+        sql
+    })
+}
+
+/// An event's detail as stored: its canonical JSON (what the chain hashes, and cheaper to
+/// write than `serde_json`'s formatter).
+fn detail_text(detail: &Value) -> Result<String, LedgerError> {
+    let mut out = Vec::with_capacity(160);
+    postern_core::canon::write_canonical(detail, &mut out)
+        .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+    String::from_utf8(out).map_err(|e| LedgerError::Corrupt(e.to_string()))
 }
 
 pub(crate) fn now_millis() -> i64 {
