@@ -1,7 +1,8 @@
 //! The ledger benchmark: durable executions per second on a real ledger file, beside the raw
 //! fsync rate of the same disk measured in the same run, and audit verification throughput.
 //!
-//!     cargo bench -p postern-ledger --bench ledger -- [--keep DIR] [--seconds N]
+//!     cargo bench -p postern-ledger --bench ledger -- [--keep DIR] [--seconds N] [--concurrency 1,16,64]
+//!     cargo bench -p postern-ledger --bench ledger -- --verify-file DIR/audit-export.jsonl
 //!
 //! One execution = accept (+ authorized + dispatched, one commit) → completed with a result
 //! (a second commit): every step durable before the next. Figures are printed as ratios to
@@ -159,8 +160,13 @@ async fn verify_throughput(db: &Path, key: &SigningKey, dir: &Path) -> (f64, u64
         .unwrap();
     w.flush().unwrap();
     drop(w);
+    verify_file(&out, key)
+}
+
+/// Times verification of an export file: parse, re-hash, link, order, signatures, lifecycle.
+fn verify_file(export: &Path, key: &SigningKey) -> (f64, u64) {
     let started = Instant::now();
-    let reader = BufReader::with_capacity(1 << 20, std::fs::File::open(&out).unwrap());
+    let reader = BufReader::with_capacity(1 << 20, std::fs::File::open(export).unwrap());
     let report = verify_export(reader, key.verifying_key(), |_, _| {}).unwrap();
     let events = report.events;
     let header_note = report.breaks.len();
@@ -184,6 +190,15 @@ fn main() {
     });
     std::fs::create_dir_all(&dir).unwrap();
     let key = Arc::new(SigningKey::from_bytes([9u8; 32]));
+    if let Some(export) = arg("--verify-file") {
+        // Verification alone, repeated on one kept export (`--keep DIR` leaves
+        // DIR/audit-export.jsonl): a steadier figure for comparing verifier changes.
+        for _ in 0..5 {
+            let (rate, events) = verify_file(Path::new(&export), &key);
+            println!("audit verify ({events} events): {rate:>10.0} events/s");
+        }
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
