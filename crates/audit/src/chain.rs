@@ -329,44 +329,6 @@ impl std::fmt::Debug for VerifyingKey {
     }
 }
 
-/// Each byte's value as a hex digit (either case), 255 for bytes that are not hex digits.
-const HEX_VALUES: [u8; 256] = {
-    let mut table = [255u8; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
-
-/// 64 hex digits to 32 bytes (a table lookup per digit, one validity check at the end: this
-/// runs twice per verified event).
-pub(crate) fn decode_hex32(s: &str) -> Option<[u8; 32]> {
-    let b = s.as_bytes();
-    if b.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    let mut invalid = 0u8;
-    for (slot, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
-        let (hi, lo) = (
-            HEX_VALUES[usize::from(pair[0])],
-            HEX_VALUES[usize::from(pair[1])],
-        );
-        invalid |= hi | lo;
-        *slot = (hi << 4) | (lo & 15);
-    }
-    // A valid digit is at most 15; 255 marks anything else.
-    (invalid < 16).then_some(out)
-}
-
 /// Reads a borrowed string where the input allows it (serde's `Cow<str>` always copies).
 struct StrVisitor<F>(F, &'static str);
 
@@ -403,28 +365,11 @@ pub(crate) mod hex32 {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
         d.deserialize_str(super::StrVisitor(
-            |s: &str| super::decode_hex32(s).ok_or_else(|| "expected 64 hex digits".to_string()),
+            |s: &str| {
+                postern_core::hexdigits::decode32(s)
+                    .ok_or_else(|| "expected 64 hex digits".to_string())
+            },
             "64 hex digits",
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decode_hex32;
-
-    #[test]
-    fn hex32_decodes_either_case_and_refuses_anything_else() {
-        let bytes: [u8; 32] = std::array::from_fn(|i| (i * 37 + 11) as u8);
-        let lower = hex::encode(bytes);
-        assert_eq!(decode_hex32(&lower), Some(bytes));
-        assert_eq!(decode_hex32(&lower.to_ascii_uppercase()), Some(bytes));
-        assert_eq!(decode_hex32(&lower[..62]), None);
-        assert_eq!(decode_hex32(&format!("{lower}00")), None);
-        for bad in ['g', 'G', ' ', '/', ':', '@', '`'] {
-            let mut text = lower.clone();
-            text.replace_range(17..18, &bad.to_string());
-            assert_eq!(decode_hex32(&text), None, "{text}");
-        }
     }
 }

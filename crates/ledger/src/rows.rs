@@ -43,9 +43,8 @@ pub(crate) fn parse_id(s: &str) -> Result<ExecutionId, LedgerError> {
 }
 
 pub(crate) fn hash_from_hex(s: &str) -> Result<[u8; 32], LedgerError> {
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(s, &mut out).map_err(|e| corrupt("hash", e))?;
-    Ok(out)
+    postern_core::hexdigits::decode32(s)
+        .ok_or_else(|| corrupt("hash", format!("expected 64 hex digits, found {s:?}")))
 }
 
 pub(crate) fn summary(row: &impl RowAccess) -> Result<ExecutionSummary, LedgerError> {

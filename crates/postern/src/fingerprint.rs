@@ -72,7 +72,7 @@ pub fn run(a: &FingerprintArgs) -> Result<()> {
     let arguments = Arguments::parse(&raw)?;
     let record = ActionRecord::build(contract, &a.actor, a.scope.as_deref(), &arguments, &key)?;
     let canonical = String::from_utf8(record.canonical_bytes()?)?;
-    let fingerprint = record.fingerprint(&key)?;
+    let fingerprint = key.fingerprint(canonical.as_bytes());
 
     if a.json {
         let out = serde_json::json!({
