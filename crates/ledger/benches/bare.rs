@@ -6,39 +6,73 @@
 //! the combiner); the ratio of this one to the fsync floor is what SQLite's commit of these
 //! pages costs on this disk.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use postern_ledger::{Ledger, LedgerOptions};
 use rusqlite::{params, Connection};
+use sha2::{Digest, Sha256};
 
-/// Executions per second for SQLite alone, each two durable commits:
-/// intent slot + execution row + three events, then result + row update + one event.
-pub async fn bare_sqlite_rate(dir: &Path, seconds: f64) -> f64 {
-    let path = dir.join("bare-sqlite.db");
-    remove_database(&path);
-    // The ledger creates the file, so the schema (tables, indexes, page size) is the real one.
-    let url = format!("sqlite://{}", path.display());
-    let (ledger, _) = Ledger::open(&url, LedgerOptions::default()).await.unwrap();
-    ledger.close().await;
+/// SQLite alone doing an execution's two durable commits: intent slot + execution row + three
+/// events, then result + row update + one event. Kept open between the benchmark's slices.
+pub struct BareSqlite {
+    path: PathBuf,
+    conn: Connection,
+    record: String,
+    accepted_detail: String,
+    hash: String,
+    i: i64,
+    seq: i64,
+}
 
-    let conn = Connection::open(&path).unwrap();
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;",
-    )
-    .unwrap();
-    let record = format!(
-        "{{\"actor\":\"bench\",\"arguments\":{{\"amount\":0,\"customer\":\"w0\"}},{}}}",
-        "x".repeat(150)
-    );
-    let accepted_detail = format!("{{\"fingerprint\":\"{}\"}}", "f".repeat(115));
-    let hash = "0".repeat(64);
-    let started = Instant::now();
-    let mut i: i64 = 0;
-    let mut seq: i64 = 0;
-    while started.elapsed() < Duration::from_secs_f64(seconds) {
+impl BareSqlite {
+    pub async fn open(dir: &Path) -> BareSqlite {
+        let path = dir.join("bare-sqlite.db");
+        remove_database(&path);
+        // The ledger creates the file, so the schema (tables, indexes, page size) is the real one.
+        let url = format!("sqlite://{}", path.display());
+        let (ledger, _) = Ledger::open(&url, LedgerOptions::default()).await.unwrap();
+        ledger.close().await;
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;",
+        )
+        .unwrap();
+        BareSqlite {
+            path,
+            conn,
+            record: format!(
+                "{{\"actor\":\"bench\",\"arguments\":{{\"amount\":0,\"customer\":\"w0\"}},{}}}",
+                "x".repeat(150)
+            ),
+            accepted_detail: format!("{{\"fingerprint\":\"{}\"}}", "f".repeat(115)),
+            hash: "0".repeat(64),
+            i: 0,
+            seq: 0,
+        }
+    }
+
+    /// Runs executions for `duration`; returns how many completed.
+    pub fn run(&mut self, duration: Duration) -> u64 {
+        let started = Instant::now();
+        let mut done = 0;
+        while started.elapsed() < duration {
+            self.execution();
+            done += 1;
+        }
+        done
+    }
+
+    fn execution(&mut self) {
+        let (conn, record, accepted_detail, hash) =
+            (&self.conn, &self.record, &self.accepted_detail, &self.hash);
+        let (i, seq) = (self.i, self.seq);
         let id = format!("exe_{i:026}");
-        let fingerprint = format!("hmac-sha256:{i:064x}");
+        // Scattered like real HMAC fingerprints: the intent slot's key lands on a random leaf.
+        let fingerprint = format!(
+            "hmac-sha256:{}",
+            postern_core::hexdigits::encode(Sha256::digest(i.to_le_bytes()))
+        );
         let now = 1_796_000_000_000 + i;
         conn.prepare_cached("BEGIN IMMEDIATE")
             .unwrap()
@@ -116,13 +150,14 @@ pub async fn bare_sqlite_rate(dir: &Path, seconds: f64) -> f64 {
         ])
         .unwrap();
         conn.prepare_cached("COMMIT").unwrap().execute([]).unwrap();
-        i += 1;
-        seq += 4;
+        self.i += 1;
+        self.seq += 4;
     }
-    let rate = i as f64 / started.elapsed().as_secs_f64();
-    drop(conn);
-    remove_database(&path);
-    rate
+
+    pub fn close(self) {
+        drop(self.conn);
+        remove_database(&self.path);
+    }
 }
 
 /// Commits per second for the cheapest SQLite commit there is: one small row in one table,

@@ -46,90 +46,138 @@ fn now() -> Timestamp {
     )
 }
 
-/// Raw fsync rate: the ledger's own baseline probe (512 B appends, each `fdatasync`ed).
-fn fsync_rate(dir: &Path, seconds: f64) -> f64 {
-    postern_ledger::disk::fsync_rate(dir, std::time::Duration::from_secs_f64(seconds))
+/// The ledger's own baseline probe (512 B appends, each `fdatasync`ed) for `duration`:
+/// appends per second.
+fn fsync_rate(dir: &Path, duration: Duration) -> f64 {
+    postern_ledger::disk::fsync_rate(dir, duration)
         .expect("the fsync probe could not write in the benchmark directory")
 }
 
-async fn executions_per_second(
-    dir: &Path,
-    concurrency: usize,
-    seconds: f64,
-    key: Arc<SigningKey>,
-) -> (f64, PathBuf) {
-    let path = dir.join(format!("ledger-c{concurrency}.db"));
-    let _ = std::fs::remove_file(&path);
-    let url = format!("sqlite://{}", path.display());
-    let options = LedgerOptions {
-        signing_key: Some(key),
-        ..LedgerOptions::default()
-    };
-    let (ledger, _) = Ledger::open(&url, options).await.unwrap();
-    let ledger = Arc::new(ledger);
-    let contract = Arc::new(
-        Config::parse(CONFIG, "bench.toml")
-            .unwrap()
-            .tool("create_invoice")
-            .unwrap()
-            .clone(),
-    );
-    let fkey = Arc::new(FingerprintKey::new(&[42u8; 32]).unwrap());
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|worker| {
-            let (ledger, contract, fkey, done, stop) = (
-                ledger.clone(),
-                contract.clone(),
-                fkey.clone(),
-                done.clone(),
-                stop.clone(),
-            );
-            tokio::spawn(async move {
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let args =
-                        Arguments::parse(&format!(r#"{{"customer":"w{worker}","amount":{i}}}"#))
-                            .unwrap();
-                    let record =
-                        ActionRecord::build(&contract, "bench", None, &args, &fkey).unwrap();
-                    let req = AcceptRequest::new(record, &fkey, contract.clone(), now())
-                        .unwrap()
-                        .then(vec![
-                            NewEvent::new(EventKind::Authorized),
-                            NewEvent::new(EventKind::Dispatched),
-                        ]);
-                    let id = ledger.accept(req).await.unwrap().execution().id;
-                    let result = ResultBody {
-                        body: br#"{"id":"inv_1","status":"open"}"#.to_vec(),
-                        size: 30,
-                        truncated: false,
-                    };
-                    ledger
-                        .append(
-                            id,
-                            NewEvent::new(EventKind::Completed(Verdict::Applied))
-                                .with_result(result),
-                            now(),
-                        )
-                        .await
-                        .unwrap();
-                    done.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
+/// Slices each concurrency level is measured in, alternating with the fsync probe.
+const ROUNDS: usize = 8;
+
+/// A real ledger file driven by `concurrency` workers, kept open between the benchmark's
+/// slices so the fsync probe can be interleaved with it.
+struct LedgerWorkload {
+    ledger: Arc<Ledger>,
+    path: PathBuf,
+    contract: Arc<postern_core::ToolContract>,
+    fkey: Arc<FingerprintKey>,
+    /// Makes every request's arguments distinct (an identical one would be matched, not run).
+    next: Arc<AtomicU64>,
+}
+
+impl LedgerWorkload {
+    async fn open(dir: &Path, concurrency: usize, key: Arc<SigningKey>) -> LedgerWorkload {
+        let path = dir.join(format!("ledger-c{concurrency}.db"));
+        let _ = std::fs::remove_file(&path);
+        let url = format!("sqlite://{}", path.display());
+        let options = LedgerOptions {
+            signing_key: Some(key),
+            ..LedgerOptions::default()
+        };
+        let (ledger, _) = Ledger::open(&url, options).await.unwrap();
+        let contract = Arc::new(
+            Config::parse(CONFIG, "bench.toml")
+                .unwrap()
+                .tool("create_invoice")
+                .unwrap()
+                .clone(),
+        );
+        LedgerWorkload {
+            ledger: Arc::new(ledger),
+            path,
+            contract,
+            fkey: Arc::new(FingerprintKey::new(&[42u8; 32]).unwrap()),
+            next: Arc::new(AtomicU64::new(0)),
+        }
     }
-    let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    ledger.checkpoint(now()).await.unwrap();
-    (rate, path)
+
+    /// Runs `concurrency` workers for `duration`; returns how many executions completed.
+    async fn run(&self, concurrency: usize, duration: Duration) -> u64 {
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let (ledger, contract, fkey, next, done, stop) = (
+                    self.ledger.clone(),
+                    self.contract.clone(),
+                    self.fkey.clone(),
+                    self.next.clone(),
+                    done.clone(),
+                    stop.clone(),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let args =
+                            Arguments::parse(&format!(r#"{{"customer":"c{i}","amount":{i}}}"#))
+                                .unwrap();
+                        let record =
+                            ActionRecord::build(&contract, "bench", None, &args, &fkey).unwrap();
+                        let req = AcceptRequest::new(record, &fkey, contract.clone(), now())
+                            .unwrap()
+                            .then(vec![
+                                NewEvent::new(EventKind::Authorized),
+                                NewEvent::new(EventKind::Dispatched),
+                            ]);
+                        let id = ledger.accept(req).await.unwrap().execution().id;
+                        let result = ResultBody {
+                            body: br#"{"id":"inv_1","status":"open"}"#.to_vec(),
+                            size: 30,
+                            truncated: false,
+                        };
+                        ledger
+                            .append(
+                                id,
+                                NewEvent::new(EventKind::Completed(Verdict::Applied))
+                                    .with_result(result),
+                                now(),
+                            )
+                            .await
+                            .unwrap();
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(duration).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        done.load(Ordering::Relaxed)
+    }
+
+    /// Signs a last checkpoint and returns the file (the ledger stays as written).
+    async fn finish(self) -> PathBuf {
+        self.ledger.checkpoint(now()).await.unwrap();
+        self.path
+    }
+}
+
+/// Rates accumulated over interleaved slices.
+#[derive(Default)]
+struct Tally {
+    count: f64,
+    seconds: f64,
+}
+
+impl Tally {
+    fn add(&mut self, count: u64, started: Instant) {
+        self.count += count as f64;
+        self.seconds += started.elapsed().as_secs_f64();
+    }
+
+    /// A slice measured by a probe that reports its own rate over `duration`.
+    fn add_rate(&mut self, rate: f64, duration: Duration) {
+        self.count += rate * duration.as_secs_f64();
+        self.seconds += duration.as_secs_f64();
+    }
+
+    fn rate(&self) -> f64 {
+        self.count / self.seconds
+    }
 }
 
 /// Exports the ledger to JSONL (as `postern audit export` does) and times verification of
@@ -214,47 +262,56 @@ fn main() {
         "postern ledger benchmark — SQLite (WAL, synchronous=FULL) in {}",
         dir.display()
     );
-    // The disk's speed drifts: the baseline is probed before and after every run, and each
-    // run is compared with the mean of the two probes around it.
-    let probe = seconds.clamp(0.5, 1.5);
-    let mut fsync = fsync_rate(&dir, probe);
-    println!("raw fsync rate (512 B append + fdatasync):        {fsync:>10.0} /s");
+    // The disk's speed drifts within seconds, so the baseline is not probed once: every level
+    // runs in ROUNDS slices, each right after a slice of the fsync probe (and, at concurrency
+    // 1, beside a slice of SQLite alone), and each figure is compared with the probe's rate
+    // over the same stretch of time.
+    let slice = Duration::from_secs_f64(seconds / ROUNDS as f64);
+    let probe_slice = slice.mul_f64(0.5).max(Duration::from_millis(100));
     let mut last_db = None;
     let levels: Vec<usize> = arg("--concurrency").map_or(vec![1, 16, 64], |s| {
         s.split(',').map(|c| c.parse().unwrap()).collect()
     });
     for c in levels {
-        let (rate, db) = rt.block_on(executions_per_second(&dir, c, seconds, key.clone()));
-        let after = fsync_rate(&dir, probe);
-        let around = (fsync + after) / 2.0;
-        let floor = around / 2.0;
+        let workload = rt.block_on(LedgerWorkload::open(&dir, c, key.clone()));
+        let mut bare = (c == 1).then(|| rt.block_on(bare::BareSqlite::open(&dir)));
+        let (mut fsync, mut ledger, mut alone) =
+            (Tally::default(), Tally::default(), Tally::default());
+        for _ in 0..ROUNDS {
+            fsync.add_rate(fsync_rate(&dir, probe_slice), probe_slice);
+            let started = Instant::now();
+            ledger.add(rt.block_on(workload.run(c, slice)), started);
+            if let Some(bare) = &mut bare {
+                let started = Instant::now();
+                alone.add(bare.run(slice), started);
+            }
+        }
+        let (raw, rate) = (fsync.rate(), ledger.rate());
+        let floor = raw / 2.0;
+        println!("raw fsync rate (512 B append + fdatasync), interleaved: {raw:>10.0} /s");
         println!(
             "concurrency {c:>2}: {rate:>10.0} durable executions/s = {:>5.2}× the two-commit floor ({floor:.0}/s), {:>5.2}× the raw fsync rate",
             rate / floor,
-            rate / around
+            rate / raw
         );
-        println!("raw fsync rate after it:                          {after:>10.0} /s");
-        fsync = after;
-        last_db = Some(db);
-        if c == 1 {
+        if let Some(bare) = bare {
             // The same two commits by SQLite alone, and SQLite's cheapest commit: what the
             // storage engine costs here, apart from what the ledger adds.
-            let bare = rt.block_on(bare::bare_sqlite_rate(&dir, seconds));
-            let minimal = bare::minimal_commit_rate(&dir, probe);
-            let after = fsync_rate(&dir, probe);
-            let around = (fsync + after) / 2.0;
+            bare.close();
+            let alone = alone.rate();
             println!(
-                "SQLite alone, the same two commits: {bare:>10.0} executions/s = {:>5.2}× the two-commit floor; the ledger at concurrency 1 = {:.2}× of it",
-                bare / (around / 2.0),
-                rate / bare
+                "SQLite alone, the same two commits: {alone:>10.0} executions/s = {:>5.2}× the two-commit floor; the ledger at concurrency 1 = {:.2}× of it",
+                alone / floor,
+                rate / alone
             );
+            let raw = fsync_rate(&dir, probe_slice * 2);
+            let minimal = bare::minimal_commit_rate(&dir, (slice * 2).as_secs_f64());
             println!(
-                "SQLite alone, one 200 B row per commit: {minimal:>10.0} commits/s = {:>5.2}× the raw fsync rate",
-                minimal / around
+                "SQLite alone, one 200 B row per commit: {minimal:>10.0} commits/s = {:>5.2}× the raw fsync rate just before it ({raw:.0}/s)",
+                minimal / raw
             );
-            println!("raw fsync rate after it:                          {after:>10.0} /s");
-            fsync = after;
         }
+        last_db = Some(rt.block_on(workload.finish()));
     }
     let db = last_db.unwrap();
     let (verify_rate, events) = rt.block_on(verify_throughput(&db, &key, &dir));
