@@ -123,6 +123,11 @@ impl EventBody {
     /// verifier hashes every event, so this avoids a generic serialiser; a test pins it to
     /// `serde_jcs`).
     pub fn canonical_bytes(&self) -> Result<Vec<u8>, AuditError> {
+        Ok(self.canonical_parts()?.0)
+    }
+
+    /// The canonical body, and the canonical detail inside it (which a store keeps as is).
+    fn canonical_parts(&self) -> Result<(Vec<u8>, Vec<u8>), AuditError> {
         let mut detail = Vec::with_capacity(128);
         canon::write_canonical(&self.detail, &mut detail)?;
         let mut out = Vec::with_capacity(256);
@@ -136,7 +141,7 @@ impl EventBody {
             self.n,
             self.seq,
         )?;
-        Ok(out)
+        Ok((out, detail))
     }
 }
 
@@ -161,7 +166,7 @@ pub(crate) fn write_body(
     out.extend_from_slice(b",\"event\":");
     canon::write_canonical_str(event.name(), out);
     out.extend_from_slice(b",\"execution_id\":\"");
-    out.extend_from_slice(execution_id.to_string().as_bytes());
+    out.extend_from_slice(&execution_id.ascii());
     out.extend_from_slice(b"\",\"n\":");
     canon::write_canonical_int(i128::from(n), out)?;
     out.extend_from_slice(b",\"seq\":");
@@ -200,6 +205,27 @@ impl ChainedEvent {
             prev_hash,
             hash,
         })
+    }
+
+    /// Links `body` after `prev_hash`, and also returns its detail's canonical JSON text: the
+    /// bytes the hash covered, which a store writes instead of canonicalising the detail again.
+    pub fn link_keeping_detail(
+        body: EventBody,
+        prev_hash: [u8; 32],
+    ) -> Result<(ChainedEvent, String), AuditError> {
+        let (canonical, detail) = body.canonical_parts()?;
+        let mut h = Sha256::new();
+        h.update(prev_hash);
+        h.update(&canonical);
+        let event = ChainedEvent {
+            body,
+            prev_hash,
+            hash: h.finalize().into(),
+        };
+        // Canonical JSON is UTF-8 by construction.
+        let detail =
+            String::from_utf8(detail).map_err(|e| canon::CanonError::Serialize(e.to_string()))?;
+        Ok((event, detail))
     }
 }
 

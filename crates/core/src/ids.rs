@@ -36,17 +36,22 @@ impl ExecutionId {
     pub fn to_bytes(self) -> [u8; 16] {
         self.0.to_be_bytes()
     }
+
+    /// The id's text (`exe_` and 26 base32 digits) as ASCII bytes, without allocating: the
+    /// audit chain writes one into every event it hashes.
+    pub fn ascii(&self) -> [u8; 30] {
+        let mut out = *b"exe_00000000000000000000000000";
+        for (i, slot) in out[4..].iter_mut().enumerate() {
+            let shift = 5 * (25 - i);
+            *slot = ALPHABET[((self.0 >> shift) & 31) as usize];
+        }
+        out
+    }
 }
 
 impl fmt::Display for ExecutionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = [0u8; 26];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let shift = 5 * (25 - i);
-            *slot = ALPHABET[((self.0 >> shift) & 31) as usize];
-        }
-        f.write_str("exe_")?;
-        f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
+        f.write_str(std::str::from_utf8(&self.ascii()).map_err(|_| fmt::Error)?)
     }
 }
 

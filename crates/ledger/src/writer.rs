@@ -38,7 +38,8 @@ pub(crate) struct Writer<C> {
     head: (u64, [u8; 32]),
     appended_since_checkpoint: u64,
     /// Events linked in the open transaction, written just before it commits.
-    pending: Vec<ChainedEvent>,
+    /// Each with its detail's canonical JSON, as hashed (and as stored).
+    pending: Vec<(ChainedEvent, String)>,
     /// SQLite only: the head and summaries as of the last commit (see [`Recall`]).
     recall: Option<Recall>,
     /// Executions the current op wrote into `recall` (forgotten again if the op fails).
@@ -616,27 +617,28 @@ impl<C: WriteConn> Writer<C> {
             at,
             detail,
         };
-        let e = ChainedEvent::link(body, self.head.1)?;
+        let (e, detail) = ChainedEvent::link_keeping_detail(body, self.head.1)?;
         self.head = (e.body.seq, e.hash);
         self.appended_since_checkpoint += 1;
-        self.pending.push(e);
+        self.pending.push((e, detail));
         Ok(())
     }
 
     async fn flush_events(&mut self) -> Result<(), LedgerError> {
-        let pending = std::mem::take(&mut self.pending);
-        for chunk in pending.chunks(EVENT_ROWS) {
+        let mut pending = std::mem::take(&mut self.pending).into_iter().peekable();
+        while pending.peek().is_some() {
+            let chunk: Vec<_> = pending.by_ref().take(EVENT_ROWS).collect();
             let sql = insert_events_sql(chunk.len());
             let mut params = Vec::with_capacity(chunk.len() * 9);
-            for e in chunk {
+            for (e, detail) in chunk {
                 params.extend([
-                    SqlValue::Text(e.body.chain.clone()),
+                    SqlValue::Text(e.body.chain),
                     SqlValue::Int(e.body.seq as i64),
                     SqlValue::Text(e.body.execution_id.to_string()),
                     SqlValue::Int(i64::from(e.body.n)),
                     SqlValue::Text(e.body.event.to_string()),
                     SqlValue::Int(e.body.at.0),
-                    SqlValue::Text(detail_text(&e.body.detail)?),
+                    SqlValue::Text(detail),
                     SqlValue::Text(hexdigits::encode(e.prev_hash)),
                     SqlValue::Text(hexdigits::encode(e.hash)),
                 ]);
@@ -696,15 +698,6 @@ fn insert_events_sql(rows: usize) -> &'static str {
         }
         sql
     })
-}
-
-/// An event's detail as stored: its canonical JSON (what the chain hashes, and cheaper to
-/// write than `serde_json`'s formatter).
-fn detail_text(detail: &Value) -> Result<String, LedgerError> {
-    let mut out = Vec::with_capacity(160);
-    postern_core::canon::write_canonical(detail, &mut out)
-        .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-    String::from_utf8(out).map_err(|e| LedgerError::Corrupt(e.to_string()))
 }
 
 pub(crate) fn now_millis() -> i64 {

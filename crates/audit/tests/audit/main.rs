@@ -170,5 +170,10 @@ proptest! {
         prop_assert_eq!(String::from_utf8(fast).unwrap(), String::from_utf8(postern_core::canon::canonical_bytes(&b).unwrap()).unwrap());
         let linked = ChainedEvent::link(b.clone(), GENESIS_HASH).unwrap();
         prop_assert_eq!(linked.hash, event_hash(&GENESIS_HASH, &b).unwrap());
+        // What a store writes: the same event and hash, and the detail's own canonical bytes.
+        let (kept, detail) = ChainedEvent::link_keeping_detail(b.clone(), GENESIS_HASH).unwrap();
+        prop_assert_eq!(&kept, &linked);
+        prop_assert_eq!(detail, String::from_utf8(postern_core::canon::canonical_bytes(&b.detail).unwrap()).unwrap());
+        prop_assert_eq!(b.execution_id.ascii().to_vec(), b.execution_id.to_string().into_bytes());
     }
 }
