@@ -3,7 +3,10 @@
 //! ledger's two-commit floor measured on the same disk in the same run.
 //!
 //!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
-//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR]
+//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION]
+//!
+//! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
+//! asks for the sessionless protocol.
 //!
 //! Loopback only: the invoice API (`postern_gateway::demo_target`) runs in this process, the
 //! gateway is a child process with a SQLite ledger in a temporary directory. Every call through
@@ -109,24 +112,32 @@ fn fsync_rate(dir: &Path, seconds: f64) -> f64 {
         .expect("the fsync probe could not write in the benchmark directory")
 }
 
-/// One worker's client: its own keep-alive connection and, through Postern, its own MCP session.
+/// The MCP protocol versions the benchmark can speak: with a session (the `initialize`
+/// handshake), or without one (each request carries its version in `_meta`).
+const WITH_SESSION: &str = "2025-06-18";
+const SESSIONLESS: &str = "2026-07-28";
+
+/// One worker's client: its own keep-alive connection and, through Postern, MCP at `protocol`
+/// (`None`: the plain JSON POST straight to the target).
 struct Client {
     http: reqwest::Client,
     url: String,
+    protocol: Option<&'static str>,
     session: Option<String>,
     next_id: u64,
 }
 
 impl Client {
-    async fn connect(mcp: bool, url: &str) -> Client {
+    async fn connect(protocol: Option<&'static str>, url: &str) -> Client {
         let timeout = Duration::from_secs(30);
         let mut c = Client {
             http: reqwest::Client::builder().timeout(timeout).build().unwrap(),
             url: url.to_string(),
+            protocol,
             session: None,
             next_id: 0,
         };
-        if mcp {
+        if protocol == Some(WITH_SESSION) {
             let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "postern-gateway-load", "version": "1.0"}}});
             let resp = c.mcp_post(&init).send().await.unwrap();
             assert!(resp.status().is_success(), "initialize: {}", resp.status());
@@ -152,7 +163,12 @@ impl Client {
         if let Some(s) = &self.session {
             req = req
                 .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-06-18");
+                .header("mcp-protocol-version", WITH_SESSION);
+        } else if self.protocol == Some(SESSIONLESS) {
+            req = req
+                .header("mcp-protocol-version", SESSIONLESS)
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "create_invoice");
         }
         req
     }
@@ -160,7 +176,7 @@ impl Client {
     /// One call that creates one invoice for `customer`; panics unless it did.
     async fn call(&mut self, customer: &str, amount: u64) {
         let arguments = json!({"customer": customer, "amount": amount});
-        if self.session.is_none() {
+        let Some(protocol) = self.protocol else {
             let resp = self
                 .http
                 .post(&self.url)
@@ -173,9 +189,15 @@ impl Client {
             assert_eq!(resp.status().as_u16(), 201, "direct POST /invoices");
             resp.bytes().await.unwrap();
             return;
-        }
+        };
         self.next_id += 1;
-        let body = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "create_invoice", "arguments": arguments}});
+        let mut body = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "create_invoice", "arguments": arguments}});
+        if protocol == SESSIONLESS {
+            body["params"]["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": SESSIONLESS,
+                "io.modelcontextprotocol/clientCapabilities": {}
+            });
+        }
         let resp = self.mcp_post(&body).send().await.unwrap();
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
@@ -229,7 +251,7 @@ impl Run {
 /// empty and must end with exactly one invoice per call.
 async fn run(
     api: &InvoiceApi,
-    mcp: bool,
+    protocol: Option<&'static str>,
     url: &str,
     concurrency: usize,
     budget: Budget,
@@ -241,7 +263,7 @@ async fn run(
         .map(|w| {
             let (url, tag) = (url.to_string(), tag.to_string());
             tokio::spawn(async move {
-                let mut client = Client::connect(mcp, &url).await;
+                let mut client = Client::connect(protocol, &url).await;
                 for i in 0..WARMUP_PER_WORKER {
                     client.call(&format!("{tag}-w{w}-warm{i}"), i as u64).await;
                 }
@@ -311,6 +333,13 @@ fn main() {
     let (calls1, calls32) = (calls[0], *calls.get(1).unwrap_or(&calls[0]));
     let seconds: f64 = arg("--seconds").map_or(5.0, |s| s.parse().unwrap());
     let keep = arg("--keep").map(PathBuf::from);
+    let protocol = match arg("--protocol").as_deref() {
+        None | Some(WITH_SESSION) => WITH_SESSION,
+        Some(SESSIONLESS) => SESSIONLESS,
+        Some(other) => {
+            panic!("--protocol {other}: expected {WITH_SESSION} (with a session) or {SESSIONLESS} (sessionless)")
+        }
+    };
     let dir = keep.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("postern-gateway-load-{}", std::process::id()))
     });
@@ -335,7 +364,7 @@ fn main() {
     println!(
         "raw fsync rate before the c=1 runs (512 B append + fdatasync): {fsync_before:>7.0} /s"
     );
-    println!("latency in ms; each worker first makes {WARMUP_PER_WORKER} unrecorded warm-up calls");
+    println!("MCP protocol {protocol}; latency in ms; each worker first makes {WARMUP_PER_WORKER} unrecorded warm-up calls");
     println!("                  │ direct          │ through postern │  added  │ calls/s");
     println!("concurrency  load │     p50     p99 │     p50     p99 │   p50   │  direct postern");
     let mut added_c1 = f64::NAN;
@@ -347,8 +376,8 @@ fn main() {
         (64, Budget::Seconds(seconds)),
     ];
     for (c, budget) in levels {
-        let d = rt.block_on(run(&api.state, false, &direct, c, budget, "d"));
-        let p = rt.block_on(run(&api.state, true, &served.url, c, budget, "p"));
+        let d = rt.block_on(run(&api.state, None, &direct, c, budget, "d"));
+        let p = rt.block_on(run(&api.state, Some(protocol), &served.url, c, budget, "p"));
         let added = p.pct(0.5) - d.pct(0.5);
         let label = match budget {
             Budget::Calls(n) => n.to_string(),
