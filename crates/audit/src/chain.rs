@@ -112,10 +112,15 @@ fn canonical_detail<S: serde::Serializer>(v: &Value, s: S) -> Result<S::Ok, S::E
 
 /// `SHA-256(prev_hash ‖ JCS(body))`.
 pub fn event_hash(prev_hash: &[u8; 32], body: &EventBody) -> Result<[u8; 32], AuditError> {
+    Ok(link_hash(prev_hash, &body.canonical_bytes()?))
+}
+
+/// `SHA-256(prev_hash ‖ body)`: what links an event's canonical body to the one before it.
+fn link_hash(prev_hash: &[u8; 32], body: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(prev_hash);
-    h.update(body.canonical_bytes()?);
-    Ok(h.finalize().into())
+    h.update(body);
+    h.finalize().into()
 }
 
 impl EventBody {
@@ -190,10 +195,7 @@ pub(crate) fn raw_event_hash(
 ) -> Result<[u8; 32], AuditError> {
     body.clear();
     write_body(body, at, chain, detail, event, execution_id, n, seq)?;
-    let mut h = Sha256::new();
-    h.update(prev_hash);
-    h.update(&*body);
-    Ok(h.finalize().into())
+    Ok(link_hash(prev_hash, body))
 }
 
 impl ChainedEvent {
@@ -214,13 +216,10 @@ impl ChainedEvent {
         prev_hash: [u8; 32],
     ) -> Result<(ChainedEvent, String), AuditError> {
         let (canonical, detail) = body.canonical_parts()?;
-        let mut h = Sha256::new();
-        h.update(prev_hash);
-        h.update(&canonical);
         let event = ChainedEvent {
+            hash: link_hash(&prev_hash, &canonical),
             body,
             prev_hash,
-            hash: h.finalize().into(),
         };
         // Canonical JSON is UTF-8 by construction.
         let detail =
