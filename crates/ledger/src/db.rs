@@ -148,6 +148,39 @@ pub(crate) struct OwnedRow {
     values: Vec<SqlValue>,
 }
 
+/// A row read straight through rusqlite (the store verifier's scan), its columns found by the
+/// statement's names taken once (rusqlite's own lookup asks SQLite for every name each time).
+pub(crate) struct NamedRow<'r> {
+    pub row: &'r rusqlite::Row<'r>,
+    pub names: &'r [String],
+}
+
+impl RowAccess for NamedRow<'_> {
+    fn value(&self, col: &str) -> Result<SqlValue, LedgerError> {
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == col)
+            .ok_or_else(|| LedgerError::Corrupt(format!("no column {col}")))?;
+        self.row
+            .get_ref(i)
+            .map(sql_value)
+            .map_err(|e| LedgerError::Corrupt(format!("column {col}: {e}")))
+    }
+}
+
+/// A SQLite value as the ledger's own.
+fn sql_value(v: rusqlite::types::ValueRef<'_>) -> SqlValue {
+    use rusqlite::types::ValueRef as V;
+    match v {
+        V::Null => SqlValue::Null,
+        V::Integer(i) => SqlValue::Int(i),
+        V::Real(f) => SqlValue::Text(f.to_string()),
+        V::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+        V::Blob(b) => SqlValue::Blob(b.to_vec()),
+    }
+}
+
 impl RowAccess for OwnedRow {
     fn value(&self, col: &str) -> Result<SqlValue, LedgerError> {
         self.names
@@ -279,14 +312,7 @@ impl SqliteWriteConn {
         };
         let mut values = Vec::with_capacity(names.len());
         for i in 0..names.len() {
-            use rusqlite::types::ValueRef as V;
-            values.push(match row.get_ref(i).map_err(sqlite_err)? {
-                V::Null => SqlValue::Null,
-                V::Integer(i) => SqlValue::Int(i),
-                V::Real(f) => SqlValue::Text(f.to_string()),
-                V::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
-                V::Blob(b) => SqlValue::Blob(b.to_vec()),
-            });
+            values.push(sql_value(row.get_ref(i).map_err(sqlite_err)?));
         }
         Ok(Some(OwnedRow { names, values }))
     }

@@ -77,6 +77,8 @@ impl Default for LedgerOptions {
 /// The ledger: a writer task for durable changes and a pool for reads.
 pub struct Ledger {
     dialect: Dialect,
+    /// SQLite: the database file (the event scan reads it directly).
+    sqlite_file: Option<std::path::PathBuf>,
     instance: String,
     chain: String,
     pool: AnyPool,
@@ -224,6 +226,7 @@ impl Ledger {
 
         let ledger = Ledger {
             dialect,
+            sqlite_file: (dialect == Dialect::Sqlite).then(|| sqlite_path(url).into()),
             instance,
             chain,
             pool,
@@ -560,15 +563,13 @@ impl Ledger {
         &self,
         mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
     ) -> Result<(), LedgerError> {
-        // SQLite: physical insertion order (rowid), so a moved row shows as a reorder.
-        let (pos, order) = match self.dialect {
-            Dialect::Sqlite => ("rowid", "rowid"),
-            Dialect::Postgres => ("ROW_NUMBER() OVER (ORDER BY chain, seq)", "chain, seq"),
-        };
+        if let Some(file) = &self.sqlite_file {
+            return scan_sqlite_events(file, each);
+        }
         let mut after: i64 = 0;
         loop {
             let q = format!(
-                "SELECT * FROM (SELECT {pos} AS pos, {cols} FROM events ORDER BY {order}) AS t WHERE pos > $1 ORDER BY pos LIMIT 10000",
+                "SELECT * FROM (SELECT ROW_NUMBER() OVER (ORDER BY chain, seq) AS pos, {cols} FROM events ORDER BY chain, seq) AS t WHERE pos > $1 ORDER BY pos LIMIT 10000",
                 cols = rows::EVENT_COLUMNS
             );
             let page = sqlx::query(&q).bind(after).fetch_all(&self.pool).await?;
@@ -595,6 +596,34 @@ impl Ledger {
         drop(self);
         pool.close().await;
     }
+}
+
+/// SQLite's event scan: in physical insertion order (rowid), so a moved row shows as a reorder;
+/// one read transaction, straight through rusqlite on the caller's thread (through sqlx every
+/// row crossed to its worker thread and back: ~19 µs a row, against ~2 µs here).
+fn scan_sqlite_events(
+    file: &std::path::Path,
+    mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
+) -> Result<(), LedgerError> {
+    let sqlite = |e: rusqlite::Error| LedgerError::Corrupt(format!("sqlite: {e}"));
+    // One thread uses this connection: no mutex (column lookups by name took it every time).
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(file, flags).map_err(sqlite)?;
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT rowid AS pos, {} FROM events ORDER BY rowid",
+            rows::EVENT_COLUMNS
+        ))
+        .map_err(sqlite)?;
+    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    let mut found = stmt.query([]).map_err(sqlite)?;
+    while let Some(row) = found.next().map_err(sqlite)? {
+        let pos: i64 = row.get(0).map_err(sqlite)?;
+        let row = db::NamedRow { row, names: &names };
+        each(rows::event(&row).map_err(|e| (pos, e.to_string())));
+    }
+    Ok(())
 }
 
 async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {

@@ -417,6 +417,22 @@ fn store_updated_event_is_a_hash_mismatch() {
         .assert_breaks(&[hash_mismatch(7), hash_mismatch(9)]);
 }
 
+/// A row that cannot even be read as an event (its hash is not hex) is reported at its
+/// position in the store, and the verifier goes on past it.
+#[test]
+fn store_unreadable_row_is_reported_at_its_position() {
+    let f = Fixture::new("db-unreadable");
+    f.verify_store().assert_valid();
+    let r7 = f.rowid_of(7);
+    f.sql(&["UPDATE events SET hash = 'not hex' WHERE seq = 7".into()]);
+    // Its absence then shows as what it is to the chain and to its execution.
+    f.verify_store().assert_breaks(&[
+        format!("unreadable record at line {r7}: corrupt ledger row: hash: expected 64 hex digits"),
+        "gap at seq 8 (chain main): expected seq 7".to_string(),
+        "is missing".to_string(),
+    ]);
+}
+
 /// A deleted row in the middle is a gap.
 #[test]
 fn store_deleted_row_is_a_gap() {
