@@ -17,6 +17,10 @@ pub enum LedgerError {
     },
     #[error("the store's schema is at version {found}, newer than this build knows ({known}); upgrade postern")]
     SchemaTooNew { found: i64, known: i64 },
+    #[error("the store's schema is at version {found}, older than this build reads ({known}); open it once with this build's `postern serve` to migrate it, or verify with the build that wrote it")]
+    SchemaTooOld { found: i64, known: i64 },
+    #[error("no store at {url}: {reason}")]
+    NoStore { url: String, reason: String },
     #[error("execution {0} does not exist")]
     UnknownExecution(ExecutionId),
     #[error("execution {execution_id}: {source}")]

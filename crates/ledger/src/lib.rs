@@ -22,6 +22,7 @@ mod error;
 mod liveness;
 mod model;
 mod ops;
+mod reader;
 mod recall;
 mod rows;
 mod schema;
@@ -43,10 +44,12 @@ pub use model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
     RecoveryReport, ResultBody, Run, StoredResult,
 };
+pub use reader::StoreReader;
 pub use streams::{StreamEvent, StreamOwner, StreamWrite};
 
 use liveness::Liveness;
 use ops::Op;
+use reader::sqlite_path;
 use writer::{now_millis, Writer, WriterConfig};
 
 /// How a ledger is opened.
@@ -77,8 +80,8 @@ impl Default for LedgerOptions {
 /// The ledger: a writer task for durable changes and a pool for reads.
 pub struct Ledger {
     dialect: Dialect,
-    /// SQLite: the database file (the event scan reads it directly).
-    sqlite_file: Option<std::path::PathBuf>,
+    /// The audit record's reads (chains, checkpoints, events), over the same pool.
+    store: StoreReader,
     instance: String,
     chain: String,
     pool: AnyPool,
@@ -104,14 +107,6 @@ impl Drop for Ledger {
             h.abort();
         }
     }
-}
-
-fn sqlite_path(url: &str) -> &str {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or(url);
-    rest.split('?').next().unwrap_or(rest)
 }
 
 async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
@@ -226,7 +221,11 @@ impl Ledger {
 
         let ledger = Ledger {
             dialect,
-            sqlite_file: (dialect == Dialect::Sqlite).then(|| sqlite_path(url).into()),
+            store: StoreReader::over(
+                dialect,
+                pool.clone(),
+                (dialect == Dialect::Sqlite).then(|| sqlite_path(url).into()),
+            ),
             instance,
             chain,
             pool,
@@ -465,27 +464,14 @@ impl Ledger {
     }
 
     /// Every chain's range (1..head).
+    /// Every chain with its head position.
     pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
-        sqlx::query("SELECT chain, head_seq FROM chains ORDER BY chain")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok((
-                    rows::get_str(r, "chain")?,
-                    rows::get_i64(r, "head_seq")? as u64,
-                ))
-            })
-            .collect()
+        self.store.chain_heads().await
     }
 
+    /// Every signed checkpoint, by chain and position.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
-        sqlx::query("SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY chain, seq")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::checkpoint)
-            .collect()
+        self.store.checkpoints().await
     }
 
     /// Records transport state for resumable streams. It shares the next commit rather than
@@ -557,30 +543,12 @@ impl Ledger {
         Ok(removed)
     }
 
-    /// Streams every event in storage order, a page at a time. A row that cannot be decoded is
-    /// passed as an error with its position so a verifier can report it and go on.
+    /// Streams every event in storage order (see [`StoreReader::scan_events`]).
     pub async fn scan_events(
         &self,
-        mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
+        each: impl FnMut(Result<ChainedEvent, (i64, String)>),
     ) -> Result<(), LedgerError> {
-        if let Some(file) = &self.sqlite_file {
-            return scan_sqlite_events(file, each);
-        }
-        let mut after: i64 = 0;
-        loop {
-            let q = format!(
-                "SELECT * FROM (SELECT ROW_NUMBER() OVER (ORDER BY chain, seq) AS pos, {cols} FROM events ORDER BY chain, seq) AS t WHERE pos > $1 ORDER BY pos LIMIT 10000",
-                cols = rows::EVENT_COLUMNS
-            );
-            let page = sqlx::query(&q).bind(after).fetch_all(&self.pool).await?;
-            if page.is_empty() {
-                return Ok(());
-            }
-            for row in &page {
-                after = rows::get_i64(row, "pos")?;
-                each(rows::event(row).map_err(|e| (after, e.to_string())));
-            }
-        }
+        self.store.scan_events(each).await
     }
 
     /// Closes the writer after everything queued is committed.
@@ -596,34 +564,6 @@ impl Ledger {
         drop(self);
         pool.close().await;
     }
-}
-
-/// SQLite's event scan: in physical insertion order (rowid), so a moved row shows as a reorder;
-/// one read transaction, straight through rusqlite on the caller's thread (through sqlx every
-/// row crossed to its worker thread and back: ~19 µs a row, against ~2 µs here).
-fn scan_sqlite_events(
-    file: &std::path::Path,
-    mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
-) -> Result<(), LedgerError> {
-    let sqlite = |e: rusqlite::Error| LedgerError::Corrupt(format!("sqlite: {e}"));
-    // One thread uses this connection: no mutex (column lookups by name took it every time).
-    let flags =
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = rusqlite::Connection::open_with_flags(file, flags).map_err(sqlite)?;
-    let mut stmt = conn
-        .prepare(&format!(
-            "SELECT rowid AS pos, {} FROM events ORDER BY rowid",
-            rows::EVENT_COLUMNS
-        ))
-        .map_err(sqlite)?;
-    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
-    let mut found = stmt.query([]).map_err(sqlite)?;
-    while let Some(row) = found.next().map_err(sqlite)? {
-        let pos: i64 = row.get(0).map_err(sqlite)?;
-        let row = db::NamedRow { row, names: &names };
-        each(rows::event(&row).map_err(|e| (pos, e.to_string())));
-    }
-    Ok(())
 }
 
 async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {

@@ -11,7 +11,7 @@ use postern_audit::{
     verify_export, ChainRange, ExportHeader, ExportLine, Report, SigningKey, Verifier,
     VerifyingKey, EXPORT_FORMAT,
 };
-use postern_ledger::{Ledger, LedgerOptions};
+use postern_ledger::{Ledger, LedgerOptions, StoreReader};
 
 use crate::keys;
 
@@ -231,20 +231,13 @@ pub fn verify_file(path: &Path, key: VerifyingKey) -> Result<Report> {
     Ok(report)
 }
 
-/// Verifies a store's rows directly.
+/// Verifies a store's rows directly. The store is opened read-only: verifying the evidence
+/// never adds to it (no migration, no recovery scan, no instance row).
 pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
-    // Opening a SQLite store creates it: a mistyped path would verify as an empty, VALID log.
-    if let Some(rest) = url.strip_prefix("sqlite:") {
-        let path = rest.strip_prefix("//").unwrap_or(rest);
-        let path = path.split('?').next().unwrap_or(path);
-        if !Path::new(path).is_file() {
-            bail!("no store at {url}: {path} does not exist");
-        }
-    }
-    let (ledger, _) = Ledger::open(url, LedgerOptions::default()).await?;
+    let store = StoreReader::open(url).await?;
     let mut verifier = Verifier::new(key);
-    let total: u64 = ledger.chain_heads().await?.iter().map(|(_, h)| *h).sum();
-    for (chain, head) in ledger.chain_heads().await? {
+    let total: u64 = store.chain_heads().await?.iter().map(|(_, h)| *h).sum();
+    for (chain, head) in store.chain_heads().await? {
         if head > 0 {
             verifier.request(ChainRange {
                 chain,
@@ -255,7 +248,7 @@ pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
     }
     let mut progress = Progress::new();
     let mut events = 0u64;
-    ledger
+    store
         .scan_events(|row| match row {
             Ok(e) => {
                 verifier.event(&e);
@@ -268,7 +261,7 @@ pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
         })
         .await?;
     progress.done();
-    for c in ledger.checkpoints().await? {
+    for c in store.checkpoints().await? {
         verifier.checkpoint(&c);
     }
     Ok(verifier.finish())

@@ -417,6 +417,25 @@ fn store_updated_event_is_a_hash_mismatch() {
         .assert_breaks(&[hash_mismatch(7), hash_mismatch(9)]);
 }
 
+/// Verifying a store only reads it: no migration, no recovery scan, no instance row. The file
+/// is byte for byte what it was, and no WAL is left beside it.
+#[test]
+fn store_verification_changes_nothing() {
+    let f = Fixture::new("db-read-only");
+    let before = std::fs::read(&f.db).unwrap();
+    f.verify_store().assert_valid();
+    assert!(
+        std::fs::read(&f.db).unwrap() == before,
+        "verify changed {}",
+        f.db.display()
+    );
+    let wal = format!("{}-wal", f.db.display());
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "verify wrote {wal}"
+    );
+}
+
 /// A row that cannot even be read as an event (its hash is not hex) is reported at its
 /// position in the store, and the verifier goes on past it.
 #[test]
@@ -526,4 +545,14 @@ fn missing_file_or_store_is_an_error() {
     );
     assert!(run.stderr.contains(&wanted), "{run}");
     assert!(!missing.exists(), "verify created {}", missing.display());
+
+    // A file that is not a Postern ledger (here an empty one) is named as such, not verified
+    // as an empty, valid log.
+    let other = f.dir.join("other.db");
+    std::fs::write(&other, b"").unwrap();
+    let url = format!("sqlite://{}", other.display());
+    let run = f.verify(["--store", &url], &f.public_key);
+    assert_eq!(run.code, Some(2), "{run}");
+    let wanted = format!("error: no store at {url}: it holds no Postern ledger");
+    assert!(run.stderr.contains(&wanted), "{run}");
 }

@@ -1,0 +1,188 @@
+//! Reading a store without changing it. The audit verifier opens a store this way, so checking
+//! the evidence never adds to it: no migrations, no instance row, no recovery scan, and only
+//! read-only connections. The ledger reads its own chains, checkpoints and events through the
+//! same code.
+
+use std::path::{Path, PathBuf};
+
+use postern_audit::{ChainedEvent, Checkpoint};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor};
+
+use crate::db;
+use crate::dialect::Dialect;
+use crate::error::LedgerError;
+use crate::rows;
+use crate::schema;
+
+/// A store's audit record (chain heads, checkpoints, events), read-only.
+pub struct StoreReader {
+    dialect: Dialect,
+    pool: AnyPool,
+    /// SQLite: the database file (the event scan reads it directly).
+    sqlite_file: Option<PathBuf>,
+}
+
+impl StoreReader {
+    /// Opens the store at `url` for reading only. A SQLite file must already exist, and the
+    /// store's schema must be the one this build writes (it is never migrated from here).
+    pub async fn open(url: &str) -> Result<StoreReader, LedgerError> {
+        sqlx::any::install_default_drivers();
+        let dialect =
+            Dialect::from_url(url).ok_or_else(|| LedgerError::UnsupportedUrl(url.to_string()))?;
+        let sqlite_file = (dialect == Dialect::Sqlite).then(|| PathBuf::from(sqlite_path(url)));
+        let connect_url = match &sqlite_file {
+            Some(file) if !file.is_file() => {
+                return Err(LedgerError::NoStore {
+                    url: url.to_string(),
+                    reason: format!("{} does not exist", file.display()),
+                })
+            }
+            Some(file) => format!("sqlite://{}?mode=ro", file.display()),
+            None => url.to_string(),
+        };
+        let options: AnyConnectOptions = connect_url.parse()?;
+        let postgres = dialect == Dialect::Postgres;
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if postgres {
+                        conn.execute("SET default_transaction_read_only = on")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options.disable_statement_logging())
+            .await?;
+        let reader = StoreReader {
+            dialect,
+            pool,
+            sqlite_file,
+        };
+        reader.check_schema(url).await?;
+        Ok(reader)
+    }
+
+    /// The reader a ledger keeps over its own pool.
+    pub(crate) fn over(dialect: Dialect, pool: AnyPool, sqlite_file: Option<PathBuf>) -> Self {
+        StoreReader {
+            dialect,
+            pool,
+            sqlite_file,
+        }
+    }
+
+    async fn check_schema(&self, url: &str) -> Result<(), LedgerError> {
+        let found: Option<i64> =
+            sqlx::query("SELECT MAX(version) AS version FROM schema_migrations")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| LedgerError::NoStore {
+                    url: url.to_string(),
+                    reason: format!("it holds no Postern ledger ({e})"),
+                })?
+                .map(|r| rows::get_i64(&r, "version"))
+                .transpose()?;
+        let known = schema::MIGRATIONS.last().map_or(0, |m| m.version);
+        match found {
+            Some(found) if found > known => Err(LedgerError::SchemaTooNew { found, known }),
+            Some(found) if found < known => Err(LedgerError::SchemaTooOld { found, known }),
+            Some(_) => Ok(()),
+            None => Err(LedgerError::NoStore {
+                url: url.to_string(),
+                reason: "it holds no Postern ledger (no schema version)".into(),
+            }),
+        }
+    }
+
+    /// Every chain with its head position.
+    pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
+        sqlx::query("SELECT chain, head_seq FROM chains ORDER BY chain")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    rows::get_str(r, "chain")?,
+                    rows::get_i64(r, "head_seq")? as u64,
+                ))
+            })
+            .collect()
+    }
+
+    /// Every signed checkpoint, by chain and position.
+    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
+        sqlx::query("SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY chain, seq")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::checkpoint)
+            .collect()
+    }
+
+    /// Streams every event in storage order, a page at a time. A row that cannot be decoded is
+    /// passed as an error with its position so a verifier can report it and go on.
+    pub async fn scan_events(
+        &self,
+        mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
+    ) -> Result<(), LedgerError> {
+        if let Some(file) = &self.sqlite_file {
+            return scan_sqlite_events(file, each);
+        }
+        debug_assert_eq!(self.dialect, Dialect::Postgres);
+        let mut after: i64 = 0;
+        loop {
+            let q = format!(
+                "SELECT * FROM (SELECT ROW_NUMBER() OVER (ORDER BY chain, seq) AS pos, {cols} FROM events ORDER BY chain, seq) AS t WHERE pos > $1 ORDER BY pos LIMIT 10000",
+                cols = rows::EVENT_COLUMNS
+            );
+            let page = sqlx::query(&q).bind(after).fetch_all(&self.pool).await?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for row in &page {
+                after = rows::get_i64(row, "pos")?;
+                each(rows::event(row).map_err(|e| (after, e.to_string())));
+            }
+        }
+    }
+}
+
+/// The file a `sqlite:` URL names.
+pub(crate) fn sqlite_path(url: &str) -> &str {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    rest.split('?').next().unwrap_or(rest)
+}
+
+/// SQLite's event scan: in physical insertion order (rowid), so a moved row shows as a reorder;
+/// one read transaction, straight through rusqlite on the caller's thread (through sqlx every
+/// row crossed to its worker thread and back: ~19 µs a row, against ~2 µs here).
+fn scan_sqlite_events(
+    file: &Path,
+    mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
+) -> Result<(), LedgerError> {
+    let sqlite = |e: rusqlite::Error| LedgerError::Corrupt(format!("sqlite: {e}"));
+    // One thread uses this connection: no mutex (column lookups by name took it every time).
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(file, flags).map_err(sqlite)?;
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT rowid AS pos, {} FROM events ORDER BY rowid",
+            rows::EVENT_COLUMNS
+        ))
+        .map_err(sqlite)?;
+    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    let mut found = stmt.query([]).map_err(sqlite)?;
+    while let Some(row) = found.next().map_err(sqlite)? {
+        let pos: i64 = row.get(0).map_err(sqlite)?;
+        let row = db::NamedRow { row, names: &names };
+        each(rows::event(&row).map_err(|e| (pos, e.to_string())));
+    }
+    Ok(())
+}
