@@ -53,6 +53,8 @@ pub(crate) struct Combiner {
     connection: Mutex<Connection>,
     signal: Mutex<Signal>,
     wake: Condvar,
+    /// The thread, for [`Combiner::stop`] to wait for.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,11 +88,13 @@ impl Combiner {
             }),
             signal: Mutex::new(Signal::default()),
             wake: Condvar::new(),
+            thread: Mutex::new(None),
         });
         let background = combiner.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("postern-ledger-writer".into())
             .spawn(move || background.run_thread())?;
+        *lock(&combiner.thread) = Some(thread);
         Ok(combiner)
     }
 
@@ -114,6 +118,13 @@ impl Combiner {
     pub fn close(&self) {
         lock(&self.signal).closed = true;
         self.wake.notify_one();
+    }
+
+    /// Closes, and returns the thread to wait for: once it has ended and the last handle on
+    /// the combiner is gone, the connection is closed (SQLite checkpoints and removes the WAL).
+    pub fn stop(&self) -> Option<std::thread::JoinHandle<()>> {
+        self.close();
+        lock(&self.thread).take()
     }
 
     fn kick(&self) {

@@ -561,7 +561,15 @@ impl Ledger {
             .bind(&instance)
             .execute(&pool)
             .await;
+        let writer = match &self.writes {
+            WritePath::Combining(c) => c.stop(),
+            WritePath::Channel(_) => None,
+        };
         drop(self);
+        // When this returns the file is closed: nothing of the ledger still writes to it.
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
         pool.close().await;
     }
 }

@@ -36,6 +36,8 @@ http = { method = "POST", url = "http://127.0.0.1:9/invoices" }
 struct Fixture {
     dir: PathBuf,
     db: PathBuf,
+    /// The store's URL: the SQLite file `db`, or a database on the machine's PostgreSQL.
+    store: String,
     signing_key_file: PathBuf,
     public_key: String,
     /// The seqs of the signed checkpoints, ascending.
@@ -74,7 +76,18 @@ fn request(amount: u64) -> AcceptRequest {
 }
 
 impl Fixture {
+    /// The ledger in a SQLite file.
     fn new(tag: &str) -> Fixture {
+        Fixture::with_store(tag, None)
+    }
+
+    /// The ledger in a fresh database on the machine's PostgreSQL.
+    fn on_postgres(tag: &str) -> Fixture {
+        let url = runtime().block_on(crate::harness::fresh_postgres());
+        Fixture::with_store(tag, Some(url))
+    }
+
+    fn with_store(tag: &str, postgres: Option<String>) -> Fixture {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "postern-audit-{tag}-{}-{}",
@@ -86,8 +99,10 @@ impl Fixture {
         let key = Arc::new(SigningKey::from_bytes(SIGNING_KEY));
         let signing_key_file = dir.join("audit.key");
         std::fs::write(&signing_key_file, key.to_hex()).unwrap();
+        let db = dir.join("ledger.db");
         let mut f = Fixture {
-            db: dir.join("ledger.db"),
+            store: postgres.unwrap_or_else(|| format!("sqlite://{}", db.display())),
+            db,
             dir,
             signing_key_file,
             public_key: key.verifying_key().to_string(),
@@ -131,7 +146,7 @@ impl Fixture {
     }
 
     fn store_url(&self) -> String {
-        format!("sqlite://{}", self.db.display())
+        self.store.clone()
     }
 
     /// Runs `postern` in the fixture's directory (so no stray postern.toml is picked up).
@@ -189,16 +204,26 @@ impl Fixture {
         self.verify(["--store", &self.store_url()], &self.public_key)
     }
 
-    /// Runs SQL statements directly on the SQLite file, as someone with write access could.
+    /// Runs SQL statements directly on the store, as someone with write access could.
     fn sql(&self, statements: &[String]) {
         let url = self.store_url();
+        // The same statements through either driver's connection type.
+        macro_rules! apply {
+            ($conn:ty) => {{
+                let mut conn = <$conn>::connect(&url).await.unwrap();
+                for s in statements {
+                    let done = sqlx::query(s).execute(&mut conn).await.unwrap();
+                    assert!(done.rows_affected() > 0, "{s} changed nothing");
+                }
+                conn.close().await.unwrap();
+            }};
+        }
         runtime().block_on(async move {
-            let mut conn = SqliteConnection::connect(&url).await.unwrap();
-            for s in statements {
-                let done = sqlx::query(s).execute(&mut conn).await.unwrap();
-                assert!(done.rows_affected() > 0, "{s} changed nothing");
+            if url.starts_with("postgres") {
+                apply!(sqlx::PgConnection)
+            } else {
+                apply!(SqliteConnection)
             }
-            conn.close().await.unwrap();
         });
     }
 
@@ -434,6 +459,17 @@ fn store_verification_changes_nothing() {
         std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
         "verify wrote {wal}"
     );
+}
+
+/// The store verifier on the real PostgreSQL: the untouched store is VALID, and an event
+/// updated in place is a hash mismatch at its seq in the writing instance's chain.
+#[test]
+fn postgres_store_updated_event_is_a_hash_mismatch() {
+    let f = Fixture::on_postgres("pg-update");
+    f.verify_store().assert_valid();
+    f.sql(&["UPDATE events SET at = at + 1 WHERE seq = 7".into()]);
+    f.verify_store()
+        .assert_breaks(&["hash mismatch at seq 7 (chain inst-"]);
 }
 
 /// A row that cannot even be read as an event (its hash is not hex) is reported at its

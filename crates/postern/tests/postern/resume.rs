@@ -744,25 +744,6 @@ async fn a_sessionless_call_abandoned_before_dispatch_is_cancelled() {
     );
 }
 
-/// A new, empty database on the machine's PostgreSQL (`POSTERN_TEST_PG`, the admin URL the
-/// ledger's conformance suite uses); its URL.
-async fn fresh_postgres() -> String {
-    use sqlx::Connection;
-
-    let admin = std::env::var("POSTERN_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("postern_test_{}", random_uuid().replace('-', ""));
-    let mut conn = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("PostgreSQL must be running (see .ci/run)");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = admin.rsplit_once('/').unwrap().0;
-    format!("{base}/{name}")
-}
-
 /// The chain (the writing instance) of an execution's last event named `name`.
 async fn chain_of(ledger: &Ledger, id: ExecutionId, name: &str) -> String {
     ledger
@@ -788,7 +769,7 @@ async fn chain_of(ledger: &Ledger, id: ExecutionId, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_stream_is_resumed_on_another_replica_on_postgres() {
     let target = InvoiceApi::start().await.unwrap();
-    let store = fresh_postgres().await;
+    let store = crate::harness::fresh_postgres().await;
     let sqlite_store = "store = \"sqlite://ledger.db\"";
     let text = slow_config(&target);
     assert!(text.contains(sqlite_store));
