@@ -222,7 +222,6 @@ impl Ledger {
         let ledger = Ledger {
             dialect,
             store: StoreReader::over(
-                dialect,
                 pool.clone(),
                 (dialect == Dialect::Sqlite).then(|| sqlite_path(url).into()),
             ),
@@ -463,7 +462,6 @@ impl Ledger {
             .collect()
     }
 
-    /// Every chain's range (1..head).
     /// Every chain with its head position.
     pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
         self.store.chain_heads().await
@@ -582,7 +580,7 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), Ledge
         .iter()
         .map(|r| rows::get_i64(r, "version"))
         .collect::<Result<_, _>>()?;
-    let known = schema::MIGRATIONS.last().map_or(0, |m| m.version);
+    let known = schema::latest_version();
     if let Some(&found) = applied.iter().max() {
         if found > known {
             return Err(LedgerError::SchemaTooNew { found, known });

@@ -17,9 +17,8 @@ use crate::schema;
 
 /// A store's audit record (chain heads, checkpoints, events), read-only.
 pub struct StoreReader {
-    dialect: Dialect,
     pool: AnyPool,
-    /// SQLite: the database file (the event scan reads it directly).
+    /// SQLite: the database file (the event scan reads it directly); `None` on PostgreSQL.
     sqlite_file: Option<PathBuf>,
 }
 
@@ -56,22 +55,14 @@ impl StoreReader {
             })
             .connect_with(options.disable_statement_logging())
             .await?;
-        let reader = StoreReader {
-            dialect,
-            pool,
-            sqlite_file,
-        };
+        let reader = StoreReader { pool, sqlite_file };
         reader.check_schema(url).await?;
         Ok(reader)
     }
 
     /// The reader a ledger keeps over its own pool.
-    pub(crate) fn over(dialect: Dialect, pool: AnyPool, sqlite_file: Option<PathBuf>) -> Self {
-        StoreReader {
-            dialect,
-            pool,
-            sqlite_file,
-        }
+    pub(crate) fn over(pool: AnyPool, sqlite_file: Option<PathBuf>) -> Self {
+        StoreReader { pool, sqlite_file }
     }
 
     async fn check_schema(&self, url: &str) -> Result<(), LedgerError> {
@@ -85,7 +76,7 @@ impl StoreReader {
                 })?
                 .map(|r| rows::get_i64(&r, "version"))
                 .transpose()?;
-        let known = schema::MIGRATIONS.last().map_or(0, |m| m.version);
+        let known = schema::latest_version();
         match found {
             Some(found) if found > known => Err(LedgerError::SchemaTooNew { found, known }),
             Some(found) if found < known => Err(LedgerError::SchemaTooOld { found, known }),
@@ -131,7 +122,6 @@ impl StoreReader {
         if let Some(file) = &self.sqlite_file {
             return scan_sqlite_events(file, each);
         }
-        debug_assert_eq!(self.dialect, Dialect::Postgres);
         let mut after: i64 = 0;
         loop {
             let q = format!(

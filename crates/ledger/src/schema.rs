@@ -39,3 +39,8 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../migrations/postgres/0003_dispatched_index.sql"),
     },
 ];
+
+/// The schema version this build writes (and the only one the read-only store reader reads).
+pub(crate) fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}

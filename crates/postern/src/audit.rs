@@ -236,8 +236,9 @@ pub fn verify_file(path: &Path, key: VerifyingKey) -> Result<Report> {
 pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
     let store = StoreReader::open(url).await?;
     let mut verifier = Verifier::new(key);
-    let total: u64 = store.chain_heads().await?.iter().map(|(_, h)| *h).sum();
-    for (chain, head) in store.chain_heads().await? {
+    let heads = store.chain_heads().await?;
+    let total: u64 = heads.iter().map(|(_, h)| *h).sum();
+    for (chain, head) in heads {
         if head > 0 {
             verifier.request(ChainRange {
                 chain,
