@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use postern_core::lifecycle::{apply, EventKind, State};
+use postern_core::lifecycle::{EventKind, Lifecycle, State};
 use postern_core::ExecutionId;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +55,10 @@ pub enum BreakReason {
         execution_id: ExecutionId,
         from: Option<State>,
         event: EventKind,
+        /// The state allows the event but the history does not: `failed` after an earlier
+        /// dispatch (written by versions before the rule; such an execution may have been
+        /// applied and is review material).
+        after_earlier_dispatch: bool,
     },
     /// An execution's event numbers skip (an event of it is missing).
     MissingExecutionEvent {
@@ -122,11 +126,18 @@ impl fmt::Display for Break {
                 execution_id,
                 from,
                 event,
-            } => write!(
-                f,
-                "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
-                from.map_or("(new)".into(), |s| s.to_string())
-            ),
+                after_earlier_dispatch,
+            } => {
+                write!(
+                    f,
+                    "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
+                    from.map_or("(new)".into(), |s| s.to_string())
+                )?;
+                if *after_earlier_dispatch {
+                    f.write_str(" after an earlier dispatch: a request of it may have reached the target, so `failed` (nothing sent) is false; review it as an unknown outcome")?;
+                }
+                Ok(())
+            }
             MissingExecutionEvent {
                 execution_id,
                 expected_n,
@@ -152,9 +163,37 @@ struct ChainState {
 #[derive(Default)]
 struct ExecutionState {
     next_n: u32,
-    state: Option<State>,
+    lifecycle: Option<Lifecycle>,
     /// Events that arrived ahead of their turn (possible when an execution spans chains).
     waiting: BTreeMap<u32, (EventKind, String, u64)>,
+}
+
+impl ExecutionState {
+    /// Folds the execution's next event; what was refused, if anything. A refused event is
+    /// skipped (the state stays), so one bad event is one break.
+    fn advance(&mut self, event: EventKind) -> Option<Refused> {
+        self.next_n += 1;
+        match Lifecycle::step(self.lifecycle, event) {
+            Ok(l) => {
+                self.lifecycle = Some(l);
+                None
+            }
+            Err(e) => Some(Refused(e)),
+        }
+    }
+}
+
+struct Refused(postern_core::lifecycle::TransitionError);
+
+impl Refused {
+    fn of(self, execution_id: ExecutionId) -> BreakReason {
+        BreakReason::ImpossibleTransition {
+            execution_id,
+            from: self.0.from,
+            event: self.0.event,
+            after_earlier_dispatch: self.0.unmet.is_some(),
+        }
+    }
 }
 
 /// The verification result.
@@ -370,39 +409,26 @@ impl Verifier {
             });
         if b.n == ex.next_n && ex.waiting.is_empty() {
             // The common case: the execution's next event, in order.
-            match apply(ex.state, b.event) {
-                Ok(s) => ex.state = Some(s),
-                Err(_) => self.breaks.push(Break {
+            let refused = ex.advance(b.event);
+            if let Some(reason) = refused {
+                self.breaks.push(Break {
                     chain: Some(b.chain.to_string()),
                     seq: Some(b.seq),
-                    reason: BreakReason::ImpossibleTransition {
-                        execution_id: b.execution_id,
-                        from: ex.state,
-                        event: b.event,
-                    },
-                }),
+                    reason: reason.of(b.execution_id),
+                });
             }
-            ex.next_n += 1;
             return;
         }
         ex.waiting
             .insert(b.n, (b.event, b.chain.to_string(), b.seq));
         while let Some((event, chain, seq)) = ex.waiting.remove(&ex.next_n) {
-            match apply(ex.state, event) {
-                Ok(s) => ex.state = Some(s),
-                Err(_) => {
-                    self.breaks.push(Break {
-                        chain: Some(chain),
-                        seq: Some(seq),
-                        reason: BreakReason::ImpossibleTransition {
-                            execution_id: b.execution_id,
-                            from: ex.state,
-                            event,
-                        },
-                    });
-                }
+            if let Some(reason) = ex.advance(event) {
+                self.breaks.push(Break {
+                    chain: Some(chain),
+                    seq: Some(seq),
+                    reason: reason.of(b.execution_id),
+                });
             }
-            ex.next_n += 1;
         }
     }
 

@@ -17,7 +17,7 @@ pub enum GatewayError {
         original: ExecutionId,
         accepted_at: Timestamp,
     },
-    #[error("cancelled before anything was sent")]
+    #[error("cancelled: this call sent nothing (an earlier dispatch of the same execution, if any, keeps its recorded outcome)")]
     Cancelled,
     #[error("execution {execution} is {state}: there is nothing left to cancel")]
     NotCancellable {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postern_channels::http::{
-    render_url, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome, OutcomeRules,
+    render_url, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome, HttpSender, OutcomeRules,
 };
 use postern_core::config::Config;
 use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
-use crate::report::{next_step, Attempt, CallReport};
+use crate::report::{next_step, unsettled_next_step, Attempt, CallReport};
 
 /// The most of a target's answer that is stored and returned.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024;
@@ -79,7 +79,7 @@ pub struct Gateway {
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) registry: Registry,
     key: FingerprintKey,
-    http: HttpChannel,
+    http: Arc<dyn HttpSender>,
     config: Config,
     /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
     background: tokio_util::task::TaskTracker,
@@ -104,7 +104,24 @@ impl Gateway {
         ledger: Arc<Ledger>,
     ) -> Result<Gateway, GatewayError> {
         let http = HttpChannel::new().map_err(|e| GatewayError::Internal(e.to_string()))?;
-        Ok(Gateway {
+        Ok(Gateway::with_sender(
+            config,
+            registry,
+            key,
+            ledger,
+            Arc::new(http),
+        ))
+    }
+
+    /// A gateway whose HTTP requests go through `http` (a simulated target in tests).
+    pub fn with_sender(
+        config: Config,
+        registry: Registry,
+        key: FingerprintKey,
+        ledger: Arc<Ledger>,
+        http: Arc<dyn HttpSender>,
+    ) -> Gateway {
+        Gateway {
             ledger,
             registry,
             key,
@@ -112,7 +129,7 @@ impl Gateway {
             config,
             background: tokio_util::task::TaskTracker::new(),
             running: Default::default(),
-        })
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -334,24 +351,24 @@ impl Gateway {
                 d
             }
             Err(reason) => {
-                // Nothing left: the URL could not even be built.
-                let s = self
-                    .append(
-                        s.id,
-                        NewEvent::new(EventKind::Failed).with_detail(json!({"reason": reason})),
-                    )
-                    .await?;
-                return Ok(self.report(&s, attempt, None, None));
+                // Nothing of this attempt left: the URL could not even be built.
+                let outcome = HttpOutcome::NotSent { reason };
+                return self.record_outcome(&s, outcome, attempt, None).await;
             }
         };
         if call.is_cancelled() {
-            // Gone between the durable `dispatched` and the first byte: provably nothing left.
-            let note = json!({"reason": "cancelled after dispatch was recorded and before the request left; nothing was sent"});
-            self.append(s.id, NewEvent::new(EventKind::Failed).with_detail(note))
-                .await?;
+            // Gone between the durable `dispatched` and the first byte: nothing of this attempt
+            // left (an earlier dispatch's fate stays as unknown as it was).
+            let reason = "cancelled after dispatch was recorded and before the request left; this attempt sent nothing";
+            let event = s.lifecycle.nothing_sent_event();
+            self.append(
+                s.id,
+                NewEvent::new(event).with_detail(json!({"reason": reason})),
+            )
+            .await?;
             return Err(GatewayError::Cancelled);
         }
-        let sending = self.http.dispatch(dispatch);
+        let sending = self.http.send(dispatch);
         tokio::pin!(sending);
         let outcome = match &call.cancel {
             Some(cancel) => tokio::select! {
@@ -364,7 +381,7 @@ impl Gateway {
             },
             None => sending.await,
         };
-        self.record_outcome(s.id, outcome, attempt, None).await
+        self.record_outcome(&s, outcome, attempt, None).await
     }
 
     fn http_request(
@@ -388,19 +405,31 @@ impl Gateway {
         Ok(d)
     }
 
+    /// Records what a dispatch (or a status query standing in for one) came to. `dispatched`
+    /// is the execution as it was when this attempt was dispatched: a request that provably
+    /// sent nothing is `failed` only when no earlier dispatch of the execution exists.
     async fn record_outcome(
         &self,
-        id: ExecutionId,
+        dispatched: &ExecutionSummary,
         outcome: HttpOutcome,
         attempt: Attempt,
         via: Option<&str>,
     ) -> Result<CallReport, GatewayError> {
+        let id = dispatched.id;
+        let mut unsettled = false;
         let (event, status, response) = match outcome {
-            HttpOutcome::NotSent { reason } => (
-                NewEvent::new(EventKind::Failed).with_detail(json!({"reason": reason})),
-                None,
-                None,
-            ),
+            HttpOutcome::NotSent { reason } => {
+                let event = dispatched.lifecycle.nothing_sent_event();
+                let detail = if event == EventKind::Failed {
+                    json!({"reason": reason})
+                } else {
+                    // A re-send that could not connect: this attempt sent nothing, the earlier
+                    // one may have been applied.
+                    unsettled = true;
+                    json!({"reason": reason, "note": "this recovery attempt sent nothing; an earlier dispatch may have reached the target, so the outcome stays unknown"})
+                };
+                (NewEvent::new(event).with_detail(detail), None, None)
+            }
             HttpOutcome::Unknown { reason } => (
                 NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
                 None,
@@ -433,7 +462,11 @@ impl Gateway {
             }
         };
         let s = self.append(id, event).await?;
-        Ok(self.report(&s, attempt, status, response))
+        let mut report = self.report(&s, attempt, status, response);
+        if unsettled {
+            report.next_step = Some(unsettled_next_step(id));
+        }
+        Ok(report)
     }
 
     async fn append(
@@ -545,7 +578,8 @@ impl Gateway {
                 status_query_first,
                 fallback,
             } => {
-                self.recover_unknown(entry, execution_id, status_query_first, fallback, call)
+                debug_assert_eq!(execution_id, prior.id);
+                self.recover_unknown(entry, prior, status_query_first, fallback, call)
                     .await
             }
         }
@@ -577,54 +611,54 @@ impl Gateway {
         }
     }
 
+    /// Settles an unknown outcome: the status query first (if the contract has one and the
+    /// decision asks for it), then the class's fallback. A probe that cannot get an answer
+    /// (nothing sent, no answer, a 5xx) settles nothing: the execution stays `outcome_unknown`
+    /// and the caller is told to repeat the identical call later, never to start a new action.
     async fn recover_unknown(
         &self,
         entry: &ToolEntry,
-        id: ExecutionId,
+        prior: ExecutionSummary,
         status_query_first: bool,
         fallback: UnknownFallback,
         call: &ToolCall,
     ) -> Result<CallReport, GatewayError> {
-        let arguments = &call.arguments;
+        let id = prior.id;
         let recovery = &entry.contract.recovery;
         let mut known_not_applied = false;
+        let mut unsettled = false;
         if let (true, Some(query)) = (status_query_first, &recovery.status_query) {
-            if let Ok(probe) = self.http_request(entry, query, arguments, id, false) {
-                match self.http.probe(probe).await {
-                    HttpOutcome::Answered(a) if (200..300).contains(&a.status) => {
-                        // The target knows this execution's key: it was applied.
-                        return match self
-                            .record_outcome(
-                                id,
-                                HttpOutcome::Answered(with_verdict(a, AnswerVerdict::Applied)),
-                                Attempt::Recovered,
-                                Some("status_query"),
-                            )
-                            .await
-                        {
-                            Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {
-                                self.attach(id).await
-                            }
-                            other => other,
-                        };
-                    }
-                    HttpOutcome::Answered(a) if a.status == 404 => known_not_applied = true,
-                    _ => {}
+            match self.read(entry, query, call, id).await {
+                Probe::Yes(a) => {
+                    // The target knows this execution's key: it was applied.
+                    let applied = HttpOutcome::Answered(with_verdict(a, AnswerVerdict::Applied));
+                    return match self
+                        .record_outcome(&prior, applied, Attempt::Recovered, Some("status_query"))
+                        .await
+                    {
+                        Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {
+                            self.attach(id).await
+                        }
+                        other => other,
+                    };
                 }
+                Probe::No { status: 404 } => known_not_applied = true,
+                Probe::No { .. } | Probe::NoAnswer => unsettled = true,
             }
         }
         let redispatch = match fallback {
             UnknownFallback::RedispatchSameKey => true,
             UnknownFallback::RedispatchIfPreconditionHolds => match &recovery.precondition {
-                Some(pre) => match self.http_request(entry, pre, arguments, id, false) {
-                    Ok(probe) => {
-                        matches!(self.http.probe(probe).await, HttpOutcome::Answered(a) if (200..300).contains(&a.status))
-                    }
-                    Err(_) => false,
+                Some(pre) => match self.read(entry, pre, call, id).await {
+                    Probe::Yes(_) => true,
+                    // The precondition answered and no longer holds: a human decides.
+                    Probe::No { .. } => false,
+                    Probe::NoAnswer => return self.stay_unknown(id).await,
                 },
                 None => false,
             },
             // An irreversible tool is re-sent only when the target itself said it never saw it.
+            UnknownFallback::Review if unsettled => return self.stay_unknown(id).await,
             UnknownFallback::Review => {
                 known_not_applied
                     && recovery.status_query.is_some()
@@ -670,6 +704,34 @@ impl Gateway {
                 Err(e) => Err(e.into()),
             }
         }
+    }
+
+    /// Asks the target a read-only question about an execution (status query, precondition).
+    async fn read(
+        &self,
+        entry: &ToolEntry,
+        query: &HttpRequestSpec,
+        call: &ToolCall,
+        id: ExecutionId,
+    ) -> Probe {
+        let Ok(request) = self.http_request(entry, query, &call.arguments, id, false) else {
+            return Probe::NoAnswer;
+        };
+        match self.http.read(request).await {
+            HttpOutcome::Answered(a) if (200..300).contains(&a.status) => Probe::Yes(a),
+            HttpOutcome::Answered(a) if a.status < 500 => Probe::No { status: a.status },
+            _ => Probe::NoAnswer,
+        }
+    }
+
+    /// The target could not be asked: nothing is recorded, the execution stays unknown, and
+    /// the caller learns how to settle it without a second action.
+    async fn stay_unknown(&self, id: ExecutionId) -> Result<CallReport, GatewayError> {
+        let mut report = self.stored_report(id, Attempt::Recovered).await?;
+        if report.state == State::OutcomeUnknown {
+            report.next_step = Some(unsettled_next_step(id));
+        }
+        Ok(report)
     }
 
     /// The built-in read-only tool: the record of an execution the actor owns.
@@ -772,6 +834,16 @@ impl Gateway {
             self.ledger.append_later(*id, NewEvent::new(kind), now());
         }
     }
+}
+
+/// What a read-only question to the target came to.
+enum Probe {
+    /// A 2xx answer.
+    Yes(postern_channels::http::HttpAnswer),
+    /// A definitive "no" (a 4xx answer).
+    No { status: u16 },
+    /// Nothing definitive: not sent, no answer, a 5xx, or a query that could not be built.
+    NoAnswer,
 }
 
 fn with_verdict(

@@ -103,6 +103,11 @@ impl CallReport {
     }
 }
 
+/// The next step when a recovery attempt could not reach the target: the outcome stays unknown.
+pub fn unsettled_next_step(id: ExecutionId) -> String {
+    format!("outcome still unknown: the target could not be reached to settle this; repeat the identical call later or check execution_status({id}); do not start a new action")
+}
+
 /// What the agent should do next, in words, for anything not plainly finished.
 pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
     match state {

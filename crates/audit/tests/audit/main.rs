@@ -98,6 +98,50 @@ fn an_impossible_state_sequence_is_reported_with_its_execution() {
     );
 }
 
+/// Versions before issue 21 could record `failed` ("nothing sent") after a re-dispatch of an
+/// execution whose first dispatch may have been applied: the verifier flags such a sequence.
+#[test]
+fn failed_after_an_earlier_dispatch_is_reported_as_impossible() {
+    use EventKind::*;
+    let events = [
+        Accepted,
+        Authorized,
+        Dispatched,
+        OutcomeUnknown,
+        Dispatched,
+        Failed,
+    ];
+    let bodies = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, ev)| body(i as u64 + 1, 7, i as u32 + 1, ev, json!({})))
+        .collect();
+    let report = verify(&chain_of(bodies), None);
+    assert_eq!(report.breaks.len(), 1, "{report}");
+    assert!(
+        matches!(
+            &report.breaks[0].reason,
+            BreakReason::ImpossibleTransition {
+                event: Failed,
+                after_earlier_dispatch: true,
+                ..
+            }
+        ),
+        "{report}"
+    );
+    assert_eq!(report.breaks[0].seq, Some(6));
+    let text = report.to_string();
+    assert!(text.contains("after an earlier dispatch"), "{text}");
+    // The same `failed` after a first and only dispatch is a valid lifecycle.
+    let bodies = [Accepted, Authorized, Dispatched, Failed]
+        .into_iter()
+        .enumerate()
+        .map(|(i, ev)| body(i as u64 + 1, 7, i as u32 + 1, ev, json!({})))
+        .collect();
+    let report = verify(&chain_of(bodies), None);
+    assert!(report.is_valid(), "{report}");
+}
+
 #[test]
 fn a_forged_chain_is_caught_by_the_checkpoint() {
     // Rewriting history and re-hashing every event keeps the links intact, but the signed head

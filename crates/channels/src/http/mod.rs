@@ -64,6 +64,31 @@ impl HttpDispatch {
     }
 }
 
+/// A boxed, sendable future (the sender trait is used as a trait object).
+pub type Sending<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = HttpOutcome> + Send + 'a>>;
+
+/// What sends the gateway's rendered HTTP requests: [`HttpChannel`] in production; the
+/// pipeline's model-based tests put a simulated target here, so every fault (refused, cut after
+/// sending, no answer, crash) can be interleaved with every retry. An implementation must keep
+/// the channel's promise: [`HttpOutcome::NotSent`] only when nothing can have reached the target.
+pub trait HttpSender: Send + Sync {
+    /// Sends an action's request once.
+    fn send(&self, req: HttpDispatch) -> Sending<'_>;
+    /// Sends a read (`status_query`, `precondition`) that changes nothing.
+    fn read(&self, req: HttpDispatch) -> Sending<'_>;
+}
+
+impl HttpSender for HttpChannel {
+    fn send(&self, req: HttpDispatch) -> Sending<'_> {
+        Box::pin(self.dispatch(req))
+    }
+
+    fn read(&self, req: HttpDispatch) -> Sending<'_> {
+        Box::pin(self.probe(req))
+    }
+}
+
 /// The HTTP channel. Cheap to share: clients are kept per connect timeout (reqwest sets that
 /// timeout per client) and reused.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! The state machine, checked exhaustively against the lifecycle of DESIGN §3 written out here
 //! independently of the implementation's table.
 
-use postern_core::lifecycle::{apply, EventKind, Lifecycle, State, TransitionError};
+use postern_core::lifecycle::{EventKind, Lifecycle, Requires, State, TransitionError};
 
 /// DESIGN §3 as (from, event, to) by display names; `-` is a new execution.
 const SPEC: &[(&str, &str, &str)] = &[
@@ -67,33 +67,122 @@ const SPEC: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// DESIGN §3 as amended by issue 21: `failed` means no request of the execution ever left, so
+/// it follows only an execution's first and only dispatch.
+fn history_allows(event: EventKind, dispatches: u32) -> bool {
+    event != EventKind::Failed || dispatches == 1
+}
+
 #[test]
 fn every_pair_is_allowed_exactly_when_the_spec_says_so() {
-    let froms = std::iter::once(None).chain(State::ALL.into_iter().map(Some));
     let mut checked = 0;
     let mut allowed = 0;
-    for from in froms {
-        for event in EventKind::ALL {
-            let from_name = from.map_or("-".to_string(), |s| s.to_string());
-            let expected = SPEC
-                .iter()
-                .find(|(f, e, _)| *f == from_name && *e == event.to_string())
-                .map(|(_, _, to)| *to);
-            let got = apply(from, event);
-            match (expected, got) {
-                (Some(to), Ok(state)) => {
-                    assert_eq!(state.to_string(), to, "{from_name} --{event}-->");
-                    allowed += 1;
-                }
-                (None, Err(e)) => assert_eq!(e, TransitionError { from, event }),
-                (Some(to), Err(_)) => panic!("{from_name} --{event}--> {to} must be allowed"),
-                (None, Ok(state)) => panic!("{from_name} --{event}--> {state} must be refused"),
+    // A new execution (no lifecycle yet).
+    for event in EventKind::ALL {
+        let expected = SPEC
+            .iter()
+            .find(|(f, e, _)| *f == "-" && *e == event.to_string());
+        match (expected, Lifecycle::start(event)) {
+            (Some((_, _, to)), Ok(l)) => {
+                assert_eq!(l.state.to_string(), *to);
+                assert_eq!(l.dispatches, 0);
+                allowed += 1;
             }
-            checked += 1;
+            (None, Err(e)) => assert_eq!(
+                e,
+                TransitionError {
+                    from: None,
+                    event,
+                    unmet: None
+                }
+            ),
+            (expected, got) => panic!("new --{event}--> expected {expected:?}, got {got:?}"),
+        }
+        checked += 1;
+    }
+    // Every state, with every history of dispatches that matters (none, one, several).
+    for from in State::ALL {
+        for dispatches in [0, 1, 2, 5] {
+            let before = Lifecycle {
+                state: from,
+                dispatches,
+                cancel_requested: false,
+            };
+            for event in EventKind::ALL {
+                let in_table = SPEC
+                    .iter()
+                    .find(|(f, e, _)| *f == from.to_string() && *e == event.to_string())
+                    .map(|(_, _, to)| *to);
+                let got = before.next(event);
+                match (in_table, got) {
+                    (Some(to), Ok(after)) => {
+                        assert!(
+                            history_allows(event, dispatches),
+                            "{from} --{event}--> after {dispatches} dispatches must be refused"
+                        );
+                        assert_eq!(after.state.to_string(), to, "{from} --{event}-->");
+                        let counted = u32::from(event == EventKind::Dispatched);
+                        assert_eq!(after.dispatches, dispatches + counted);
+                        allowed += 1;
+                    }
+                    (Some(_), Err(e)) => {
+                        assert!(
+                            !history_allows(event, dispatches),
+                            "{from} --{event}--> after {dispatches} dispatches must be allowed: {e}"
+                        );
+                        assert_eq!(e.unmet, Some(Requires::OnlyDispatch));
+                        assert_eq!((e.from, e.event), (Some(from), event));
+                    }
+                    (None, Err(e)) => assert_eq!(
+                        e,
+                        TransitionError {
+                            from: Some(from),
+                            event,
+                            unmet: None
+                        }
+                    ),
+                    (None, Ok(after)) => {
+                        panic!("{from} --{event}--> {} must be refused", after.state)
+                    }
+                }
+                checked += 1;
+            }
         }
     }
-    assert_eq!(checked, 17 * 17);
-    assert_eq!(allowed, SPEC.len());
+    assert_eq!(checked, 17 + 16 * 4 * 17);
+    // Every row but `failed` holds for all four histories; `failed` only after one dispatch.
+    assert_eq!(allowed, 1 + (SPEC.len() - 1 - 1) * 4 + 1);
+}
+
+#[test]
+fn failed_after_an_earlier_dispatch_is_refused_with_the_reason() {
+    use EventKind::*;
+    // The issue-21 sequence: sent, unknown, re-sent, and the re-send could not connect.
+    let err = Lifecycle::from_events([
+        Accepted,
+        Authorized,
+        Dispatched,
+        OutcomeUnknown,
+        Dispatched,
+        Failed,
+    ])
+    .unwrap_err();
+    assert_eq!(err.unmet, Some(Requires::OnlyDispatch));
+    assert!(
+        err.to_string().contains("after an earlier dispatch"),
+        "{err}"
+    );
+    // What the gateway records instead.
+    let resent =
+        Lifecycle::from_events([Accepted, Authorized, Dispatched, OutcomeUnknown, Dispatched])
+            .unwrap();
+    assert_eq!(resent.nothing_sent_event(), OutcomeUnknown);
+    let l = resent.next(OutcomeUnknown).unwrap();
+    assert_eq!(l.state, State::OutcomeUnknown);
+    // A first and only dispatch that sent nothing is a plain failure.
+    let first = Lifecycle::from_events([Accepted, Authorized, Dispatched]).unwrap();
+    assert_eq!(first.nothing_sent_event(), Failed);
+    assert_eq!(first.next(Failed).unwrap().state, State::Failed);
 }
 
 #[test]

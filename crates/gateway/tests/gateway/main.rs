@@ -1,3 +1,4 @@
 //! The gateway crate's integration tests: one module per subject.
 
 mod demo_target;
+mod recovery_model;
