@@ -28,6 +28,8 @@ pub enum GatewayError {
     UnknownExecution(String),
     #[error("ledger: {0}")]
     Ledger(#[from] postern_ledger::LedgerError),
+    #[error("the configuration asks for what this build does not do: {}", .0.join("; "))]
+    Unenforced(Vec<String>),
     #[error("{0}")]
     Internal(String),
 }

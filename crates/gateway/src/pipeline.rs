@@ -103,6 +103,10 @@ impl Gateway {
         key: FingerprintKey,
         ledger: Arc<Ledger>,
     ) -> Result<Gateway, GatewayError> {
+        let unkept = unkept_promises(&config);
+        if !unkept.is_empty() {
+            return Err(GatewayError::Unenforced(unkept));
+        }
         let http = HttpChannel::new().map_err(|e| GatewayError::Internal(e.to_string()))?;
         Ok(Gateway::with_sender(
             config,
@@ -328,14 +332,10 @@ impl Gateway {
     ) -> Result<CallReport, GatewayError> {
         let arguments = &call.arguments;
         let ChannelSpec::Http(spec) = &entry.contract.channel else {
-            let s = self
-                .append(
-                    s.id,
-                    NewEvent::new(EventKind::OutcomeUnknown)
-                        .with_detail(json!({"reason": "this gateway build dials http tools only"})),
-                )
-                .await?;
-            return Ok(self.report(&s, attempt, None, None));
+            // `Gateway::new` refuses such tools; nothing is dialled for one that got here.
+            let reason = "this gateway build dials http tools only".to_string();
+            let outcome = HttpOutcome::NotSent { reason };
+            return self.record_outcome(&s, outcome, attempt, None).await;
         };
         let dispatch = match self.http_request(entry, &spec.request, arguments, s.id, true) {
             Ok(mut d) => {
@@ -834,6 +834,47 @@ impl Gateway {
             self.ledger.append_later(*id, NewEvent::new(kind), now());
         }
     }
+}
+
+/// What the configuration promises that this build does not do. A promise the gateway would
+/// silently ignore (an approval nobody is asked for, a channel never dialled) is a start-up
+/// error until it is built.
+pub fn unkept_promises(config: &Config) -> Vec<String> {
+    use postern_core::config::SessionApproval;
+    use postern_core::contract::Approval;
+    let mut unkept = Vec::new();
+    for a in &config.actors {
+        if a.session_approval == SessionApproval::Required {
+            unkept.push(format!("actor {:?}: session_approval = \"required\" (session authorization is not built yet; remove the key)", a.name));
+        }
+    }
+    for (name, c) in &config.credentials {
+        if c.approval == Approval::EveryCall {
+            unkept.push(format!("credential {name:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)"));
+        }
+    }
+    for name in config.upstreams.keys() {
+        unkept.push(format!(
+            "[upstream.{name}]: upstream MCP servers are not built yet"
+        ));
+    }
+    for t in &config.tools {
+        if t.approval == Approval::EveryCall {
+            unkept.push(format!("tool {:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)", t.name));
+        }
+        match &t.channel {
+            ChannelSpec::Http(_) => {}
+            ChannelSpec::Ssh(_) => unkept.push(format!(
+                "tool {:?}: the ssh channel is not built yet",
+                t.name
+            )),
+            ChannelSpec::Mcp(_) => unkept.push(format!(
+                "tool {:?}: the mcp channel (upstream MCP servers) is not built yet",
+                t.name
+            )),
+        }
+    }
+    unkept
 }
 
 /// What a read-only question to the target came to.

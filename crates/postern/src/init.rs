@@ -22,34 +22,9 @@ pub struct KeygenArgs {
     out: PathBuf,
 }
 
-const STARTER: &str = r#"# Postern configuration. Unknown keys are refused; secrets are only ever referenced
-# ({ env = "NAME" }, { file = "PATH" } or { vault = "NAME" }), never written here.
-
-[gateway]
-listen = "127.0.0.1:8750"
-store = "sqlite://postern.db"                       # or postgres://user@host/db for replicas
-fingerprint_key = { file = "postern.fingerprint.key" }
-signing_key = { file = "postern.signing.key" }      # signs audit checkpoints
-# retention = "7d"                                  # default record retention per tool
-
-[[actor]]
-name = "my-agent"
-token = { env = "MY_AGENT_TOKEN" }                  # the bearer token the agent presents
-session_approval = "auto"                           # or "required" (once per run)
-
-[credential.example-api]
-kind = "bearer"                                     # bearer | basic (username) | header (header) | ssh_key
-secret = { env = "EXAMPLE_API_TOKEN" }
-
-[[tool]]
-name = "create_invoice"
-description = "Create an invoice"
-class = "idempotent_write"        # read_only | idempotent_write | conditional_write | irreversible | remote_command
-match_window = "10m"              # an identical call within this window is the same intent
-input_schema = { type = "object", required = ["customer", "amount"], properties = { customer = { type = "string" }, amount = { type = "integer" } } }
-http = { method = "POST", url = "http://127.0.0.1:9000/invoices", credential = "example-api" }
-recovery = { status_query = { method = "GET", url = "http://127.0.0.1:9000/invoices?idempotency_key={execution_id}" } }
-"#;
+/// The starter config: `examples/postern.toml` is its one source (a test parses it, and starts
+/// `postern serve` on what `init` writes).
+const STARTER: &str = include_str!("../../../examples/postern.toml");
 
 pub fn init(a: &InitArgs) -> Result<()> {
     std::fs::create_dir_all(&a.dir)?;
@@ -73,6 +48,7 @@ pub fn init(a: &InitArgs) -> Result<()> {
         a.dir.join("postern.signing.key").display()
     );
     println!("audit public key: {public}  (give it to whoever verifies: postern audit verify --public-key …)");
+    println!("next: set BILLING_AGENT_TOKEN (16+ characters) and INVOICES_API_TOKEN, point the tools at your API, then: postern serve -c {}", config.display());
     Ok(())
 }
 

@@ -192,9 +192,12 @@ impl Config {
                     format!("actor {name:?} is empty or declared twice"),
                 ));
             }
+            // DESIGN §6 makes `required` the default once session authorization exists; until
+            // then a missing key means what the gateway does (`auto`), and an explicit
+            // `required` is refused at start-up (`Gateway::new`).
             let session_approval = match a.session_approval.as_deref() {
-                None | Some("required") => SessionApproval::Required,
-                Some("auto") => SessionApproval::Auto,
+                Some("required") => SessionApproval::Required,
+                None | Some("auto") => SessionApproval::Auto,
                 Some(other) => {
                     return Err(at(
                         offset,

@@ -27,6 +27,7 @@ session_approval = "auto"
 [[actor]]
 name = "ops-agent"
 token = { env = "OPS_AGENT_TOKEN" }
+session_approval = "required"
 
 [credential.invoices]
 kind = "bearer"

@@ -569,7 +569,7 @@ fn to_error(e: GatewayError) -> ErrorData {
             ErrorData::invalid_params(message, None)
         }
         GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
-        GatewayError::Ledger(_) | GatewayError::Internal(_) => {
+        GatewayError::Ledger(_) | GatewayError::Internal(_) | GatewayError::Unenforced(_) => {
             ErrorData::internal_error(message, None)
         }
     }

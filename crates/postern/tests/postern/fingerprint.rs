@@ -5,14 +5,23 @@ use std::process::{Command, Output};
 
 const KEY: &str = "8f3c1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f";
 
+/// The example config (what `postern init` writes), beside the fingerprint key file it names.
 fn example_config() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/postern.toml")
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("postern-fingerprint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/postern.toml");
+        std::fs::copy(example, dir.join("postern.toml")).unwrap();
+        std::fs::write(dir.join("postern.fingerprint.key"), KEY).unwrap();
+        dir
+    });
+    dir.join("postern.toml")
 }
 
 fn postern(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_postern"))
         .args(args)
-        .env("POSTERN_FINGERPRINT_KEY", KEY)
         .output()
         .unwrap()
 }
@@ -178,11 +187,16 @@ fn clear_errors_for_unknown_tool_actor_and_short_key() {
     assert!(String::from_utf8(out.stderr)
         .unwrap()
         .contains("actor \"mallory\" is not declared"));
+    // The same config beside a key file that is too short.
+    let short = std::env::temp_dir().join(format!("postern-short-key-{}", std::process::id()));
+    std::fs::create_dir_all(&short).unwrap();
+    std::fs::copy(&config, short.join("postern.toml")).unwrap();
+    std::fs::write(short.join("postern.fingerprint.key"), "abcd").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_postern"))
         .args([
             "fingerprint",
             "-c",
-            c,
+            short.join("postern.toml").to_str().unwrap(),
             "--tool",
             "create_invoice",
             "--actor",
@@ -190,9 +204,9 @@ fn clear_errors_for_unknown_tool_actor_and_short_key() {
             "--args",
             "{}",
         ])
-        .env("POSTERN_FINGERPRINT_KEY", "abcd")
         .output()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&short);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("fingerprint key is 2 bytes; at least 32 are required"),
