@@ -32,6 +32,10 @@ pub struct IncomingRequest<'a> {
     pub actor: &'a str,
     pub intent_scope: &'a str,
     pub operation_key: Option<&'a str>,
+    /// The prior was found by the request's re-issue key (a key a bridge gives every attempt of
+    /// one agent request): it is the same request whatever the window. Unlike an operation key,
+    /// a re-issue key that matches nothing never asks for a new action; the fingerprint decides.
+    pub reissue_of_prior: bool,
     pub now: Timestamp,
 }
 
@@ -147,6 +151,21 @@ pub fn decide(
                 };
             }
             if prior.fingerprint != incoming.fingerprint {
+                return RecoveryDecision::Conflict {
+                    original: prior.execution_id,
+                };
+            }
+        }
+        // A re-issue of the same request: matched for the retention, not the window.
+        None if incoming.reissue_of_prior => {
+            if !within(contract.retention) {
+                return New {
+                    reason: NewReason::KeyExpired,
+                };
+            }
+            if prior.fingerprint != incoming.fingerprint
+                || prior.intent_scope != incoming.intent_scope
+            {
                 return RecoveryDecision::Conflict {
                     original: prior.execution_id,
                 };

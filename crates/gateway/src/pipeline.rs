@@ -23,6 +23,9 @@ use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
 use crate::report::{next_step, unsettled_next_step, Attempt, CallReport};
 
+/// The longest operation or re-issue key accepted (it is stored and chained).
+const MAX_KEY_BYTES: usize = 256;
+
 /// The most of a target's answer that is stored and returned.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024;
 
@@ -34,6 +37,10 @@ pub struct ToolCall {
     pub tool: String,
     pub arguments: Map<String, Value>,
     pub operation_key: Option<String>,
+    /// A bridge's key for every attempt of one agent request (`io.postern/reissue-key`): a
+    /// re-issue finds the execution an earlier attempt reached, whatever the match window.
+    /// Unlike an operation key, a new one never asks for a new action.
+    pub reissue_key: Option<String>,
     pub intent_scope: Option<String>,
     pub run_id: Option<String>,
     /// Fires on `notifications/cancelled` or a lost session. Before dispatch it cancels the
@@ -276,7 +283,21 @@ impl Gateway {
                 NewEvent::new(EventKind::Authorized),
                 NewEvent::new(EventKind::Dispatched),
             ]);
+        for (what, key) in [
+            ("operation key", &call.operation_key),
+            ("re-issue key", &call.reissue_key),
+        ] {
+            if key
+                .as_ref()
+                .is_some_and(|k| k.is_empty() || k.len() > MAX_KEY_BYTES)
+            {
+                return Err(invalid(format!(
+                    "the {what} must be 1 to {MAX_KEY_BYTES} bytes long"
+                )));
+            }
+        }
         request.operation_key = call.operation_key.clone();
+        request.reissue_key = call.reissue_key.clone();
         request.run_id = call.run_id.clone();
         // A caller that goes away while its request waits for the writer is recorded
         // `cancelled` instead of dispatched (DESIGN §3 rule 6).

@@ -20,6 +20,10 @@ pub struct AcceptRequest {
     pub fingerprint: Fingerprint,
     pub contract: Arc<ToolContract>,
     pub operation_key: Option<String>,
+    /// A bridge's key for every attempt of one agent request (`io.postern/reissue-key`): finds
+    /// the execution an earlier attempt reached, whatever the window; ignored when the request
+    /// carries an operation key (which already does that, and more).
+    pub reissue_key: Option<String>,
     pub run_id: Option<String>,
     /// Events appended in the same commit when (and only when) a new execution is created,
     /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
@@ -49,6 +53,7 @@ impl AcceptRequest {
             record_bytes,
             contract,
             operation_key: None,
+            reissue_key: None,
             run_id: None,
             then: Vec::new(),
             now,

@@ -38,6 +38,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0003_dispatched_index.sql"),
         postgres: include_str!("../migrations/postgres/0003_dispatched_index.sql"),
     },
+    Migration {
+        version: 4,
+        name: "re-issue keys",
+        sqlite: include_str!("../migrations/sqlite/0004_reissue_keys.sql"),
+        postgres: include_str!("../migrations/postgres/0004_reissue_keys.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -414,7 +414,7 @@ impl<C: WriteConn> Writer<C> {
             return self.create(new_id, req).await.map(AcceptOutcome::Created);
         }
         let lock = self.cfg.dialect.for_update();
-        let (prior_id, key) = if let Some(key) = req.operation_key.clone() {
+        let (prior_id, key, reissue_of_prior) = if let Some(key) = req.operation_key.clone() {
             let inserted = self.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &key, &fingerprint, &new_id_text]).await?;
             if inserted.is_some() {
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
@@ -434,14 +434,38 @@ impl<C: WriteConn> Writer<C> {
             (
                 rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
                 Some(key),
+                false,
             )
         } else {
-            let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
-            if inserted.is_some() {
-                return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            // A re-issue key claims its row first (a concurrent attempt of the same request
+            // waits here for this one's commit), so every attempt after the first finds the
+            // execution the first one reached, whatever the window.
+            let reissue = match &req.reissue_key {
+                Some(rkey) => {
+                    let claimed = self.conn.query_opt("INSERT INTO reissue_keys (actor, key, execution_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, rkey, &new_id_text]).await?;
+                    if claimed.is_some() {
+                        None
+                    } else {
+                        let row = self.conn.query_opt(&format!("SELECT execution_id FROM reissue_keys WHERE actor = $1 AND key = $2{lock}"), params![&actor, rkey]).await?.ok_or_else(|| LedgerError::Corrupt("re-issue key row vanished".into()))?;
+                        Some(rows::parse_id(&rows::get_str(&row, "execution_id")?)?)
+                    }
+                }
+                None => None,
+            };
+            if let Some(prior_id) = reissue {
+                (prior_id, None, true)
+            } else {
+                let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
+                if inserted.is_some() {
+                    return self.create(new_id, req).await.map(AcceptOutcome::Created);
+                }
+                let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
+                (
+                    rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+                    None,
+                    false,
+                )
             }
-            let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
-            (rows::parse_id(&rows::get_str(&row, "execution_id")?)?, None)
         };
         let prior = self.load_summary(prior_id).await?;
         let incoming = IncomingRequest {
@@ -449,6 +473,7 @@ impl<C: WriteConn> Writer<C> {
             actor: &actor,
             intent_scope: &scope,
             operation_key: key.as_deref(),
+            reissue_of_prior,
             now: req.now,
         };
         match decide(Some(&prior.prior()), &incoming, &req.contract) {
@@ -456,15 +481,43 @@ impl<C: WriteConn> Writer<C> {
                 if let Some(key) = &key {
                     self.conn.exec("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
                 }
+                self.point_reissue_key(&actor, &req, &new_id_text).await?;
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
                     .await?;
                 self.create(new_id, req).await.map(AcceptOutcome::Created)
             }
-            decision => Ok(AcceptOutcome::Existing {
-                decision,
+            RecoveryDecision::Conflict { original } => Ok(AcceptOutcome::Existing {
+                decision: RecoveryDecision::Conflict { original },
                 execution: prior,
             }),
+            decision => {
+                // Later attempts of this request find the execution it was matched to.
+                self.point_reissue_key(&actor, &req, &prior.id.to_string())
+                    .await?;
+                Ok(AcceptOutcome::Existing {
+                    decision,
+                    execution: prior,
+                })
+            }
         }
+    }
+
+    /// Points the request's re-issue key (if it has one and no operation key) at `id`.
+    async fn point_reissue_key(
+        &mut self,
+        actor: &str,
+        req: &AcceptRequest,
+        id: &str,
+    ) -> Result<(), LedgerError> {
+        if let (None, Some(rkey)) = (&req.operation_key, &req.reissue_key) {
+            self.conn
+                .exec(
+                    "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
+                    params![id, actor, rkey],
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     async fn point_intent(

@@ -2,14 +2,16 @@
 //! bridges to a remote Postern over Streamable HTTP.
 //!
 //! The bridge decides nothing about actions; it only makes sure a lost answer is recovered
-//! rather than invented. A `tools/call` whose answer is lost (connection cut, timeout, transport
-//! error, session gone) is re-issued as a NEW JSON-RPC request with the same tool, arguments and
-//! `_meta`: the gateway matches it by fingerprint (or operation key) to the same execution and
-//! answers from its record. An answer that says the execution is still in progress is polled the
-//! same way. When the bounded recovery time runs out, the agent gets a plain result that says the
-//! outcome is not known to the bridge and that repeating the identical call is safe; never an
-//! error it would retry as a new action, never an invented success. Errors the gateway itself
-//! returned (conflict, invalid arguments) are passed through unchanged.
+//! rather than invented. Every agent request without an operation key gets a re-issue key of
+//! the bridge's (`io.postern/reissue-key`). A `tools/call` whose answer is lost (connection cut,
+//! timeout, transport error, session gone) is re-issued as a NEW JSON-RPC request with the same
+//! tool, arguments and `_meta`: the gateway finds the execution an earlier attempt reached by
+//! that key (or the operation key), whatever the match window, and answers from its record. An
+//! answer that says the execution is still in progress is polled the same way. When the bounded
+//! recovery time runs out, the agent gets a plain result that says the outcome is not known to
+//! the bridge and not to start the call as a new action; never an error it would retry as a new
+//! action, never an invented success. Errors the gateway itself returned (conflict, invalid
+//! arguments) are passed through unchanged. An annotation states only what the bridge saw.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,11 +35,17 @@ use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError,
 use serde_json::{json, Value};
 
 mod edge;
+mod remote;
+
+use remote::{remote_from, Remote};
 
 /// The operation key in a request's `_meta` (the gateway's name for it).
 pub(crate) const KEY_META: &str = "io.postern/idempotency-key";
 /// The run (Sessions log) a request belongs to.
 const RUN_META: &str = "io.postern/run";
+/// The bridge's key for every attempt of one agent request (when the agent gave no operation
+/// key): the gateway finds the execution an earlier attempt reached, whatever the window.
+const REISSUE_META: &str = "io.postern/reissue-key";
 /// Set by [`edge`] on a `tools/call` whose raw JSON the gateway would refuse.
 pub(crate) const REFUSED_META: &str = "io.postern.connect/refused";
 
@@ -46,6 +54,9 @@ pub struct ConnectArgs {
     /// The remote gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp (without a path, /mcp
     /// is used).
     pub url: String,
+    /// Refused: anything after the URL (a token pasted there would be echoed by a parse error).
+    #[arg(hide = true)]
+    pub extra: Vec<String>,
     /// The environment variable that holds the bearer token.
     #[arg(long, value_name = "NAME", default_value = "POSTERN_TOKEN")]
     pub token_env: String,
@@ -66,67 +77,6 @@ pub struct ConnectArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// Checks the arguments and the environment: the endpoint URL and the token.
-fn remote_from(a: &ConnectArgs) -> Result<Remote> {
-    if a.token.is_some() {
-        bail!(
-            "refusing a token on the command line: every user of this machine can read it from the \
-             process list. Put it in the environment variable {} (or name another with --token-env)",
-            a.token_env
-        );
-    }
-    let url = endpoint(&a.url)?;
-    let token = match std::env::var(&a.token_env) {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
-        Ok(_) => bail!("the environment variable {} is empty: put the bearer token for {url} in it", a.token_env),
-        Err(std::env::VarError::NotPresent) => bail!(
-            "no token: the environment variable {} is not set. Put the bearer token for {url} in it \
-             (or name another variable with --token-env)",
-            a.token_env
-        ),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            bail!("the environment variable {} is not valid UTF-8", a.token_env)
-        }
-    };
-    Ok(Remote { url, token })
-}
-
-/// The MCP endpoint URL, checked: `http://host[:port]/path` (`/mcp` when no path is given).
-fn endpoint(text: &str) -> Result<String> {
-    let mut url = reqwest::Url::parse(text.trim()).with_context(|| {
-        format!("invalid URL {text:?}: expected the gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp")
-    })?;
-    match url.scheme() {
-        "http" => {}
-        "https" => bail!(
-            "{text}: this build of postern has no TLS client; reach the gateway over http (a \
-             loopback address, an SSH tunnel or a local TLS-terminating proxy)"
-        ),
-        other => bail!("{text}: unsupported scheme {other:?}; expected http://host:port/mcp"),
-    }
-    let Some(host) = url.host_str().map(str::to_string) else {
-        bail!("{text}: the URL names no host; expected http://host:port/mcp");
-    };
-    if !url.username().is_empty() || url.password().is_some() {
-        bail!("{text}: refusing credentials in the URL; put the token in the environment instead");
-    }
-    if url.path() == "/" || url.path().is_empty() {
-        url.set_path("/mcp");
-    }
-    let loopback = host == "localhost"
-        || host
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if !loopback {
-        eprintln!(
-            "postern connect: warning: {host} is not a loopback address and http is not \
-             encrypted: the bearer token and every call cross the network in clear text"
-        );
-    }
-    Ok(url.to_string())
 }
 
 pub fn run(a: &ConnectArgs) -> Result<i32> {
@@ -150,11 +100,6 @@ pub fn run(a: &ConnectArgs) -> Result<i32> {
         bridge.close().await;
         Ok(0)
     })
-}
-
-struct Remote {
-    url: String,
-    token: String,
 }
 
 #[derive(Clone, Copy)]
@@ -190,6 +135,8 @@ struct Inner {
     /// One run in the gateway's Sessions log for this bridge process, whatever sessions it
     /// needs underneath.
     run_id: String,
+    /// Numbers the agent's requests: `<run>:<n>` is a request's re-issue key.
+    requests: AtomicU64,
 }
 
 /// Why an attempt did not produce an answer.
@@ -246,6 +193,7 @@ impl Bridge {
             tools: Mutex::new(None),
             instructions,
             run_id,
+            requests: AtomicU64::new(1),
         })))
     }
 
@@ -373,6 +321,8 @@ impl Bridge {
         let mut maybe_sent = false;
         let mut last_problem;
         let mut in_progress: Option<CallToolResult> = None;
+        // What the bridge itself saw of each attempt: the only facts an annotation may state.
+        let mut seen = Observed::default();
         loop {
             attempts += 1;
             let budget = self
@@ -389,10 +339,12 @@ impl Bridge {
                 Ok(CallToolResponse::Complete(result)) if is_in_progress(&result) => {
                     maybe_sent = true;
                     last_problem = "the gateway reports the execution still in progress".into();
+                    seen.answered(&result, "the gateway answered that it is still in progress");
                     in_progress = Some(result);
                 }
                 Ok(CallToolResponse::Complete(result)) => {
-                    return Ok(annotate(result, attempts).into());
+                    seen.answered(&result, "the gateway answered");
+                    return Ok(annotate(result, &seen).into());
                 }
                 Ok(other) => return Ok(other),
                 Err(Failure::Gateway(e)) => return Err(e),
@@ -403,10 +355,12 @@ impl Bridge {
                     ))
                 }
                 Err(Failure::Unauthorized(m)) => {
+                    seen.lost(&m, false);
                     last_problem = m;
                     break;
                 }
                 Err(Failure::Lost { reason, sent, .. }) => {
+                    seen.lost(&reason, sent);
                     maybe_sent |= sent;
                     last_problem = reason;
                 }
@@ -428,7 +382,7 @@ impl Bridge {
         }
         // Out of time. A real "in progress" answer from the gateway is the best truth there is.
         if let Some(result) = in_progress {
-            return Ok(annotate(result, attempts).into());
+            return Ok(annotate(result, &seen).into());
         }
         eprintln!(
             "postern connect: {}: no answer after {attempts} attempts in {:?}: {last_problem}",
@@ -468,7 +422,7 @@ impl Bridge {
             // Dropping the request sends notifications/cancelled: before acceptance the gateway
             // drops the call, after dispatch the execution runs to its recorded end.
             Err(_) => Err(Failure::Lost {
-                reason: format!("no answer within {budget:?}"),
+                reason: format!("no answer within {:.1}s", budget.as_secs_f64()),
                 sent: true,
             }),
         }
@@ -492,6 +446,15 @@ impl Bridge {
         if !out.0.contains_key(RUN_META) {
             out.0
                 .insert(RUN_META.into(), Value::String(self.0.run_id.clone()));
+        }
+        // One key per agent request, the same on every re-issue of it. An agent's own operation
+        // key already does this (and more), so it is left alone.
+        if !out.0.contains_key(KEY_META) && !out.0.contains_key(REISSUE_META) {
+            let n = self.0.requests.fetch_add(1, Ordering::Relaxed);
+            out.0.insert(
+                REISSUE_META.into(),
+                Value::String(format!("{}:{n}", self.0.run_id)),
+            );
         }
         out
     }
@@ -630,36 +593,74 @@ fn is_in_progress(result: &CallToolResult) -> bool {
         .is_some_and(|s| matches!(s, "accepted" | "authorized" | "dispatched"))
 }
 
-/// Says so when the answer took more than one attempt: the gateway's `attempt` then describes
-/// the bridge's re-issue, and the agent must not read "matched execution X" as someone else's.
-fn annotate(mut result: CallToolResult, attempts: u32) -> CallToolResult {
-    if attempts <= 1 {
+/// What the bridge observed of one call's attempts, in order.
+#[derive(Default)]
+struct Observed {
+    /// One line per attempt: what came back, or why nothing did.
+    attempts: Vec<String>,
+    /// Execution ids the gateway named in its answers, in order, without repeats.
+    executions: Vec<String>,
+}
+
+impl Observed {
+    fn lost(&mut self, reason: &str, sent: bool) {
+        let left = if sent {
+            "the request had left the bridge"
+        } else {
+            "the request provably did not reach the gateway"
+        };
+        let n = self.attempts.len() + 1;
+        self.attempts
+            .push(format!("attempt {n}: no answer ({reason}; {left})"));
+    }
+
+    fn answered(&mut self, result: &CallToolResult, what: &str) {
+        let field = |name: &str| {
+            execution(result)
+                .and_then(|e| e.get(name))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let n = self.attempts.len() + 1;
+        let line = match (field("execution_id"), field("attempt")) {
+            (Some(id), attempt) => {
+                if !self.executions.contains(&id) {
+                    self.executions.push(id.clone());
+                }
+                let how = attempt.map_or(String::new(), |a| format!(", its `attempt` field: {a}"));
+                format!("attempt {n}: {what}, naming execution {id}{how}")
+            }
+            (None, _) => format!("attempt {n}: {what}, naming no execution"),
+        };
+        self.attempts.push(line);
+    }
+}
+
+/// When the answer took more than one attempt, says what the bridge saw and nothing more: how
+/// many times it sent the call, what happened to each attempt, which execution ids the gateway
+/// named. What the gateway or the target did with an attempt whose answer was lost is not
+/// something the bridge saw, so it is not said.
+fn annotate(mut result: CallToolResult, seen: &Observed) -> CallToolResult {
+    if seen.attempts.len() <= 1 {
         return result;
     }
-    let field = |name: &str| {
-        execution(&result)
-            .and_then(|e| e.get(name))
-            .and_then(Value::as_str)
-            .unwrap_or("(none)")
-            .to_string()
-    };
-    let (id, attempt) = (field("execution_id"), field("attempt"));
-    let what = if attempt == "new" {
-        format!("the gateway had acted on none of them, and this attempt started execution {id}")
-    } else {
-        format!(
-            "the gateway matched this one to execution {id} ({attempt}) instead of acting again"
-        )
-    };
     let note = format!(
-        "postern connect: answered on attempt {attempts}: earlier attempts of this same call lost \
-         their answer in transit and the bridge re-issued it; {what}."
+        "postern connect sent this call {} times (each re-issue with the same arguments and \
+         re-issue key): {}.",
+        seen.attempts.len(),
+        seen.attempts.join("; ")
     );
     result.content.push(ContentBlock::text(note.clone()));
     if let Some(Value::Object(s)) = result.structured_content.as_mut() {
         s.insert(
             "bridge".into(),
-            json!({"attempts": attempts, "reissued": true, "note": note}),
+            json!({
+                "attempts": seen.attempts.len(),
+                "reissued": true,
+                "observed": seen.attempts,
+                "executions_named": seen.executions,
+                "note": note,
+            }),
         );
     }
     result
@@ -691,9 +692,10 @@ fn not_known(
     let text = format!(
         "{tool}: outcome not known to postern connect: the gateway at {url} gave no answer in \
          {secs}s ({attempts} attempts; last problem: {last_problem}). The call may or may not have \
-         been performed. Repeating this identical call (same tool, same arguments, same \
-         idempotency key) is safe: the gateway matches it to the same execution and returns its \
-         recorded result instead of acting twice."
+         been performed. Do not start it as a new action: repeat this identical call (same tool, \
+         same arguments, same idempotency key) and the gateway answers from its record if it \
+         matches the earlier one (by the idempotency key, or by the arguments within the tool's \
+         match window)."
     );
     let mut r = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
     r.structured_content = Some(json!({

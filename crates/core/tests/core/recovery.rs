@@ -44,6 +44,7 @@ fn incoming(after_ms: i64) -> IncomingRequest<'static> {
         actor: "billing-agent",
         intent_scope: "billing-agent",
         operation_key: None,
+        reissue_of_prior: false,
         now: Timestamp(T0 + after_ms),
     }
 }
@@ -271,6 +272,44 @@ fn operation_keys() {
         decide(Some(&p), &other, &contract),
         D::New {
             reason: NewReason::DifferentActor
+        }
+    );
+}
+
+/// A bridge's re-issue key (issue 22): it finds the same request whatever the window, and a key
+/// that matches nothing never asks for a new action (the fingerprint decides as usual).
+#[test]
+fn reissue_keys() {
+    let contract = contract_of(ActionClass::Irreversible, false); // window 10 min, retention 1 day
+    let p = prior(State::Delivered(Verdict::Applied));
+    let reissue = |after: i64, f: u8| IncomingRequest {
+        fingerprint: fp(f),
+        reissue_of_prior: true,
+        ..incoming(after)
+    };
+    // Past the window, the re-issue of the same request is still that request.
+    assert!(matches!(
+        decide(Some(&p), &reissue(3_600_000, 1), &contract),
+        D::ReturnResult { .. }
+    ));
+    // The same request cannot change its arguments: a conflict naming the original.
+    assert_eq!(
+        decide(Some(&p), &reissue(1, 2), &contract),
+        D::Conflict { original: id() }
+    );
+    // Past retention it is free again.
+    assert_eq!(
+        decide(Some(&p), &reissue(86_400_000, 1), &contract),
+        D::New {
+            reason: NewReason::KeyExpired
+        }
+    );
+    // A prior that sent nothing never blocks: the re-issue becomes a new execution.
+    let failed = prior(State::Failed);
+    assert_eq!(
+        decide(Some(&failed), &reissue(1, 1), &contract),
+        D::New {
+            reason: NewReason::PriorNotPerformed
         }
     );
 }

@@ -648,6 +648,11 @@ impl ServerHandler for PosternMcp {
             tool: request.name.to_string(),
             arguments: request.arguments.unwrap_or_default(),
             operation_key,
+            reissue_key: ctx
+                .meta
+                .get("io.postern/reissue-key")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             intent_scope: ctx
                 .meta
                 .get("io.postern/intent-scope")

@@ -80,14 +80,24 @@ name = "wire"
 class = "irreversible"
 match_window = "10m"
 http = { method = "POST", url = "http://127.0.0.1:9/wires" }
+
+[[tool]]
+name = "invoice_no_window"
+class = "idempotent_write"
+match_window = "0s"
+http = { method = "POST", url = "http://127.0.0.1:9/invoices" }
+recovery = { status_query = { method = "GET", url = "http://127.0.0.1:9/invoices?idempotency_key={execution_id}" } }
 "#;
 
-const TOOLS: [&str; 5] = [
+/// `invoice_no_window` never matches by fingerprint: its calls are one agent request only
+/// through a bridge's re-issue key (or an operation key), which every case of it carries.
+const TOOLS: [&str; 6] = [
     "invoice_status_query",
     "invoice_resend",
     "invoice_if_none",
     "wire_status_query",
     "wire",
+    "invoice_no_window",
 ];
 
 /// What the target does with one action request.
@@ -128,6 +138,8 @@ struct CallPlan {
 struct Case {
     tool: &'static str,
     with_operation_key: bool,
+    /// Every call carries the same bridge re-issue key: they are re-issues of one request.
+    with_reissue_key: bool,
     calls: Vec<CallPlan>,
 }
 
@@ -168,11 +180,13 @@ fn case() -> impl Strategy<Value = Case> {
     (
         prop::sample::select(TOOLS.to_vec()),
         any::<bool>(),
+        any::<bool>(),
         prop::collection::vec(call_plan(), 1..7),
     )
-        .prop_map(|(tool, with_operation_key, calls)| Case {
+        .prop_map(|(tool, with_operation_key, reissue, calls)| Case {
             tool,
             with_operation_key,
+            with_reissue_key: reissue || tool == "invoice_no_window",
             calls,
         })
 }
@@ -365,7 +379,9 @@ impl Run {
         }
     }
 
-    async fn call(&self, tool: &str, key: Option<&str>, plan: CallPlan) -> Seen {
+    async fn call(&self, case: &Case, plan: CallPlan) -> Seen {
+        let tool = case.tool;
+        let key = case.with_operation_key.then_some("op-model-1");
         self.target.state.lock().unwrap().plan = Some(plan);
         let (asked, gone) = (CancellationToken::new(), CancellationToken::new());
         match plan.disconnect_after_ms {
@@ -388,6 +404,7 @@ impl Run {
             tool: tool.into(),
             arguments,
             operation_key: key.map(str::to_string),
+            reissue_key: case.with_reissue_key.then(|| "connect:model:1".to_string()),
             intent_scope: None,
             run_id: None,
             cancel: Some(Cancellation::new(asked, gone)),
@@ -427,7 +444,6 @@ async fn play(case: &Case) -> Result<(), String> {
     let dir = TempDir::new();
     let target = Arc::new(Target::default());
     let mut run = Run::start(&dir.0, target.clone()).await;
-    let operation_key = case.with_operation_key.then_some("op-model-1");
     let calm = CallPlan {
         send: SendFault::Apply,
         read: ReadFault::Truthful,
@@ -435,7 +451,7 @@ async fn play(case: &Case) -> Result<(), String> {
     };
     let mut seen = Vec::new();
     for plan in case.calls.iter().copied().chain([calm, calm]) {
-        let s = run.call(case.tool, operation_key, plan).await;
+        let s = run.call(case, plan).await;
         if matches!(s, Seen::Crashed) {
             run.crash_and_restart().await;
         }

@@ -309,6 +309,60 @@ async fn operation_key_reuse_with_another_intent_is_a_conflict() {
     }
 }
 
+/// A bridge's re-issue key (issue 22) finds the execution an earlier attempt of the same agent
+/// request reached, past the window; a new re-issue key never forces a new action (inside the
+/// window an identical request is matched by fingerprint as before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reissue_key_finds_its_execution_past_the_window() {
+    const ARGS: &str = r#"{"customer":"acme","amount":5}"#;
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let attempt = |key: &str, minutes_later: i64| {
+            let mut r = dispatched_request("create_invoice", "billing", ARGS);
+            r.reissue_key = Some(key.to_string());
+            r.now = postern_core::Timestamp(r.now.0 + minutes_later * 60_000);
+            r
+        };
+        let first = ledger.accept(attempt("run-a:1", 0)).await.unwrap();
+        assert!(matches!(first, AcceptOutcome::Created(_)), "{backend:?}");
+        let first = first.execution().id;
+        // 11 minutes later (the window is 10): the re-issue is the same request.
+        let again = ledger.accept(attempt("run-a:1", 11)).await.unwrap();
+        assert!(
+            matches!(&again, AcceptOutcome::Existing { execution, .. } if execution.id == first),
+            "{backend:?}: {again:?}"
+        );
+        // A new agent request inside the window: matched by fingerprint, and its key then finds
+        // the same execution past the window too.
+        let other = ledger.accept(attempt("run-a:2", 1)).await.unwrap();
+        assert_eq!(other.execution().id, first, "{backend:?}");
+        let later = ledger.accept(attempt("run-a:2", 12)).await.unwrap();
+        assert_eq!(later.execution().id, first, "{backend:?}");
+        // A new request past the window is a new execution, and its re-issues find that one.
+        let new = ledger.accept(attempt("run-a:3", 11)).await.unwrap();
+        assert!(matches!(new, AcceptOutcome::Created(_)), "{backend:?}");
+        let new = new.execution().id;
+        assert_ne!(new, first);
+        let reissued = ledger.accept(attempt("run-a:3", 30)).await.unwrap();
+        assert_eq!(reissued.execution().id, new, "{backend:?}");
+        // The same re-issue key with other arguments is a conflict naming the original.
+        let mut changed = dispatched_request(
+            "create_invoice",
+            "billing",
+            r#"{"customer":"acme","amount":6}"#,
+        );
+        changed.reissue_key = Some("run-a:1".into());
+        let conflict = ledger.accept(changed).await.unwrap();
+        assert!(
+            matches!(conflict, AcceptOutcome::Existing { decision: RecoveryDecision::Conflict { original }, .. } if original == first),
+            "{backend:?}: {conflict:?}"
+        );
+        assert_eq!(count(&ledger).await, 2, "{backend:?}");
+        assert!(verify(&ledger).await.is_valid(), "{backend:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_scan_marks_a_stopped_instances_dispatched_executions_unknown() {
     for backend in BACKENDS {

@@ -438,7 +438,7 @@ async fn gateway_errors_and_operation_keys_pass_through() {
 }
 
 /// The gateway stays silent past the recovery time: the agent gets a plain (non-error) result
-/// saying the outcome is not known and that repeating the call is safe; the re-issues attached
+/// saying the outcome is not known and not to start it as a new action; the re-issues attached
 /// to the one execution, so the target saw one request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_answer_in_time_is_reported_as_not_known_never_as_an_error() {
@@ -469,7 +469,8 @@ async fn no_answer_in_time_is_reported_as_not_known_never_as_an_error() {
     );
     let text = result["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("outcome not known"), "{text}");
-    assert!(text.contains("Repeating this identical call"), "{text}");
+    assert!(text.contains("Do not start it as a new action"), "{text}");
+    assert!(text.contains("repeat this identical call"), "{text}");
     assert!(
         result["structuredContent"]["bridge"]["attempts"]
             .as_u64()

@@ -13,14 +13,14 @@ use crate::harness::{config, Dir, Served, BILLING_TOKEN};
 const INSTALL: &str = "install the interop client: pip install -r tests/interop/requirements.txt \
                        (or bash tests/interop/install.sh)";
 
-fn python3(args: &[&str]) -> Command {
+pub(crate) fn python3(args: &[&str]) -> Command {
     let mut c = Command::new("python3");
     c.args(args).current_dir(repo_root());
     c
 }
 
 /// The SDK must be installed: a missing client fails the test, it never skips it.
-async fn require_sdk() {
+pub(crate) async fn require_sdk() {
     let what = "import mcp, importlib.metadata as m; print(m.version('mcp'))";
     match tokio::task::spawn_blocking(move || python3(&["-c", what]).output())
         .await
