@@ -22,6 +22,14 @@ pub enum ChannelError {
         placeholder: String,
         kind: &'static str,
     },
+    /// The rendered URL would not go where the template says: an argument made a `.`, `..` or
+    /// empty path segment (which the URL parser or the target resolves to another path), or a
+    /// placeholder stands where it could change the scheme, host or port.
+    #[error("url placeholder(s) {}: the value would change where the request goes (a `.`, `..` or empty path segment, or another origin); refused, nothing sent", .placeholders.join(", "))]
+    Steered { placeholders: Vec<String> },
+    /// A template whose placeholders could change the origin (scheme, host, port).
+    #[error("url template {template:?}: a placeholder may stand only in the path or the query, not in the scheme, host or port")]
+    PlaceholderInOrigin { template: String },
     /// The credential cannot be used on this channel.
     #[error("credential: {reason}")]
     Credential { reason: String },

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postern_channels::http::{
-    render_url, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome, HttpSender, OutcomeRules,
+    render_url, render_url_for_record, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome,
+    HttpSender, OutcomeRules, Secret,
 };
 use postern_core::config::Config;
 use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
@@ -23,7 +24,8 @@ use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
 use crate::report::{next_step, unsettled_next_step, Attempt, CallReport};
 
-/// The longest operation or re-issue key accepted (it is stored and chained).
+/// The longest operation key, re-issue key, intent scope or run id accepted (each is stored,
+/// and the first three are chained).
 const MAX_KEY_BYTES: usize = 256;
 
 /// The most of a target's answer that is stored and returned.
@@ -266,6 +268,9 @@ impl Gateway {
         };
         let arguments =
             Arguments::from_value(arguments_value).map_err(|e| invalid(e.to_string()))?;
+        // Where the request will go, checked before anything is recorded: an argument that
+        // would steer it (`..`, an empty segment) is refused naming the placeholder.
+        let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
         let contract = entry.contract.clone();
         let record = ActionRecord::build(
             &contract,
@@ -281,11 +286,13 @@ impl Gateway {
             // before the first byte leaves.
             .then(vec![
                 NewEvent::new(EventKind::Authorized),
-                NewEvent::new(EventKind::Dispatched),
+                NewEvent::new(EventKind::Dispatched).with_detail(target),
             ]);
         for (what, key) in [
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
+            ("intent scope", &call.intent_scope),
+            ("run id", &call.run_id),
         ] {
             if key
                 .as_ref()
@@ -405,6 +412,31 @@ impl Gateway {
         self.record_outcome(&s, outcome, attempt, None).await
     }
 
+    /// The request a call will send, as recorded in its `dispatched` event (`secret_fields`
+    /// shown as `***`), after checking that every URL the call may use (the action, its status
+    /// query and precondition) renders to where its template says.
+    fn target_of(
+        &self,
+        entry: &ToolEntry,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, String> {
+        let ChannelSpec::Http(spec) = &entry.contract.channel else {
+            return Ok(Value::Null);
+        };
+        let recovery = &entry.contract.recovery;
+        for request in std::iter::once(&spec.request)
+            .chain(&recovery.status_query)
+            .chain(&recovery.precondition)
+        {
+            // Any id will do for the check: ids are unreserved characters only.
+            render_url(&request.url, arguments, "exe_check").map_err(|e| e.to_string())?;
+        }
+        let secret = |name: &str| entry.contract.arguments.secret.contains(name);
+        let url = render_url_for_record(&spec.request.url, arguments, &secret, None)
+            .map_err(|e| e.to_string())?;
+        Ok(json!({"target": {"method": spec.request.method, "url": url}}))
+    }
+
     fn http_request(
         &self,
         entry: &ToolEntry,
@@ -416,6 +448,18 @@ impl Gateway {
         let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
         let mut d = HttpDispatch::new(req.method.clone(), url);
         d.credential = entry.credential.clone();
+        // The call's own secrets never come back in what the target answers.
+        d.also_redact = entry
+            .contract
+            .arguments
+            .secret
+            .iter()
+            .filter_map(|name| match arguments.get(name)? {
+                Value::String(s) => Some(Secret::new(s.clone())),
+                Value::Null => None,
+                other => Some(Secret::new(other.to_string())),
+            })
+            .collect();
         d.max_response_bytes = MAX_RESPONSE_BYTES;
         d.outcome_rules = OutcomeRules::new();
         if keyed && !entry.contract.class.is_read_only() {

@@ -17,21 +17,21 @@ pub struct ToolEntry {
 }
 
 impl ToolEntry {
-    /// Schema errors as messages. A field marked secret is named but its value is never quoted.
+    /// Schema errors as messages, naming paths and the schema's rule, never an argument's value
+    /// (jsonschema's masked form writes `value` where the instance would be: at the root the
+    /// instance is the whole arguments object, secret fields included).
     pub fn validate(&self, arguments: &Value) -> Result<(), Vec<String>> {
         let errors: Vec<String> = self
             .validator
             .iter_errors(arguments)
             .map(|e| {
                 let path = e.instance_path().to_string();
-                let field = path.trim_start_matches('/').split('/').next().unwrap_or("");
-                if self.contract.arguments.secret.contains(field) {
-                    format!("{path}: does not match the schema (value not shown: secret field)")
-                } else if path.is_empty() {
-                    e.to_string()
+                let at = if path.is_empty() {
+                    "(arguments)"
                 } else {
-                    format!("{path}: {e}")
-                }
+                    &path
+                };
+                format!("{at}: {}", e.masked_with("the value"))
             })
             .collect();
         if errors.is_empty() {
@@ -62,6 +62,15 @@ impl Registry {
                     c.name
                 ))
             })?;
+            if let ChannelSpec::Http(h) = &c.channel {
+                let templates = std::iter::once(&h.request)
+                    .chain(&c.recovery.status_query)
+                    .chain(&c.recovery.precondition);
+                for request in templates {
+                    postern_channels::http::check_template(&request.url)
+                        .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
+                }
+            }
             let credential = match &c.channel {
                 ChannelSpec::Http(h) => match &h.credential {
                     Some(name) => Some(credentials.get(name).cloned().ok_or_else(|| {

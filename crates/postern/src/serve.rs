@@ -61,7 +61,13 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
                     actor.name
                 );
             }
-            tokens.insert(token, actor.name.clone());
+            if let Some(other) = tokens.insert(token, actor.name.clone()) {
+                bail!(
+                    "actors {other} and {} have the same token: each actor needs its own (a shared \
+                     token would make every call of one count as the other's)",
+                    actor.name
+                );
+            }
         }
     }
     let mut credentials = HashMap::new();

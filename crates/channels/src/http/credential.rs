@@ -83,19 +83,107 @@ impl Credential {
     /// Every form of the secret that must never come back out of the channel: the raw secret,
     /// and for basic auth also the base64 `username:password` token. Empty forms are skipped.
     pub(crate) fn redaction_needles(&self) -> Vec<Vec<u8>> {
-        let mut needles = match self {
-            Credential::Bearer(token) => vec![token.expose().as_bytes().to_vec()],
-            Credential::Basic { username, password } => vec![
-                password.expose().as_bytes().to_vec(),
-                basic_token(username, password).into_bytes(),
-            ],
-            Credential::Header { value, .. } => vec![value.expose().as_bytes().to_vec()],
-        };
-        needles.retain(|n| !n.is_empty());
-        // Longest first, so a longer form is replaced whole before a shorter one inside it.
-        needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
-        needles
+        match self {
+            Credential::Bearer(token) => secret_forms(token.expose()),
+            Credential::Basic { username, password } => {
+                let mut needles = secret_forms(password.expose());
+                needles.extend(secret_forms(&basic_token(username, password)));
+                sorted(needles)
+            }
+            Credential::Header { value, .. } => secret_forms(value.expose()),
+        }
     }
+}
+
+/// Every form in which a target may echo `secret`: raw, base64 (standard and URL-safe, with and
+/// without padding), percent-encoded (upper- and lower-case hex) and JSON-escaped (as serde
+/// writes it, with `/` escaped, and with everything outside ASCII as `\uXXXX`). Longest first,
+/// without repeats or empty forms.
+pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
+    if secret.is_empty() {
+        return Vec::new();
+    }
+    let bytes = secret.as_bytes();
+    let std = base64(bytes);
+    let url_safe = std.replace('+', "-").replace('/', "_");
+    let mut forms = vec![
+        secret.to_string(),
+        std.trim_end_matches('=').to_string(),
+        url_safe.trim_end_matches('=').to_string(),
+        std,
+        url_safe,
+    ];
+    let upper = crate::http::percent_encode(secret);
+    forms.push(percent_lower(&upper));
+    forms.push(upper);
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json.trim_matches('"').to_string();
+    forms.push(json.replace('/', "\\/"));
+    let ascii: String = json
+        .chars()
+        .flat_map(|c| {
+            if c.is_ascii() {
+                vec![c.to_string()]
+            } else {
+                let mut units = [0u16; 2];
+                c.encode_utf16(&mut units)
+                    .iter()
+                    .map(|u| format!("\\u{u:04x}"))
+                    .collect()
+            }
+        })
+        .collect();
+    forms.push(ascii.to_uppercase_escapes());
+    forms.push(ascii);
+    forms.push(json);
+    sorted(forms.into_iter().map(String::into_bytes).collect())
+}
+
+/// `\u00e9` as `\u00E9`: some encoders write upper-case hex.
+trait UpperEscapes {
+    fn to_uppercase_escapes(&self) -> String;
+}
+
+impl UpperEscapes for String {
+    fn to_uppercase_escapes(&self) -> String {
+        let mut out = String::with_capacity(self.len());
+        let mut rest = self.as_str();
+        while let Some(i) = rest.find("\\u") {
+            out.push_str(&rest[..i + 2]);
+            let hex = rest[i + 2..].get(..4).unwrap_or("");
+            out.push_str(&hex.to_ascii_uppercase());
+            rest = &rest[i + 2 + hex.len()..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// `%2F` as `%2f`.
+fn percent_lower(upper: &str) -> String {
+    let mut out = String::with_capacity(upper.len());
+    let mut hex_left = 0;
+    for c in upper.chars() {
+        if c == '%' {
+            hex_left = 2;
+            out.push(c);
+        } else if hex_left > 0 {
+            hex_left -= 1;
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Longest first (a longer form is replaced whole before a shorter one inside it), no repeats,
+/// no empty needles.
+pub(crate) fn sorted(mut needles: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    needles.retain(|n| !n.is_empty());
+    needles.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    needles.dedup();
+    needles
 }
 
 /// The base64 token of basic auth: `base64(username ":" password)`.

@@ -22,10 +22,12 @@ use reqwest::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
 use reqwest::{Client, Method, Url};
 use tokio::time::{timeout_at, Instant};
 
-pub use credential::{basic_token, Credential, Secret};
+pub use credential::{basic_token, secret_forms, Credential, Secret};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
 pub use redact::REDACTED;
-pub use url::{percent_encode, render_url, EXECUTION_ID_PLACEHOLDER};
+pub use url::{
+    check_template, percent_encode, render_url, render_url_for_record, EXECUTION_ID_PLACEHOLDER,
+};
 
 use crate::ChannelError;
 
@@ -38,6 +40,9 @@ pub struct HttpDispatch {
     /// JSON bytes; sent with `content-type: application/json`.
     pub body: Option<Vec<u8>>,
     pub credential: Option<Credential>,
+    /// Secrets of the call itself (its `secret_fields` values): sent as the request says, and
+    /// redacted, like the credential, in every form from what the target answers.
+    pub also_redact: Vec<Secret>,
     /// (header name, execution id): sent as `<name>: <execution id>` when present.
     pub idempotency: Option<(String, String)>,
     pub connect_timeout: Duration,
@@ -55,6 +60,7 @@ impl HttpDispatch {
             url: url.into(),
             body: None,
             credential: None,
+            also_redact: Vec::new(),
             idempotency: None,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),
@@ -113,11 +119,15 @@ impl HttpChannel {
             Ok(client) => client,
             Err(e) => return not_sent(e.to_string()),
         };
-        let needles = req
+        let mut needles = req
             .credential
             .as_ref()
             .map(Credential::redaction_needles)
             .unwrap_or_default();
+        for secret in &req.also_redact {
+            needles.extend(credential::secret_forms(secret.expose()));
+        }
+        let needles = credential::sorted(needles);
         let request = match build_request(&client, &req) {
             Ok(request) => request,
             Err(reason) => return not_sent(reason),

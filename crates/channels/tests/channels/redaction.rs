@@ -165,3 +165,127 @@ async fn not_sent_and_unknown_reasons_never_carry_the_secret() {
     assert!(matches!(outcome, HttpOutcome::NotSent { .. }));
     assert!(!format!("{outcome:?}").contains(TOKEN));
 }
+
+/// Issue 12: a target that echoes a secret encoded (base64 std/URL-safe, with or without
+/// padding; percent-encoded; JSON-escaped) or echoes one of the call's own secret arguments must
+/// not get it stored. A real server echoes the request body; the body holds every form.
+#[tokio::test]
+async fn every_encoded_form_of_every_secret_is_redacted() {
+    let server = TestServer::start().await;
+    let channel = HttpChannel::new().unwrap();
+    let token = "tok/with+odd=chars é\"q\\";
+    let card = "4111-1111 1111/1111";
+    for (credential, also) in [
+        (Some(Credential::Bearer(Secret::new(token))), vec![]),
+        (None, vec![Secret::new(card)]),
+        (
+            Some(Credential::Header {
+                name: "X-Key".into(),
+                value: Secret::new(card),
+            }),
+            vec![Secret::new(token)],
+        ),
+    ] {
+        let secrets: Vec<String> = credential
+            .as_ref()
+            .map(|c| match c {
+                Credential::Bearer(s) | Credential::Header { value: s, .. } => s.expose(),
+                Credential::Basic { password, .. } => password.expose(),
+            })
+            .into_iter()
+            .chain(also.iter().map(Secret::expose))
+            .map(str::to_string)
+            .collect();
+        let mut body = Vec::new();
+        for secret in &secrets {
+            for form in postern_channels::http::secret_forms(secret) {
+                body.extend_from_slice(b" <");
+                body.extend_from_slice(&form);
+                body.extend_from_slice(b"> ");
+            }
+        }
+        let mut req = dispatch("POST", server.url("/echo-body"));
+        req.credential = credential;
+        req.also_redact = also;
+        req.body = Some(body);
+        let answer = answered(channel.dispatch(req).await);
+        for secret in &secrets {
+            for form in postern_channels::http::secret_forms(secret) {
+                assert!(
+                    !contains(&answer.body, &form),
+                    "{:?} survived in {:?}",
+                    String::from_utf8_lossy(&form),
+                    String::from_utf8_lossy(&answer.body)
+                );
+            }
+        }
+        assert!(contains(&answer.body, REDACTED));
+    }
+}
+
+#[test]
+fn the_forms_are_the_encodings_a_target_would_write() {
+    let forms: Vec<String> = postern_channels::http::secret_forms("a/b+é")
+        .into_iter()
+        .map(|f| String::from_utf8(f).unwrap())
+        .collect();
+    for expected in [
+        "a/b+é",          // raw
+        "YS9iK8Op",       // base64 (no padding needed)
+        "YS9iK8Op",       // URL-safe is the same here
+        "a%2Fb%2B%C3%A9", // percent, upper
+        "a%2fb%2b%c3%a9", // percent, lower
+        "a\\/b+é",        // JSON with `/` escaped
+        "a/b+\\u00e9",    // JSON, ASCII only
+        "a/b+\\u00E9",    // the same, upper-case hex
+    ] {
+        assert!(
+            forms.iter().any(|f| f == expected),
+            "{expected} not in {forms:?}"
+        );
+    }
+    let padded = postern_channels::http::secret_forms("ab?");
+    assert!(padded.contains(&b"YWI/".to_vec()) && padded.contains(&b"YWI_".to_vec()));
+    let padded = postern_channels::http::secret_forms("abcd");
+    for f in ["YWJjZA==", "YWJjZA", "YWJjZA"] {
+        assert!(padded.contains(&f.as_bytes().to_vec()), "{f}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+    /// Any secret (credential or secret argument), echoed in any of its forms with any text
+    /// around it, is stored redacted.
+    #[test]
+    fn any_secret_echoed_in_any_form_is_redacted(
+        secret in "[ -~é€/+=]{3,24}",
+        around in "[a-z0-9 ]{0,6}",
+        as_argument in proptest::bool::ANY,
+    ) {
+        static WORLD: std::sync::OnceLock<(tokio::runtime::Runtime, TestServer)> = std::sync::OnceLock::new();
+        let (rt, server) = WORLD.get_or_init(|| {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = rt.block_on(TestServer::start());
+            (rt, server)
+        });
+        let forms = postern_channels::http::secret_forms(&secret);
+        let mut body = Vec::new();
+        for form in &forms {
+            body.extend_from_slice(around.as_bytes());
+            body.extend_from_slice(form);
+        }
+        body.extend_from_slice(around.as_bytes());
+        let mut req = dispatch("POST", server.url("/echo-body"));
+        if as_argument {
+            req.also_redact = vec![Secret::new(secret.clone())];
+        } else {
+            req.credential = Some(Credential::Bearer(Secret::new(secret.clone())));
+        }
+        req.body = Some(body);
+        let channel = HttpChannel::new().unwrap();
+        let answer = answered(rt.block_on(channel.dispatch(req)));
+        for form in &forms {
+            proptest::prop_assert!(!contains(&answer.body, form), "{:?} survived", String::from_utf8_lossy(form));
+        }
+    }
+}

@@ -107,3 +107,101 @@ fn malformed_templates_are_errors() {
         }
     }
 }
+
+/// Issue 12: `url = ".../v1/users/{id}/close"` with `id = ".."` used to send
+/// `POST /v1/close`. A value can never move the request to another path or origin.
+#[test]
+fn a_value_cannot_steer_the_path() {
+    let template = "http://127.0.0.1:9/v1/users/{id}/close";
+    for value in [".", "..", ""] {
+        let err = render_url(template, &args(json!({ "id": value })), "exe_1").unwrap_err();
+        assert_eq!(
+            err,
+            ChannelError::Steered {
+                placeholders: vec!["id".into()]
+            },
+            "{value:?}"
+        );
+        assert!(err.to_string().contains("placeholder(s) id"), "{err}");
+    }
+    // Spellings that decode to dots are sent encoded, as data: `%` itself is escaped.
+    for value in ["%2e%2e", "%2E", ".%2e", "...", "a..b", ". ."] {
+        let url = render_url(template, &args(json!({ "id": value })), "exe_1").unwrap();
+        let parsed = reqwest::Url::parse(&url).unwrap();
+        assert_eq!(
+            parsed.path_segments().unwrap().count(),
+            4,
+            "{value:?} -> {url}"
+        );
+    }
+    // Two placeholders side by side cannot make `..` together.
+    let err = render_url(
+        "http://127.0.0.1:9/v1/{a}{b}/x",
+        &args(json!({"a": ".", "b": "."})),
+        "exe_1",
+    )
+    .unwrap_err();
+    assert!(matches!(err, ChannelError::Steered { .. }), "{err}");
+    // In the query a dot or an empty value is just data.
+    let url = render_url(
+        "http://127.0.0.1:9/search?q={q}&r={r}",
+        &args(json!({"q": "..", "r": ""})),
+        "exe_1",
+    )
+    .unwrap();
+    assert_eq!(url, "http://127.0.0.1:9/search?q=..&r=");
+}
+
+#[test]
+fn a_placeholder_in_the_origin_is_refused_at_start_up() {
+    use postern_channels::http::check_template;
+    for template in [
+        "http://{host}/v1/x",
+        "http://api-{tenant}.example.com/v1",
+        "http://127.0.0.1:{port}/v1",
+        "{scheme}://127.0.0.1/v1",
+    ] {
+        assert!(
+            matches!(
+                check_template(template),
+                Err(ChannelError::PlaceholderInOrigin { .. })
+            ),
+            "{template}"
+        );
+    }
+    check_template("http://127.0.0.1:9/v1/{a}/x?k={b}&id={execution_id}").unwrap();
+}
+
+#[test]
+fn the_recorded_url_masks_secret_fields_and_keeps_the_execution_placeholder() {
+    use postern_channels::http::render_url_for_record;
+    let url = render_url_for_record(
+        "http://127.0.0.1:9/cards/{card}/charge?who={customer}&key={execution_id}",
+        &args(json!({"card": "4111 1111", "customer": "acme co"})),
+        &|name: &str| name == "card",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        url,
+        "http://127.0.0.1:9/cards/***/charge?who=acme%20co&key={execution_id}"
+    );
+}
+
+proptest::proptest! {
+    /// Whatever the argument, the rendered URL keeps the template's origin and segment count,
+    /// or is refused.
+    #[test]
+    fn any_value_keeps_origin_and_segment_count(a in ".{0,12}", b in "[./%2eE]{0,4}") {
+        let template = "http://127.0.0.1:9/v1/{a}/mid/{b}{a}/end?q={b}";
+        let arguments = args(json!({"a": a, "b": b}));
+        if let Ok(url) = render_url(template, &arguments, "exe_1") {
+            let parsed = reqwest::Url::parse(&url).unwrap();
+            proptest::prop_assert_eq!(parsed.host_str(), Some("127.0.0.1"));
+            proptest::prop_assert_eq!(parsed.port(), Some(9));
+            proptest::prop_assert_eq!(parsed.path_segments().unwrap().count(), 5, "{}", url);
+            proptest::prop_assert!(parsed.path().starts_with("/v1/"));
+            proptest::prop_assert!(parsed.path().ends_with("/end"));
+        }
+    }
+}

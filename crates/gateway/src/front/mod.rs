@@ -622,6 +622,15 @@ impl ServerHandler for PosternMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let actor = self.actor(&ctx)?;
+        // Checked before the run is recorded (the pipeline checks it again with the keys).
+        if let Some(run) = ctx.meta.get("io.postern/run").and_then(Value::as_str) {
+            if run.is_empty() || run.len() > 256 {
+                return Err(ErrorData::invalid_params(
+                    "the run id (io.postern/run) must be 1 to 256 bytes long",
+                    None,
+                ));
+            }
+        }
         let run_id = self.run_id(&ctx, &actor).await;
         let parts = ctx.extensions.get::<http::request::Parts>();
         let operation_key = ctx

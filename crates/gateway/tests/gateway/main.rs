@@ -2,3 +2,4 @@
 
 mod demo_target;
 mod recovery_model;
+mod registry;

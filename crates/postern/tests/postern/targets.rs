@@ -1,0 +1,75 @@
+//! Where a request goes is the template's business, not the agent's: a real `postern serve` in
+//! front of the invoice API, with a tool whose URL has an argument in its path.
+
+use postern_gateway::demo_target::InvoiceApi;
+use serde_json::json;
+
+use crate::harness::{config, execution, Dir, Mcp, Served, BILLING_TOKEN};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_cannot_steer_the_path_and_the_record_shows_where_it_went() {
+    let target = InvoiceApi::start().await.unwrap();
+    let base = format!("http://{}", target.addr);
+    let text = format!(
+        r#"{}
+[[tool]]
+name = "show_invoice"
+description = "Show an invoice"
+class = "idempotent_write"
+match_window = "10m"
+input_schema = {{ type = "object", required = ["id"], properties = {{ id = {{ type = "string" }} }} }}
+http = {{ method = "GET", url = "{base}/invoices/{{id}}" }}
+"#,
+        config(&base)
+    );
+    let dir = Dir::new("steering");
+    let served = Served::start(&dir.0, &text);
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+
+    // `/invoices/..` would be resolved to `/` (and `/invoices/.` to `/invoices/`).
+    for id in ["..", ".", ""] {
+        let r = mcp
+            .call("show_invoice", json!({ "id": id }), json!({}))
+            .await;
+        assert_eq!(r["error"]["code"], -32602, "{id:?}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains("placeholder(s) id"), "{message}");
+        assert!(message.contains("nothing sent"), "{message}");
+    }
+    assert!(
+        target.state.requests().is_empty(),
+        "nothing reached the target"
+    );
+
+    // A real id goes where the template says, and the record says where.
+    let r = mcp
+        .call("show_invoice", json!({"id": "inv_1"}), json!({}))
+        .await;
+    let id = execution(&r)["execution_id"].as_str().unwrap().to_string();
+    let seen = target.state.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/invoices/inv_1");
+    let status = mcp
+        .call("execution_status", json!({"execution_id": id}), json!({}))
+        .await;
+    let events = &status["result"]["structuredContent"]["response"]["events"];
+    let dispatched = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "dispatched")
+        .unwrap();
+    assert_eq!(
+        dispatched["detail"]["target"],
+        json!({"method": "GET", "url": format!("{base}/invoices/inv_1")}),
+        "{status}"
+    );
+    // Exactly one execution was recorded: the refused calls left no trace but their errors.
+    let list = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["activity", "list", "--json", "--store"])
+        .arg(format!("sqlite://{}", dir.0.join("ledger.db").display()))
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+}
