@@ -50,7 +50,11 @@ pub struct ShowArgs {
 async fn open(s: &StoreChoice) -> Result<Ledger> {
     let url = match &s.store {
         Some(u) => u.clone(),
-        None => crate::load_config(&s.config)?.gateway.store,
+        // A relative SQLite path is relative to the config file, as `serve` reads it.
+        None => crate::serve::resolve_store_path(
+            &crate::load_config(&s.config)?.gateway.store,
+            &crate::config_dir(&s.config),
+        ),
     };
     Ok(Ledger::open(&url, LedgerOptions::default()).await?.0)
 }
@@ -119,18 +123,33 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                     println!("actor        {}   intent scope {}", s.actor, s.intent_scope);
                     println!("fingerprint  {}", s.fingerprint);
                     println!("state        {}{}", s.lifecycle.state.display_name(), s.lifecycle.state.outcome().map(|o| format!(" ({o})")).unwrap_or_default());
-                    println!("record       {}", view.record);
+                    println!("record       {}", printable(&view.record.to_string()));
                     println!("lifecycle:");
                     for e in &view.events {
-                        println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), e.body.detail);
+                        println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), printable(&e.body.detail.to_string()));
                     }
                     if let Some(r) = &view.result {
                         println!("result       {} bytes{} {}", r.size, if r.truncated { " (truncated)" } else { "" }, r.digest);
-                        println!("             {}", String::from_utf8_lossy(&r.body));
+                        println!("             {}", printable(&String::from_utf8_lossy(&r.body)));
                     }
                 }
             }
         }
         Ok(0)
     })
+}
+
+/// Text from the target (or recorded from it) as it may be shown on a terminal: control
+/// characters (escape sequences that could rewrite the screen, fake a prompt or set the title)
+/// are written as `\u{..}` escapes.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

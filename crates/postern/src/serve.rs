@@ -108,7 +108,7 @@ pub fn no_delay(
 }
 
 /// A relative SQLite path is relative to the config file.
-fn resolve_store_path(store: &str, dir: &Path) -> String {
+pub(crate) fn resolve_store_path(store: &str, dir: &Path) -> String {
     match store.strip_prefix("sqlite://") {
         Some(path) if !path.starts_with('/') && !dir.as_os_str().is_empty() => {
             format!("sqlite://{}", dir.join(path).display())

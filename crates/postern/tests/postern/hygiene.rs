@@ -140,3 +140,34 @@ async fn a_graceful_stop_does_not_wait_for_open_streams() {
         .expect("postern serve stopped while a stream was open");
     drop(stream);
 }
+
+/// Issue 12: with several `Authorization` headers the first used to count; a proxy in front
+/// may pick another. Refused instead, whichever comes first.
+#[tokio::test]
+async fn several_authorization_headers_are_refused() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("hygiene-auth");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let url = format!("http://{}/mcp", served.addr());
+    let (status, _, body) = post(
+        &url,
+        initialize(),
+        &[("authorization", "Bearer someone-else-0123456789")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("several Authorization headers"), "{body}");
+    // One header with the right token still works; a wrong one is 401.
+    let (status, _, _) = post(&url, initialize(), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let bad = reqwest::Client::new()
+        .post(&url)
+        .header("authorization", "Bearer not-a-token-0123456789")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(initialize())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+}

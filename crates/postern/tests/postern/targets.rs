@@ -73,3 +73,47 @@ http = {{ method = "GET", url = "{base}/invoices/{{id}}" }}
     let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }
+
+/// Issue 12: `activity show` printed a target's raw body to the terminal, escape sequences
+/// included (and `-c` did not find a relative SQLite store). A raw HTTP target answers with a
+/// terminal title sequence; the Activity log shows it escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_show_escapes_what_the_target_said() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+            let body = "\u{1b}]0;owned\u{7}\u{1b}[2Jhello";
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    let dir = Dir::new("activity-escape");
+    let served = Served::start(&dir.0, &config(&format!("http://{addr}")));
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let r = mcp.call("list_invoices", json!({}), json!({})).await;
+    let id = execution(&r)["execution_id"].as_str().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["activity", "show", &id, "-c"])
+        .arg(dir.0.join("postern.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("hello"), "{stdout}");
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(stdout.contains("\\u{1b}]0;owned"), "{stdout}");
+}
