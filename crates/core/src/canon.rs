@@ -44,7 +44,7 @@ pub fn parse_strict(text: &str) -> Result<Value, CanonError> {
     let violation = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_str(text);
     let parsed = StrictSeed {
-        path: String::new(),
+        path: &JsonPath::Root,
         violation: &violation,
     }
     .deserialize(&mut de)
@@ -108,20 +108,24 @@ pub fn check_numbers(value: &Value) -> Result<(), CanonError> {
 }
 
 fn check_number(n: &Number, path: &str) -> Result<(), CanonError> {
-    let out_of_range = if let Some(i) = n.as_i64() {
-        i.unsigned_abs() > MAX_EXACT_NUMBER as u64
-    } else if let Some(u) = n.as_u64() {
-        u > MAX_EXACT_NUMBER as u64
+    if number_in_range(n) {
+        Ok(())
     } else {
-        // serde_json never holds a non-finite f64, so only the magnitude is left to check.
-        n.as_f64().is_none_or(|f| f.abs() > MAX_EXACT_NUMBER)
-    };
-    if out_of_range {
         Err(CanonError::NumberOutOfRange {
             path: display_path(path),
         })
+    }
+}
+
+/// Whether a number is within ±2^53 (exactly representable).
+fn number_in_range(n: &Number) -> bool {
+    if let Some(i) = n.as_i64() {
+        i.unsigned_abs() <= MAX_EXACT_NUMBER as u64
+    } else if let Some(u) = n.as_u64() {
+        u <= MAX_EXACT_NUMBER as u64
     } else {
-        Ok(())
+        // serde_json never holds a non-finite f64, so only the magnitude is left to check.
+        n.as_f64().is_some_and(|f| f.abs() <= MAX_EXACT_NUMBER)
     }
 }
 
@@ -254,22 +258,73 @@ fn display_path(path: &str) -> String {
     }
 }
 
-struct StrictSeed<'a> {
-    path: String,
-    violation: &'a RefCell<Option<CanonError>>,
+/// Where a value sits, as a chain of borrowed segments up to the root: building it costs
+/// nothing per element, and the pointer text is only written when an error reports it (a path
+/// string per element made parsing quadratic in the nesting and in the length of keys).
+enum JsonPath<'p> {
+    Root,
+    Index(&'p JsonPath<'p>, usize),
+    Key(&'p JsonPath<'p>, &'p str),
 }
 
-impl StrictSeed<'_> {
+impl JsonPath<'_> {
+    /// The JSON pointer text (`/` for the root).
+    fn pointer(&self) -> String {
+        let mut segments = Vec::new();
+        let mut at = self;
+        loop {
+            match at {
+                JsonPath::Root => break,
+                JsonPath::Index(parent, i) => {
+                    segments.push(i.to_string());
+                    at = parent;
+                }
+                JsonPath::Key(parent, k) => {
+                    segments.push(k.replace('~', "~0").replace('/', "~1"));
+                    at = parent;
+                }
+            }
+        }
+        if segments.is_empty() {
+            return "/".to_string();
+        }
+        segments.iter().rev().fold(String::new(), |mut out, s| {
+            out.push('/');
+            out.push_str(s);
+            out
+        })
+    }
+}
+
+struct StrictSeed<'p> {
+    path: &'p JsonPath<'p>,
+    violation: &'p RefCell<Option<CanonError>>,
+}
+
+impl<'p> StrictSeed<'p> {
     fn fail<E: de::Error>(&self, err: CanonError) -> E {
         let msg = err.to_string();
         *self.violation.borrow_mut() = Some(err);
         E::custom(msg)
     }
 
-    fn child(&self, path: String) -> Self {
+    fn child<'q>(&self, path: &'q JsonPath<'q>) -> StrictSeed<'q>
+    where
+        'p: 'q,
+    {
         StrictSeed {
             path,
             violation: self.violation,
+        }
+    }
+
+    fn check(&self, n: &Number) -> Result<(), CanonError> {
+        if number_in_range(n) {
+            Ok(())
+        } else {
+            Err(CanonError::NumberOutOfRange {
+                path: self.path.pointer(),
+            })
         }
     }
 }
@@ -292,19 +347,19 @@ impl<'de> Visitor<'de> for StrictSeed<'_> {
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
         let n = Number::from(v);
-        check_number(&n, &self.path).map_err(|e| self.fail(e))?;
+        self.check(&n).map_err(|e| self.fail(e))?;
         Ok(Value::Number(n))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
         let n = Number::from(v);
-        check_number(&n, &self.path).map_err(|e| self.fail(e))?;
+        self.check(&n).map_err(|e| self.fail(e))?;
         Ok(Value::Number(n))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
         let Some(n) = Number::from_f64(v) else {
             return Err(E::custom("number out of range"));
         };
-        check_number(&n, &self.path).map_err(|e| self.fail(e))?;
+        self.check(&n).map_err(|e| self.fail(e))?;
         Ok(Value::Number(n))
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
@@ -321,25 +376,26 @@ impl<'de> Visitor<'de> for StrictSeed<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) =
-            seq.next_element_seed(self.child(format!("{}/{}", self.path, items.len())))?
-        {
-            items.push(item);
+        loop {
+            let at = JsonPath::Index(self.path, items.len());
+            match seq.next_element_seed(self.child(&at))? {
+                Some(item) => items.push(item),
+                None => break,
+            }
         }
         Ok(Value::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let mut path = self.path.clone();
-            push_pointer(&mut path, &key);
             if out.contains_key(&key) {
                 return Err(self.fail(CanonError::DuplicateKey {
-                    path: display_path(&self.path),
+                    path: self.path.pointer(),
                     key,
                 }));
             }
-            let value = map.next_value_seed(self.child(path))?;
+            let at = JsonPath::Key(self.path, &key);
+            let value = map.next_value_seed(self.child(&at))?;
             out.insert(key, value);
         }
         Ok(Value::Object(out))
