@@ -527,11 +527,27 @@ impl Ledger {
             .transpose()
     }
 
+    /// The actor an MCP session belongs to, if one was recorded.
+    pub async fn mcp_session_actor(&self, id: &str) -> Result<Option<String>, LedgerError> {
+        sqlx::query("SELECT actor FROM mcp_session_actors WHERE session_id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(|r| rows::get_str(r, "actor"))
+            .transpose()
+    }
+
     /// Deletes transport state older than `before` (stream events, owners, sessions). The
     /// execution record is never pruned here.
     pub async fn prune_streams(&self, before: Timestamp) -> Result<u64, LedgerError> {
         let mut removed = 0;
-        for table in ["stream_events", "streams", "mcp_sessions"] {
+        for table in [
+            "stream_events",
+            "streams",
+            "mcp_sessions",
+            "mcp_session_actors",
+        ] {
             removed += sqlx::query(&format!("DELETE FROM {table} WHERE at < $1"))
                 .bind(before.0)
                 .execute(&self.pool)

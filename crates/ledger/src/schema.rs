@@ -44,6 +44,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0004_reissue_keys.sql"),
         postgres: include_str!("../migrations/postgres/0004_reissue_keys.sql"),
     },
+    Migration {
+        version: 5,
+        name: "sessions bound to their actor",
+        sqlite: include_str!("../migrations/sqlite/0005_session_actors.sql"),
+        postgres: include_str!("../migrations/postgres/0005_session_actors.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -41,6 +41,12 @@ pub enum StreamWrite {
         at: Timestamp,
     },
     DropSession(String),
+    /// The actor an MCP session belongs to (the first one recorded stays).
+    SessionActor {
+        id: String,
+        actor: String,
+        at: Timestamp,
+    },
 }
 
 impl StreamWrite {
@@ -74,6 +80,10 @@ impl StreamWrite {
             StreamWrite::DropSession(id) => (
                 "DELETE FROM mcp_sessions WHERE id = $1",
                 vec![id.as_str().into_sql()],
+            ),
+            StreamWrite::SessionActor { id, actor, at } => (
+                "INSERT INTO mcp_session_actors (session_id, actor, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                vec![id.as_str().into_sql(), actor.as_str().into_sql(), at.0.into_sql()],
             ),
         }
     }

@@ -239,6 +239,12 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    if let Some(id) = &session {
+        // A session belongs to the actor that opened it: to anyone else it does not exist.
+        if !st.streams.session_is_actors(id, &actor).await {
+            return (StatusCode::NOT_FOUND, "unknown session").into_response();
+        }
+    }
     if let Some(last) = req
         .headers()
         .get("last-event-id")
@@ -347,6 +353,15 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     let response = next.run(Request::from_parts(parts, body)).await;
     early_exit.slot = None;
     let (mut parts, body) = response.into_parts();
+    if session.is_none() {
+        let opened = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(opened) = opened {
+            st.streams.claim_session(opened, &actor).await;
+        }
+    }
     if is_delete && parts.status == StatusCode::ACCEPTED {
         // The session is closed when rmcp answers; "accepted for later" would be untrue (and
         // clients expect 200 or 204).

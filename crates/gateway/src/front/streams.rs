@@ -138,6 +138,8 @@ impl Live {
 pub(crate) struct DurableStreams {
     gateway: Arc<Gateway>,
     live: Live,
+    /// MCP session id → the actor it belongs to, as far as this instance has seen.
+    session_actors: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// Splits `<stream id>/<n>`.
@@ -197,6 +199,7 @@ impl DurableStreams {
         DurableStreams {
             gateway,
             live: Live::default(),
+            session_actors: Default::default(),
         }
     }
 
@@ -258,6 +261,48 @@ impl DurableStreams {
                 let _ = ledger.record_streams(batch).await;
             }
         });
+    }
+
+    /// Whether `actor` may use MCP session `session`: the session belongs to the actor whose
+    /// token opened it. A session nobody claimed yet (opened before this rule) is claimed now.
+    pub(crate) async fn session_is_actors(&self, session: &str, actor: &str) -> bool {
+        if let Some(owner) = self
+            .session_actors
+            .lock()
+            .ok()
+            .and_then(|m| m.get(session).cloned())
+        {
+            return owner == actor;
+        }
+        match self.ledger().mcp_session_actor(session).await {
+            Ok(Some(owner)) => {
+                let mine = owner == actor;
+                if let Ok(mut m) = self.session_actors.lock() {
+                    m.insert(session.to_string(), owner);
+                }
+                mine
+            }
+            Ok(None) => {
+                self.claim_session(session, actor).await;
+                true
+            }
+            // Storage unreachable: refuse rather than let another actor in.
+            Err(_) => false,
+        }
+    }
+
+    /// Records that `session` belongs to `actor` (the first claim stays).
+    pub(crate) async fn claim_session(&self, session: &str, actor: &str) {
+        if let Ok(mut m) = self.session_actors.lock() {
+            m.entry(session.to_string())
+                .or_insert_with(|| actor.to_string());
+        }
+        let write = StreamWrite::SessionActor {
+            id: session.to_string(),
+            actor: actor.to_string(),
+            at: now(),
+        };
+        let _ = self.ledger().record_stream(write).await;
     }
 
     /// Whether this session and actor may resume from `event_id`. Ids that are not ours

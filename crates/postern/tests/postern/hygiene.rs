@@ -171,3 +171,76 @@ async fn several_authorization_headers_are_refused() {
         .unwrap();
     assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// Issue 12: an MCP session (and its `:common` stream) belongs to the actor whose token opened
+/// it; another actor who learns its id gets 404, as for a session that does not exist.
+#[tokio::test]
+async fn a_session_belongs_to_the_actor_that_opened_it() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("hygiene-session-actor");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let url = format!("http://{}/mcp", served.addr());
+    let (status, headers, _) = post(&url, initialize(), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let session = headers["mcp-session-id"].to_str().unwrap().to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let as_actor = |token: &'static str| {
+        let url = url.clone();
+        let session = session.clone();
+        let list = list.clone();
+        async move {
+            reqwest::Client::new()
+                .post(&url)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-06-18")
+                .body(list)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(
+        as_actor(crate::harness::OPS_TOKEN).await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(as_actor(BILLING_TOKEN).await, StatusCode::OK);
+    // The session's standalone stream, resumed by the other actor: refused too.
+    let common = reqwest::Client::new()
+        .get(&url)
+        .header(
+            "authorization",
+            format!("Bearer {}", crate::harness::OPS_TOKEN),
+        )
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("last-event-id", format!("{session}:common/0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(common.status(), StatusCode::NOT_FOUND);
+    // Still refused after a restart: the binding is in the ledger.
+    let addr = served.addr().to_string();
+    served.stop();
+    let restarted = Served::spawn(&dir.0, &addr);
+    let url = format!("http://{}/mcp", restarted.addr());
+    let status = reqwest::Client::new()
+        .post(&url)
+        .header(
+            "authorization",
+            format!("Bearer {}", crate::harness::OPS_TOKEN),
+        )
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(list.clone())
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
