@@ -16,4 +16,4 @@ pub use chain::{
     GENESIS_HASH,
 };
 pub use export::{read_line, verify_export, ExportHeader, ExportLine, EXPORT_FORMAT};
-pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, Verifier};
+pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

@@ -208,11 +208,28 @@ pub struct Report {
     pub executions: u64,
     /// Chains no signed checkpoint covers: truncation of their tail cannot be ruled out.
     pub unsigned_chains: Vec<String>,
+    /// Per chain, the events after its last validly signed checkpoint: nothing vouches for
+    /// them, so a cut of them (with any checkpoint after them) would not be seen.
+    pub unsigned_tail: Vec<UnsignedTail>,
+}
+
+/// The events of one chain that no valid signature covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsignedTail {
+    pub chain: String,
+    /// The seq of the last validly signed checkpoint, if any.
+    pub signed_to: Option<u64>,
+    pub events: u64,
 }
 
 impl Report {
     pub fn is_valid(&self) -> bool {
         self.breaks.is_empty()
+    }
+
+    /// How many events, over all chains, no valid signature covers.
+    pub fn unsigned_tail_events(&self) -> u64 {
+        self.unsigned_tail.iter().map(|t| t.events).sum()
     }
 }
 
@@ -235,6 +252,15 @@ impl fmt::Display for Report {
         }
         for c in &self.unsigned_chains {
             writeln!(f, "note: no signed checkpoint covers chain {c}: truncation of its tail cannot be ruled out")?;
+        }
+        for t in self.unsigned_tail.iter().filter(|t| t.signed_to.is_some()) {
+            writeln!(
+                f,
+                "note: {} event(s) of chain {} after the last signed checkpoint (seq {}) are not covered by a signature: a cut of them would not be seen",
+                t.events,
+                t.chain,
+                t.signed_to.unwrap_or(0)
+            )?;
         }
         writeln!(
             f,
@@ -518,6 +544,22 @@ impl Verifier {
             .filter(|c| !signed.contains_key(*c))
             .cloned()
             .collect();
+        let unsigned_tail = self
+            .chains
+            .iter()
+            .filter_map(|(name, c)| {
+                let signed_to = signed.get(name).copied();
+                let events = match signed_to {
+                    Some(s) => c.hashes.keys().filter(|&&seq| seq > s).count() as u64,
+                    None => c.hashes.len() as u64,
+                };
+                (events > 0).then(|| UnsignedTail {
+                    chain: name.clone(),
+                    signed_to,
+                    events,
+                })
+            })
+            .collect();
         self.breaks
             .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
         Report {
@@ -529,6 +571,7 @@ impl Verifier {
             valid_signatures,
             executions: self.executions.len() as u64,
             unsigned_chains,
+            unsigned_tail,
         }
     }
 }

@@ -57,6 +57,11 @@ pub struct VerifyArgs {
     /// The public key checkpoints must be signed with (`ed25519:<hex>`, or a file holding it).
     #[arg(long)]
     public_key: String,
+    /// Exit 1 also when events follow the last signed checkpoint (nothing vouches for them: a
+    /// cut of the tail would not be seen). For checks run after `audit export`, which signs the
+    /// head it exports.
+    #[arg(long)]
+    require_signed_tail: bool,
 }
 
 pub fn run(cmd: &AuditCommand) -> Result<i32> {
@@ -74,6 +79,11 @@ pub fn run(cmd: &AuditCommand) -> Result<i32> {
                 (None, None) => bail!("give --file FILE or --store URL"),
             };
             println!("{report}");
+            let unsigned = report.unsigned_tail_events();
+            if a.require_signed_tail && unsigned > 0 {
+                println!("REFUSED (--require-signed-tail): {unsigned} event(s) are not covered by a signed checkpoint");
+                return Ok(1);
+            }
             Ok(if report.is_valid() { 0 } else { 1 })
         }
     }

@@ -592,3 +592,64 @@ fn missing_file_or_store_is_an_error() {
     let wanted = format!("error: no store at {url}: it holds no Postern ledger");
     assert!(run.stderr.contains(&wanted), "{run}");
 }
+
+/// Issue 12: cutting the last events together with the checkpoints after them left an export
+/// that verified VALID with nothing said. The verifier now says how many events no signature
+/// covers, and `--require-signed-tail` refuses such a log.
+#[test]
+fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
+    let f = Fixture::new("file-unsigned-tail");
+    let lines = f.export();
+    let path = |name: &str| f.dir.join(name).to_str().unwrap().to_string();
+    let strict = |file: &str| {
+        f.postern(&[
+            "audit",
+            "verify",
+            "--file",
+            file,
+            "--public-key",
+            &f.public_key,
+            "--require-signed-tail",
+        ])
+    };
+    // The clean export's head is signed: accepted even when the tail must be signed.
+    std::fs::write(path("clean.jsonl"), lines.join("\n") + "\n").unwrap();
+    let clean = strict(&path("clean.jsonl"));
+    assert_eq!(clean.code, Some(0), "{clean}");
+    assert!(
+        !clean.stdout.contains("not covered by a signature"),
+        "{clean}"
+    );
+    // Cut the last three events and every checkpoint past what is left.
+    let kept_to = HEAD - 3;
+    let cut: Vec<String> = lines
+        .iter()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            ["event", "checkpoint"]
+                .iter()
+                .all(|kind| v[kind]["seq"].as_u64().is_none_or(|seq| seq <= kept_to))
+        })
+        .cloned()
+        .collect();
+    assert!(cut.len() < lines.len());
+    let signed_to = *f
+        .checkpoints
+        .iter()
+        .filter(|s| **s <= kept_to)
+        .max()
+        .unwrap();
+    let tail = kept_to - signed_to;
+    let plain = f.verify_lines("cut.jsonl", &cut);
+    plain.assert_valid();
+    let note = format!(
+        "note: {tail} event(s) of chain main after the last signed checkpoint (seq {signed_to}) are not covered by a signature"
+    );
+    assert!(plain.stdout.contains(&note), "{plain}");
+    let refused = strict(&path("cut.jsonl"));
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(
+        refused.stdout.contains("REFUSED (--require-signed-tail)"),
+        "{refused}"
+    );
+}
