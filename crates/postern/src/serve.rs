@@ -124,6 +124,10 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
     rt.block_on(async {
         let assembled = assemble(&a.config).await?;
         let gateway = assembled.gateway;
+        let signs = gateway.config().gateway.signing_key.is_some();
+        if signs {
+            sign_periodically(&gateway);
+        }
         if a.stdio {
             let actor = match &a.actor {
                 Some(name) => name.clone(),
@@ -137,7 +141,10 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             if gateway.config().actor(&actor).is_none() {
                 bail!("actor {actor:?} is not declared in the config");
             }
-            postern_gateway::front::serve_stdio(gateway, actor).await?;
+            postern_gateway::front::serve_stdio(gateway.clone(), actor).await?;
+            if signs {
+                sign_head(&gateway).await;
+            }
             return Ok(0);
         }
         let listen = a
@@ -168,8 +175,31 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if let Err(e) = gateway.ledger().flush().await {
             eprintln!("postern: the last ledger records could not be committed: {e}");
         }
+        if signs {
+            sign_head(&gateway).await;
+        }
         Ok(0)
     })
+}
+
+/// Signs the chain's head every `[gateway] checkpoint_every`, so a cut of the log's tail is
+/// caught by a signature at most that long after the events were written.
+fn sign_periodically(gateway: &Arc<Gateway>) {
+    let gateway = gateway.clone();
+    tokio::spawn(async move {
+        let every = gateway.config().gateway.checkpoint_every;
+        loop {
+            tokio::time::sleep(every).await;
+            sign_head(&gateway).await;
+        }
+    });
+}
+
+/// Signs a checkpoint of the head (a no-op when the head is already signed).
+async fn sign_head(gateway: &Gateway) {
+    if let Err(e) = gateway.ledger().checkpoint(postern_gateway::now()).await {
+        eprintln!("postern: could not sign a checkpoint of the audit chain: {e}");
+    }
 }
 
 /// SIGINT or SIGTERM.

@@ -53,6 +53,9 @@ pub struct GatewaySettings {
     pub approval_ttl: Duration,
     /// How long a call attached to an in-flight execution waits before answering "in progress".
     pub attach_wait: Duration,
+    /// How often the head of the audit chain is signed (with `signing_key`), besides at every
+    /// graceful stop: events after the last signed checkpoint are vouched for by nothing.
+    pub checkpoint_every: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +117,13 @@ impl Config {
         };
 
         let g = raw.gateway;
+        if g.checkpoint_every.is_some() && g.signing_key.is_none() {
+            return Err(at(
+                0,
+                "gateway.checkpoint_every: there is no signing_key to sign checkpoints with"
+                    .to_string(),
+            ));
+        }
         let gateway = GatewaySettings {
             listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
             store: g.store.unwrap_or_else(|| "sqlite://postern.db".to_string()),
@@ -124,6 +134,14 @@ impl Config {
             allowed_origins: g.allowed_origins.unwrap_or_default(),
             approval_ttl: dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?,
             attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
+            checkpoint_every: dur(&g.checkpoint_every, "1m", 0, "gateway.checkpoint_every")
+                .and_then(|d| {
+                    if d < Duration::from_secs(1) {
+                        Err(at(0, "gateway.checkpoint_every: at least 1s".to_string()))
+                    } else {
+                        Ok(d)
+                    }
+                })?,
         };
 
         let mut credentials = BTreeMap::new();

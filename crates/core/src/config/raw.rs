@@ -33,6 +33,7 @@ pub(super) struct RawGateway {
     pub allowed_origins: Option<Vec<String>>,
     pub approval_ttl: Option<String>,
     pub attach_wait: Option<String>,
+    pub checkpoint_every: Option<String>,
 }
 
 #[derive(Deserialize)]

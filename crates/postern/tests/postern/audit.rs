@@ -653,3 +653,80 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
         "{refused}"
     );
 }
+
+/// Issue 12: the gateway signs its chain's head every `checkpoint_every` and at a graceful
+/// stop, so a running gateway's log, and a stopped one's, verify with `--require-signed-tail`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_signs_its_head_periodically_and_at_stop() {
+    use crate::harness::{config, execution, Dir, Mcp, Served, BILLING_TOKEN};
+    let target = postern_gateway::demo_target::InvoiceApi::start()
+        .await
+        .unwrap();
+    let dir = Dir::new("signed-tail");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("[gateway]\n", "[gateway]\ncheckpoint_every = \"1s\"\n");
+    let served = Served::start(&dir.0, &text);
+    let public = SigningKey::from_hex(
+        std::fs::read_to_string(dir.0.join("signing.key"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap()
+    .verifying_key()
+    .to_string();
+    let store = format!("sqlite://{}", dir.0.join("ledger.db").display());
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_postern"))
+            .args([
+                "audit",
+                "verify",
+                "--store",
+                &store,
+                "--public-key",
+                &public,
+            ])
+            .arg("--require-signed-tail")
+            .output()
+            .unwrap()
+    };
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let call = |customer: &'static str| {
+        let mcp = &mcp;
+        async move {
+            let r = mcp
+                .call(
+                    "create_invoice",
+                    serde_json::json!({"customer": customer, "amount": 3}),
+                    serde_json::json!({}),
+                )
+                .await;
+            assert_eq!(execution(&r)["state"], "completed", "{r}");
+        }
+    };
+    call("signed-co").await;
+    // Within a couple of periods the head is signed by the running gateway.
+    let mut signed = false;
+    for _ in 0..40 {
+        let out = verify();
+        if out.status.success() {
+            signed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(signed, "no checkpoint covered the head within 4 s");
+    // The last call before a stop is signed by the stop.
+    call("signed-late-co").await;
+    served.stop();
+    let out = verify();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Without a signing key, asking for checkpoints is a start-up error.
+    let unsigned = text.replace("signing_key = { file = \"signing.key\" }\n", "");
+    assert_ne!(unsigned, text);
+    let bad = Config::parse(&unsigned, "unsigned.toml").unwrap_err();
+    assert!(bad.to_string().contains("no signing_key"), "{bad}");
+}
