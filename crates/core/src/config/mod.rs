@@ -56,6 +56,9 @@ pub struct GatewaySettings {
     /// How often the head of the audit chain is signed (with `signing_key`), besides at every
     /// graceful stop: events after the last signed checkpoint are vouched for by nothing.
     pub checkpoint_every: Duration,
+    /// How many `tools/call` requests one actor may have in flight on one gateway; more are
+    /// answered 429 with `Retry-After` (nothing recorded, nothing sent).
+    pub max_calls_per_actor: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +137,13 @@ impl Config {
             allowed_origins: g.allowed_origins.unwrap_or_default(),
             approval_ttl: dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?,
             attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
+            max_calls_per_actor: match g.max_calls_per_actor {
+                Some(0) => {
+                    return Err(at(0, "gateway.max_calls_per_actor: at least 1".to_string()))
+                }
+                Some(n) => n,
+                None => 64,
+            },
             checkpoint_every: dur(&g.checkpoint_every, "1m", 0, "gateway.checkpoint_every")
                 .and_then(|d| {
                     if d < Duration::from_secs(1) {

@@ -34,6 +34,7 @@ pub(super) struct RawGateway {
     pub approval_ttl: Option<String>,
     pub attach_wait: Option<String>,
     pub checkpoint_every: Option<String>,
+    pub max_calls_per_actor: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -108,6 +108,28 @@ struct FrontState {
     /// bearer token → actor
     tokens: HashMap<String, String>,
     max_body: usize,
+    calls: CallLimits,
+}
+
+/// In-flight `tools/call` requests per actor, bounded: one agent cannot take every connection,
+/// writer slot and target connection of the gateway.
+struct CallLimits {
+    per_actor: usize,
+    inflight: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl CallLimits {
+    /// A slot for one more call of `actor`, held until its response ends; `None` when the actor
+    /// is at its limit.
+    fn try_acquire(&self, actor: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let semaphore = {
+            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(actor.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_actor)))
+                .clone()
+        };
+        semaphore.try_acquire_owned().ok()
+    }
 }
 
 /// The HTTP application: `/mcp` and `/healthz`. `tokens` maps bearer tokens to actor names.
@@ -168,16 +190,37 @@ pub fn router(
             }
         });
     }
+    let calls = CallLimits {
+        per_actor: gateway.config().gateway.max_calls_per_actor as usize,
+        inflight: Mutex::new(HashMap::new()),
+    };
     let state = Arc::new(FrontState {
         gateway,
         streams,
         tokens,
         max_body,
+        calls,
     });
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn_with_state(state, guard))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+/// 429 for a call over the actor's in-flight limit: nothing was recorded or sent, so the same
+/// call may simply be made again after `Retry-After`.
+fn too_many_calls(request: &Value, actor: &str, limit: usize) -> Response {
+    let mut response = jsonrpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        request.get("id").cloned().unwrap_or(Value::Null),
+        -32000,
+        format!("actor {actor} already has {limit} calls in flight (the gateway's max_calls_per_actor): nothing was recorded or sent; call again after Retry-After"),
+        Value::Null,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    response
 }
 
 fn jsonrpc_error(
@@ -271,6 +314,7 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     let (mut parts, body) = req.into_parts();
     let mut raw = RawParams::default();
     let mut sessionless = false;
+    let mut call_slot = None;
     let body = if parts.method == http::Method::POST {
         let bytes = match axum::body::to_bytes(body, st.max_body).await {
             Ok(b) => b,
@@ -298,6 +342,12 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
                     .or(header_version.as_deref());
                 sessionless = v.get("method").and_then(Value::as_str) != Some("initialize")
                     && version.is_some_and(|v| v >= FIRST_SESSIONLESS_VERSION);
+                if v.get("method").and_then(Value::as_str) == Some("tools/call") {
+                    match st.calls.try_acquire(&actor) {
+                        Some(permit) => call_slot = Some(permit),
+                        None => return too_many_calls(&v, &actor, st.calls.per_actor),
+                    }
+                }
             }
             Err(postern_core::canon::CanonError::Malformed {
                 line,
@@ -396,6 +446,7 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         finished: false,
         claim,
         claimed: None,
+        _call_slot: call_slot,
     };
     Response::from_parts(parts, Body::new(tracked))
 }
@@ -443,6 +494,8 @@ struct TrackedBody {
     claim: Option<StreamClaim>,
     /// The stream this body carries, once its first event id was seen.
     claimed: Option<(Arc<DurableStreams>, String)>,
+    /// The actor's in-flight call slot, released when the answer has been written (or lost).
+    _call_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl TrackedBody {

@@ -62,3 +62,73 @@ fn two_actors_with_one_token_are_refused_at_start_up() {
     );
     assert!(!stderr.contains(BILLING_TOKEN), "{stderr}");
 }
+
+/// Issue 12: one actor's in-flight calls are bounded (`max_calls_per_actor`); one more is a 429
+/// with `Retry-After` and a JSON-RPC error saying nothing was recorded or sent. Other actors are
+/// not held up, and the slot comes back when the answer is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_over_its_call_limit_gets_429_and_others_do_not() {
+    use postern_gateway::demo_target::Mode;
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("call-limit");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("[gateway]\n", "[gateway]\nmax_calls_per_actor = 1\n")
+        .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
+    let served = Served::start(&dir.0, &text);
+    let billing = std::sync::Arc::new(Mcp::connect(&served.url, BILLING_TOKEN).await);
+    let ops = Mcp::connect(&served.url, OPS_TOKEN).await;
+    target
+        .state
+        .set_mode(Mode::SlowOnce(std::time::Duration::from_secs(2)));
+    let slow = {
+        let billing = billing.clone();
+        tokio::spawn(async move {
+            billing
+                .call(
+                    "create_invoice",
+                    json!({"customer": "slow-co", "amount": 1}),
+                    json!({}),
+                )
+                .await
+        })
+    };
+    crate::harness::eventually("the slow call to reach the target", || {
+        crate::harness::posts(&target.state) == 1
+    })
+    .await;
+    let second = billing.request(
+        "create_invoice",
+        json!({"customer": "second-co", "amount": 1}),
+        json!({}),
+    );
+    let (status, body) = billing.raw(&second, None).await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], -32000, "{body}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("nothing was recorded or sent"),
+        "{message}"
+    );
+    // Another actor is not held up by billing's limit.
+    let other = ops
+        .call(
+            "create_invoice",
+            json!({"customer": "ops-co", "amount": 1}),
+            json!({}),
+        )
+        .await;
+    assert!(other["result"].is_object(), "{other}");
+    // The slow call completes, and its slot is free again.
+    let first = slow.await.unwrap();
+    assert!(first["result"].is_object(), "{first}");
+    let again = billing
+        .call(
+            "create_invoice",
+            json!({"customer": "second-co", "amount": 1}),
+            json!({}),
+        )
+        .await;
+    assert!(again["result"].is_object(), "{again}");
+    assert_eq!(target.state.count_for("second-co"), 1);
+}
