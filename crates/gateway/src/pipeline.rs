@@ -885,6 +885,21 @@ impl Gateway {
         }
     }
 
+    /// As [`Gateway::record_delivery`], for answers that repeat an earlier one (a replayed
+    /// stream): recorded only for executions whose answer was not yet delivered, so re-reading
+    /// a delivered result never grows the chain.
+    pub async fn record_first_delivery(&self, ids: &[ExecutionId], delivered: bool) {
+        let mut first = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Ok(Some(s)) = self.ledger.summary(*id).await {
+                if matches!(s.lifecycle.state, State::Completed(_)) {
+                    first.push(*id);
+                }
+            }
+        }
+        self.record_delivery(&first, delivered);
+    }
+
     /// Records that the answer for these executions was (or was not) fully written out. Only a
     /// completed execution has a delivery to record: for any other the ledger refuses the event
     /// (an impossible transition), which is what lets this skip a read first.

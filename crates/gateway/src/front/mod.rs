@@ -775,10 +775,15 @@ impl ServerHandler for PosternMcp {
             )));
         }
         // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
+        let polling = call.tool == "execution_status";
         let report = self.gateway.call_tracked(call).await;
         let report = report.map_err(to_error)?;
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
-            slot.carry(&self.gateway, report.execution_id);
+            // A status poll delivers the result at most once: later polls of a delivered
+            // execution would otherwise append a `delivered` event per read, forever.
+            if !(polling && matches!(report.state, postern_core::State::Delivered(_))) {
+                slot.carry(&self.gateway, report.execution_id);
+            }
         }
         Ok(tool_result(&report).into())
     }
@@ -794,9 +799,12 @@ impl ServerHandler for PosternMcp {
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<DeliverySlot>());
         tasks::get(&self.gateway, &actor, &request.task_id, |report| {
-            // The task's result travels in this response: its delivery is recorded like a call's.
+            // The task's result travels in this response: its delivery is recorded like a call's,
+            // once (polling a delivered task records nothing more).
             if let Some(slot) = slot {
-                slot.carry(&self.gateway, report.execution_id);
+                if !matches!(report.state, postern_core::State::Delivered(_)) {
+                    slot.carry(&self.gateway, report.execution_id);
+                }
             }
             serde_json::to_value(tool_result(report))
                 .ok()

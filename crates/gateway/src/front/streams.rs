@@ -450,7 +450,15 @@ impl Replay {
         }
         self.ended = true;
         let ids = std::mem::take(&mut self.carried);
-        self.gateway.record_delivery(&ids, delivered);
+        // A replay repeats an answer: only a first delivery is recorded (that takes a read, so
+        // it runs on the runtime; a drop outside one records as before).
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let gateway = self.gateway.clone();
+                runtime.spawn(async move { gateway.record_first_delivery(&ids, delivered).await });
+            }
+            Err(_) => self.gateway.record_delivery(&ids, delivered),
+        }
     }
 
     fn yield_event(&mut self, r: Replayed) -> Poll<Option<ServerSseMessage>> {

@@ -132,3 +132,46 @@ async fn an_actor_over_its_call_limit_gets_429_and_others_do_not() {
     assert!(again["result"].is_object(), "{again}");
     assert_eq!(target.state.count_for("second-co"), 1);
 }
+
+/// Issue 12: every `execution_status` poll of a delivered execution used to append another
+/// `delivered` event, forever. A poll records a delivery only the first time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_a_delivered_execution_does_not_grow_its_record() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("poll-delivery");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let r = mcp
+        .call(
+            "create_invoice",
+            json!({"customer": "poll-co", "amount": 1}),
+            json!({}),
+        )
+        .await;
+    let id = crate::harness::execution(&r)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Let the call's own delivery be recorded first.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        let s = mcp
+            .call("execution_status", json!({"execution_id": id}), json!({}))
+            .await;
+        assert!(s["result"].is_object(), "{s}");
+    }
+    served.stop();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["activity", "show", &id, "--json", "--store"])
+        .arg(format!("sqlite://{}", dir.0.join("ledger.db").display()))
+        .output()
+        .unwrap();
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let delivered = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "delivered")
+        .count();
+    assert_eq!(delivered, 1, "{shown}");
+}
