@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use postern_audit::{ChainedEvent, Checkpoint};
+use postern_core::ExecutionId;
+
+use crate::model::{ExecutionSummary, ExecutionView, ListFilter};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
 
@@ -58,6 +61,96 @@ impl StoreReader {
         let reader = StoreReader { pool, sqlite_file };
         reader.check_schema(url).await?;
         Ok(reader)
+    }
+
+    /// One execution's row.
+    pub async fn summary(&self, id: ExecutionId) -> Result<Option<ExecutionSummary>, LedgerError> {
+        let q = format!(
+            "SELECT {} FROM executions WHERE id = $1",
+            rows::SUMMARY_COLUMNS
+        );
+        sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::summary)
+            .transpose()
+    }
+
+    /// Everything about one execution.
+    pub async fn execution(&self, id: ExecutionId) -> Result<Option<ExecutionView>, LedgerError> {
+        let q = format!(
+            "SELECT {}, record FROM executions WHERE id = $1",
+            rows::SUMMARY_COLUMNS
+        );
+        let Some(row) = sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let summary = rows::summary(&row)?;
+        let record = serde_json::from_str(&rows::get_str(&row, "record")?)
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let q = format!(
+            "SELECT {} FROM events WHERE execution_id = $1 ORDER BY n",
+            rows::EVENT_COLUMNS
+        );
+        let events = sqlx::query(&q)
+            .bind(id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::event)
+            .collect::<Result<Vec<_>, _>>()?;
+        let result = sqlx::query("SELECT attempt, digest, size, truncated, body FROM results WHERE execution_id = $1 ORDER BY attempt DESC LIMIT 1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::result)
+            .transpose()?;
+        Ok(Some(ExecutionView {
+            summary,
+            record,
+            events,
+            result,
+        }))
+    }
+
+    /// Executions, newest first (by id: UUIDv7, minted when the ledger accepted them).
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionSummary>, LedgerError> {
+        let mut q = format!(
+            "SELECT {} FROM executions WHERE 1 = 1",
+            rows::SUMMARY_COLUMNS
+        );
+        let mut binds = Vec::new();
+        for (col, val) in [
+            ("actor", &filter.actor),
+            ("state", &filter.state),
+            ("run_id", &filter.run_id),
+        ] {
+            if let Some(v) = val {
+                binds.push(v.clone());
+                q.push_str(&format!(" AND {col} = ${}", binds.len()));
+            }
+        }
+        q.push_str(&format!(
+            " ORDER BY id DESC LIMIT {}",
+            if filter.limit == 0 { 100 } else { filter.limit }
+        ));
+        let mut query = sqlx::query(&q);
+        for b in &binds {
+            query = query.bind(b);
+        }
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::summary)
+            .collect()
     }
 
     /// The reader a ledger keeps over its own pool.

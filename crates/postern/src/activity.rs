@@ -1,11 +1,11 @@
-//! `postern activity list|show`: the Activity log, a view over the ledger.
+//! `postern activity list|show`: the Activity log, a read-only view over the ledger.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use postern_core::ExecutionId;
-use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
+use postern_ledger::{ExecutionSummary, ListFilter, StoreReader};
 use serde_json::{json, Value};
 
 #[derive(Subcommand)]
@@ -47,7 +47,9 @@ pub struct ShowArgs {
     id: String,
 }
 
-async fn open(s: &StoreChoice) -> Result<Ledger> {
+/// The store, read-only: looking at the Activity log never migrates, registers an instance or
+/// runs the recovery scan (which could record `outcome_unknown` for a live gateway's work).
+async fn open(s: &StoreChoice) -> Result<StoreReader> {
     let url = match &s.store {
         Some(u) => u.clone(),
         // A relative SQLite path is relative to the config file, as `serve` reads it.
@@ -56,7 +58,7 @@ async fn open(s: &StoreChoice) -> Result<Ledger> {
             &crate::config_dir(&s.config),
         ),
     };
-    Ok(Ledger::open(&url, LedgerOptions::default()).await?.0)
+    Ok(StoreReader::open(&url).await?)
 }
 
 fn summary_json(e: &ExecutionSummary) -> Value {

@@ -117,3 +117,50 @@ async fn activity_show_escapes_what_the_target_said() {
     );
     assert!(stdout.contains("\\u{1b}]0;owned"), "{stdout}");
 }
+
+/// Issue 12: `activity` opened the store read-write (migrations, an instance row, the recovery
+/// scan). Looking at the Activity log now leaves the file byte for byte as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_only_reads_the_store() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("activity-read-only");
+    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let r = mcp
+        .call(
+            "create_invoice",
+            json!({"customer": "ro-co", "amount": 2}),
+            json!({}),
+        )
+        .await;
+    let id = execution(&r)["execution_id"].as_str().unwrap().to_string();
+    served.stop();
+    let db = dir.0.join("ledger.db");
+    let wal = format!("{}-wal", db.display());
+    let before = std::fs::read(&db).unwrap();
+    let wal_before = std::fs::read(&wal).unwrap_or_default();
+    let store = format!("sqlite://{}", db.display());
+    for args in [
+        vec!["activity", "list", "--store", &store],
+        vec!["activity", "show", &id, "--json", "--store", &store],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+    }
+    assert!(
+        std::fs::read(&db).unwrap() == before,
+        "activity changed the store"
+    );
+    assert!(
+        std::fs::read(&wal).unwrap_or_default() == wal_before,
+        "activity wrote {wal}"
+    );
+}
