@@ -9,6 +9,7 @@
 
 mod chain;
 mod export;
+mod results;
 mod verify;
 
 pub use chain::{
@@ -16,4 +17,5 @@ pub use chain::{
     GENESIS_HASH,
 };
 pub use export::{read_line, verify_export, ExportHeader, ExportLine, EXPORT_FORMAT};
+pub use results::ResultCheck;
 pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

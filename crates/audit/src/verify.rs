@@ -65,6 +65,14 @@ pub enum BreakReason {
         execution_id: ExecutionId,
         expected_n: u32,
     },
+    /// A stored result body does not hash to the digest its event chained: it was changed.
+    ResultMismatch {
+        reference: String,
+    },
+    /// An event vouches for a stored result that is not there.
+    ResultMissing {
+        reference: String,
+    },
     /// A line or row that could not be read.
     Malformed {
         line: u64,
@@ -144,6 +152,14 @@ impl fmt::Display for Break {
             } => {
                 write!(f, "impossible state sequence for execution {execution_id}: event #{expected_n} is missing")
             }
+            ResultMismatch { reference } => write!(
+                f,
+                "result mismatch{at}: {reference} does not match the digest its event chained (the stored body, or the event, was changed)"
+            ),
+            ResultMissing { reference } => write!(
+                f,
+                "result missing{at}: {reference}, which its event vouches for, is not stored"
+            ),
             Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
         }
     }
@@ -225,6 +241,13 @@ pub struct UnsignedTail {
 impl Report {
     pub fn is_valid(&self) -> bool {
         self.breaks.is_empty()
+    }
+
+    /// Adds breaks found beside the chain (stored results), in the report's order.
+    pub fn add_breaks(&mut self, breaks: Vec<Break>) {
+        self.breaks.extend(breaks);
+        self.breaks
+            .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
     }
 
     /// How many events, over all chains, no valid signature covers.

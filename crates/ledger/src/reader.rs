@@ -153,6 +153,20 @@ impl StoreReader {
             .collect()
     }
 
+    /// Every stored result body, as `(results/<execution>/<attempt>, body)`.
+    pub async fn scan_results(&self, mut each: impl FnMut(&str, &[u8])) -> Result<(), LedgerError> {
+        let rows = sqlx::query("SELECT execution_id, attempt, body FROM results")
+            .fetch_all(&self.pool)
+            .await?;
+        for row in &rows {
+            let id = rows::get_str(row, "execution_id")?;
+            let attempt = rows::get_i64(row, "attempt")?;
+            let body = db::RowAccess::blob(row, "body")?;
+            each(&format!("results/{id}/{attempt}"), &body);
+        }
+        Ok(())
+    }
+
     /// The reader a ledger keeps over its own pool.
     pub(crate) fn over(pool: AnyPool, sqlite_file: Option<PathBuf>) -> Self {
         StoreReader { pool, sqlite_file }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use postern_audit::{
-    verify_export, ChainRange, ExportHeader, ExportLine, Report, SigningKey, Verifier,
+    verify_export, ChainRange, ExportHeader, ExportLine, Report, ResultCheck, SigningKey, Verifier,
     VerifyingKey, EXPORT_FORMAT,
 };
 use postern_ledger::{Ledger, LedgerOptions, StoreReader};
@@ -259,10 +259,13 @@ pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
     }
     let mut progress = Progress::new();
     let mut events = 0u64;
+    // Stored result bodies are checked against the digests their events chained.
+    let mut results = ResultCheck::new();
     store
         .scan_events(|row| match row {
             Ok(e) => {
                 verifier.event(&e);
+                results.event(&e);
                 events += 1;
                 if events.is_multiple_of(4096) {
                     progress.tick(events, Some(total));
@@ -275,5 +278,10 @@ pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
     for c in store.checkpoints().await? {
         verifier.checkpoint(&c);
     }
-    Ok(verifier.finish())
+    store
+        .scan_results(|reference, body| results.stored(reference, body))
+        .await?;
+    let mut report = verifier.finish();
+    report.add_breaks(results.finish());
+    Ok(report)
 }

@@ -438,8 +438,12 @@ fn store_updated_event_is_a_hash_mismatch() {
     f.sql(&[format!(
         "UPDATE events SET detail = json_set(detail, '$.result_digest', '{zeros}') WHERE seq = 9"
     )]);
-    f.verify_store()
-        .assert_breaks(&[hash_mismatch(7), hash_mismatch(9)]);
+    // The forged digest no longer matches the stored body either.
+    f.verify_store().assert_breaks(&[
+        hash_mismatch(7),
+        hash_mismatch(9),
+        "result mismatch at seq 9 (chain main)".to_string(),
+    ]);
 }
 
 /// Verifying a store only reads it: no migration, no recovery scan, no instance row. The file
@@ -729,4 +733,34 @@ async fn the_gateway_signs_its_head_periodically_and_at_stop() {
     assert_ne!(unsigned, text);
     let bad = Config::parse(&unsigned, "unsigned.toml").unwrap_err();
     assert!(bad.to_string().contains("no signing_key"), "{bad}");
+}
+
+/// Issue 12: stored result bodies were never checked against the digests their events chained.
+/// A body changed in place is a result mismatch at the event that vouched for it; a body
+/// removed is a result missing.
+#[test]
+fn store_changed_or_removed_result_is_reported_at_its_event() {
+    let f = Fixture::new("db-results");
+    f.verify_store().assert_valid();
+    // Execution 1's `completed` event (seq 4) chained its result's digest.
+    let exe = "(SELECT execution_id FROM events WHERE seq = 4)";
+    f.sql(&[format!(
+        "UPDATE results SET body = CAST('{{\"invoice\":\"forged\"}}' AS BLOB) WHERE execution_id = {exe}"
+    )]);
+    let run = f.verify_store();
+    run.assert_breaks(&["result mismatch at seq 4 (chain main): results/exe_"]);
+    assert!(
+        run.stdout
+            .contains("the stored body, or the event, was changed"),
+        "{run}"
+    );
+    // Execution 2's (seq 9) removed.
+    f.sql(&[
+        "DELETE FROM results WHERE execution_id = (SELECT execution_id FROM events WHERE seq = 9)"
+            .into(),
+    ]);
+    f.verify_store().assert_breaks(&[
+        "result mismatch at seq 4 (chain main)",
+        "result missing at seq 9 (chain main)",
+    ]);
 }
