@@ -185,11 +185,19 @@ fn read_batch(
 /// on two threads a batch at a time; order-dependent checks run in file order.
 /// `progress(events_so_far, events_expected)` is called now and then.
 pub fn verify_export(
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     key: VerifyingKey,
+    progress: impl FnMut(u64, Option<u64>),
+) -> std::io::Result<Report> {
+    verify_export_with(reader, Verifier::new(key), progress)
+}
+
+/// [`verify_export`] with a verifier the caller prepared (e.g. with anchors).
+pub fn verify_export_with(
+    mut reader: impl BufRead,
+    mut verifier: Verifier,
     mut progress: impl FnMut(u64, Option<u64>),
 ) -> std::io::Result<Report> {
-    let mut verifier = Verifier::new(key);
     let mut line_no: u64 = 0;
     let mut events = 0u64;
     let mut total = None;

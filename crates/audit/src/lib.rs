@@ -16,6 +16,8 @@ pub use chain::{
     event_hash, AuditError, ChainedEvent, Checkpoint, EventBody, SigningKey, VerifyingKey,
     GENESIS_HASH,
 };
-pub use export::{read_line, verify_export, ExportHeader, ExportLine, EXPORT_FORMAT};
+pub use export::{
+    read_line, verify_export, verify_export_with, ExportHeader, ExportLine, EXPORT_FORMAT,
+};
 pub use results::ResultCheck;
 pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

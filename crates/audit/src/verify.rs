@@ -73,6 +73,12 @@ pub enum BreakReason {
     ResultMissing {
         reference: String,
     },
+    /// The log disagrees with a head recorded elsewhere (`--expect-head`): it was rewritten or
+    /// cut before that point.
+    AnchorMismatch {
+        expected_hash: String,
+        found: Option<String>,
+    },
     /// A line or row that could not be read.
     Malformed {
         line: u64,
@@ -160,6 +166,19 @@ impl fmt::Display for Break {
                 f,
                 "result missing{at}: {reference}, which its event vouches for, is not stored"
             ),
+            AnchorMismatch {
+                expected_hash,
+                found,
+            } => match found {
+                Some(h) => write!(
+                    f,
+                    "anchor mismatch{at}: the head recorded elsewhere has hash {expected_hash}, the log has {h}"
+                ),
+                None => write!(
+                    f,
+                    "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
+                ),
+            },
             Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
         }
     }
@@ -339,6 +358,8 @@ pub struct Verifier {
     executions: HashMap<ExecutionId, ExecutionState>,
     checkpoints: Vec<Checkpoint>,
     breaks: Vec<Break>,
+    /// Heads recorded outside the log (chain, seq, hash) it must still contain.
+    anchors: Vec<(String, u64, [u8; 32])>,
 }
 
 impl Verifier {
@@ -350,7 +371,15 @@ impl Verifier {
             executions: HashMap::new(),
             checkpoints: Vec::new(),
             breaks: Vec::new(),
+            anchors: Vec::new(),
         }
+    }
+
+    /// Declares a head recorded elsewhere (an anchor): the log must hold `hash` at `seq` of
+    /// `chain`. Unlike a checkpoint, an anchor kept outside the store also catches a rewrite by
+    /// someone holding the signing key.
+    pub fn expect_head(&mut self, chain: String, seq: u64, hash: [u8; 32]) {
+        self.anchors.push((chain, seq, hash));
     }
 
     /// Declares a range the log should contain (from an export's header or the caller).
@@ -535,6 +564,23 @@ impl Verifier {
                     chain: Some(r.chain.clone()),
                     seq: Some(r.to),
                     reason: BreakReason::RangeNotCovered { last_seq: last },
+                });
+            }
+        }
+        for (chain, seq, hash) in std::mem::take(&mut self.anchors) {
+            let found = self
+                .chains
+                .get(&chain)
+                .and_then(|c| c.hashes.get(&seq))
+                .copied();
+            if found != Some(hash) {
+                self.breaks.push(Break {
+                    chain: Some(chain),
+                    seq: Some(seq),
+                    reason: BreakReason::AnchorMismatch {
+                        expected_hash: postern_core::hexdigits::encode(hash),
+                        found: found.map(postern_core::hexdigits::encode),
+                    },
                 });
             }
         }

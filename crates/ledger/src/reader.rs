@@ -197,7 +197,14 @@ impl StoreReader {
 
     /// Every chain with its head position.
     pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
-        sqlx::query("SELECT chain, head_seq FROM chains ORDER BY chain")
+        // SQLite's writer reads its head from the last event and leaves the head row alone, so
+        // there the events say where each chain ends (an export's header once said nothing).
+        let q = if self.sqlite_file.is_some() {
+            "SELECT chain, MAX(seq) AS head_seq FROM events GROUP BY chain ORDER BY chain"
+        } else {
+            "SELECT chain, head_seq FROM chains ORDER BY chain"
+        };
+        sqlx::query(q)
             .fetch_all(&self.pool)
             .await?
             .iter()

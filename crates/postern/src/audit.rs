@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use postern_audit::{
-    verify_export, ChainRange, ExportHeader, ExportLine, Report, ResultCheck, SigningKey, Verifier,
-    VerifyingKey, EXPORT_FORMAT,
+    verify_export_with, ChainRange, ExportHeader, ExportLine, Report, ResultCheck, SigningKey,
+    Verifier, VerifyingKey, EXPORT_FORMAT,
 };
 use postern_ledger::{Ledger, LedgerOptions, StoreReader};
 
@@ -62,6 +62,24 @@ pub struct VerifyArgs {
     /// head it exports.
     #[arg(long)]
     require_signed_tail: bool,
+    /// A head recorded elsewhere, `CHAIN:SEQ:HASH` (as `audit export` prints it): the log must
+    /// still hold that hash at that seq. Repeatable.
+    #[arg(long, value_name = "CHAIN:SEQ:HASH")]
+    expect_head: Vec<String>,
+}
+
+/// `CHAIN:SEQ:HASH` (the chain may itself contain `:`, so it is split from the right).
+fn parse_anchor(text: &str) -> Result<(String, u64, [u8; 32])> {
+    let bad =
+        || anyhow::anyhow!("--expect-head {text:?}: expected CHAIN:SEQ:HASH (HASH: 64 hex digits)");
+    let (rest, hash) = text.rsplit_once(':').ok_or_else(bad)?;
+    let (chain, seq) = rest.rsplit_once(':').ok_or_else(bad)?;
+    let seq = seq.parse().map_err(|_| bad())?;
+    let hash = postern_core::hexdigits::decode32(hash).ok_or_else(bad)?;
+    if chain.is_empty() {
+        return Err(bad());
+    }
+    Ok((chain.to_string(), seq, hash))
 }
 
 pub fn run(cmd: &AuditCommand) -> Result<i32> {
@@ -72,10 +90,14 @@ pub fn run(cmd: &AuditCommand) -> Result<i32> {
     match cmd {
         AuditCommand::Export(a) => rt.block_on(export(a)).map(|()| 0),
         AuditCommand::Verify(a) => {
-            let key = read_public_key(&a.public_key)?;
+            let mut verifier = Verifier::new(read_public_key(&a.public_key)?);
+            for anchor in &a.expect_head {
+                let (chain, seq, hash) = parse_anchor(anchor)?;
+                verifier.expect_head(chain, seq, hash);
+            }
             let report = match (&a.file, &a.store) {
-                (Some(file), _) => verify_file(file, key)?,
-                (None, Some(url)) => rt.block_on(verify_store(url, key))?,
+                (Some(file), _) => verify_file(file, verifier)?,
+                (None, Some(url)) => rt.block_on(verify_store(url, verifier))?,
                 (None, None) => bail!("give --file FILE or --store URL"),
             };
             println!("{report}");
@@ -138,9 +160,15 @@ async fn export(a: &ExportArgs) -> Result<()> {
     }
     let mut written = 0u64;
     let mut failure = None;
+    // The last event of each chain: printed as an anchor to keep outside the store.
+    let mut heads: std::collections::BTreeMap<String, (u64, [u8; 32])> = Default::default();
     ledger
         .scan_events(|row| match row {
             Ok(e) => {
+                let head = heads.entry(e.body.chain.clone()).or_insert((0, [0; 32]));
+                if e.body.seq >= head.0 {
+                    *head = (e.body.seq, e.hash);
+                }
                 if let Err(err) = serde_json::to_string(&ExportLine::Event(e)).map_err(anyhow::Error::from).and_then(|l| Ok(writeln!(out, "{l}")?)) {
                     failure.get_or_insert(err);
                 }
@@ -156,6 +184,10 @@ async fn export(a: &ExportArgs) -> Result<()> {
     }
     out.flush()?;
     eprintln!("exported {written} events to {}; verify with: postern audit verify --file {} --public-key {public}", a.out.display(), a.out.display());
+    for (chain, (seq, hash)) in heads {
+        let anchor = format!("{chain}:{seq}:{}", postern_core::hexdigits::encode(hash));
+        eprintln!("head {anchor} (keep it outside the store: `--expect-head {anchor}` proves later that the log up to it was not rewritten)");
+    }
     Ok(())
 }
 
@@ -229,12 +261,12 @@ impl Progress {
 }
 
 /// Verifies an exported file.
-pub fn verify_file(path: &Path, key: VerifyingKey) -> Result<Report> {
+pub fn verify_file(path: &Path, verifier: Verifier) -> Result<Report> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut progress = Progress::new();
-    let report = verify_export(
+    let report = verify_export_with(
         BufReader::with_capacity(1 << 20, file),
-        key,
+        verifier,
         |events, total| progress.tick(events, total),
     )?;
     progress.done();
@@ -243,9 +275,8 @@ pub fn verify_file(path: &Path, key: VerifyingKey) -> Result<Report> {
 
 /// Verifies a store's rows directly. The store is opened read-only: verifying the evidence
 /// never adds to it (no migration, no recovery scan, no instance row).
-pub async fn verify_store(url: &str, key: VerifyingKey) -> Result<Report> {
+pub async fn verify_store(url: &str, mut verifier: Verifier) -> Result<Report> {
     let store = StoreReader::open(url).await?;
-    let mut verifier = Verifier::new(key);
     let heads = store.chain_heads().await?;
     let total: u64 = heads.iter().map(|(_, h)| *h).sum();
     for (chain, head) in heads {

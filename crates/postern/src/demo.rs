@@ -389,7 +389,7 @@ async fn demo() -> Result<i32> {
             String::from_utf8_lossy(&status.stderr)
         ));
     }
-    let report = crate::audit::verify_file(&export, public)?;
+    let report = crate::audit::verify_file(&export, postern_audit::Verifier::new(public))?;
     for l in report.to_string().lines() {
         line(l);
     }

@@ -307,6 +307,32 @@ fn line_of(lines: &[String], kind: &str, seq: u64) -> usize {
         .unwrap_or_else(|| panic!("no {kind} line for seq {seq}"))
 }
 
+/// The log cut after `kept_to`: checkpoints past it removed, and the header's (unsigned) ranges
+/// edited to end there, so neither says anything was cut.
+fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let past = ["event", "checkpoint"]
+                .iter()
+                .any(|kind| v[kind]["seq"].as_u64().is_some_and(|seq| seq > kept_to));
+            if past {
+                return None;
+            }
+            match v["header"]["ranges"].as_array_mut() {
+                Some(ranges) => {
+                    for r in ranges {
+                        r["to"] = serde_json::json!(kept_to);
+                    }
+                    Some(serde_json::to_string(&v).unwrap())
+                }
+                None => Some(l.clone()),
+            }
+        })
+        .collect()
+}
+
 /// Changes the one byte `offset` bytes after `marker` to another digit ('0' ↔ '1'), which keeps
 /// a number a number, hex hex, and the line valid JSON.
 fn flip_byte(line: &mut String, marker: &str, offset: usize) {
@@ -624,18 +650,15 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
         !clean.stdout.contains("not covered by a signature"),
         "{clean}"
     );
-    // Cut the last three events and every checkpoint past what is left.
+    // With the header left as exported, its range alone catches a cut of the tail.
     let kept_to = HEAD - 3;
-    let cut: Vec<String> = lines
-        .iter()
-        .filter(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            ["event", "checkpoint"]
-                .iter()
-                .all(|kind| v[kind]["seq"].as_u64().is_none_or(|seq| seq <= kept_to))
-        })
-        .cloned()
-        .collect();
+    let mut naive = cut_log(&lines, kept_to);
+    naive[0] = lines[0].clone();
+    f.verify_lines("naive-cut.jsonl", &naive)
+        .assert_breaks(&[format!("range not covered at seq {HEAD} (chain main)")]);
+    // Cut the last three events and every checkpoint past what is left, and edit the
+    // (unsigned) header to end there too.
+    let cut = cut_log(&lines, kept_to);
     assert!(cut.len() < lines.len());
     let signed_to = *f
         .checkpoints
@@ -763,4 +786,72 @@ fn store_changed_or_removed_result_is_reported_at_its_event() {
         "result mismatch at seq 4 (chain main)",
         "result missing at seq 9 (chain main)",
     ]);
+}
+
+/// Issue 12: a head recorded outside the store (`audit export` prints it) is checked with
+/// `--expect-head`: the log must still hold that hash at that seq. A tail cut with its
+/// checkpoints, which verifies VALID on its own, breaks the anchor.
+#[test]
+fn an_anchor_recorded_elsewhere_catches_a_cut_or_rewritten_log() {
+    let f = Fixture::new("file-anchor");
+    let out = f.dir.join("anchored.jsonl");
+    let run = f.postern(&[
+        "audit",
+        "export",
+        "--store",
+        &f.store_url(),
+        "--out",
+        out.to_str().unwrap(),
+        "--signing-key",
+        f.signing_key_file.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let anchor = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("head "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no head printed: {run}"))
+        .to_string();
+    assert!(anchor.starts_with(&format!("main:{HEAD}:")), "{anchor}");
+    let file = out.to_str().unwrap().to_string();
+    let verify = |file: &str, anchor: &str| {
+        f.postern(&[
+            "audit",
+            "verify",
+            "--file",
+            file,
+            "--public-key",
+            &f.public_key,
+            "--expect-head",
+            anchor,
+        ])
+    };
+    verify(&file, &anchor).assert_valid();
+    // Another hash at that seq: the log is not the one anchored.
+    let (prefix, hash) = anchor.rsplit_once(':').unwrap();
+    let other = format!(
+        "{prefix}:{}",
+        if hash.starts_with('0') { "1" } else { "0" }.repeat(64)
+    );
+    verify(&file, &other).assert_breaks(&[format!(
+        "anchor mismatch at seq {HEAD} (chain main): the head recorded elsewhere has hash"
+    )]);
+    // The tail cut with the checkpoints after it and the unsigned header edited to match:
+    // VALID without the anchor, broken with it.
+    let lines: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let cut = cut_log(&lines, HEAD - 2);
+    f.verify_lines("cut-anchored.jsonl", &cut).assert_valid();
+    let cut_file = f.dir.join("cut-anchored.jsonl");
+    verify(cut_file.to_str().unwrap(), &anchor).assert_breaks(&[format!(
+        "anchor mismatch at seq {HEAD} (chain main): the head recorded elsewhere (hash {hash}) is not in the log"
+    )]);
+    // A malformed anchor is a clear error.
+    let bad = verify(&file, "main:xx:abc");
+    assert_eq!(bad.code, Some(2), "{bad}");
+    assert!(bad.stderr.contains("expected CHAIN:SEQ:HASH"), "{bad}");
 }
