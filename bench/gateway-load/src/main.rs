@@ -71,6 +71,10 @@ impl Served {
         ];
         for (name, text) in files {
             std::fs::write(dir.join(name), text).unwrap();
+            // Secret files must be the owner's alone (the gateway refuses others).
+            use std::os::unix::fs::PermissionsExt;
+            let private = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(dir.join(name), private).unwrap();
         }
         let config = dir.join("postern.toml");
         let mut child = Command::new(postern)

@@ -13,9 +13,29 @@ pub fn random_32() -> Result<[u8; 32]> {
 }
 
 pub fn read_signing_key(path: &Path) -> Result<SigningKey> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading signing key {}", path.display()))?;
+    let text = read_private(path, "signing key")?;
     Ok(SigningKey::from_hex(&text)?)
+}
+
+/// Reads a file that holds a secret, refusing one that others on the machine can read (as ssh
+/// refuses a private key): a key anyone can read is no longer a secret, and it is better said
+/// at start-up than found later.
+pub fn read_private(path: &Path, what: &str) -> Result<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("reading {what} {}", path.display()))?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            anyhow::bail!(
+                "{what} {} is readable by others (mode {mode:03o}): run chmod 600 {}",
+                path.display(),
+                path.display()
+            );
+        }
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
 }
 
 /// Writes a secret file with mode 0600, refusing to overwrite one that exists.

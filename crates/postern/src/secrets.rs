@@ -13,7 +13,7 @@ pub fn resolve(reference: &SecretRef, config_dir: &Path) -> Result<String> {
             .with_context(|| format!("environment variable {name} (referenced by the config) is not set")),
         SecretRef::File(path) => {
             let path = config_dir.join(path);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading secret file {}", path.display()))?;
+            let text = crate::keys::read_private(&path, "secret file")?;
             Ok(text.trim().to_string())
         }
         SecretRef::Vault(name) => bail!("secret vault:{name}: the vault is not available to this command yet; use {{ env = \"…\" }} or {{ file = \"…\" }}"),

@@ -98,7 +98,7 @@ impl Fixture {
         std::fs::create_dir_all(&dir).unwrap();
         let key = Arc::new(SigningKey::from_bytes(SIGNING_KEY));
         let signing_key_file = dir.join("audit.key");
-        std::fs::write(&signing_key_file, key.to_hex()).unwrap();
+        crate::harness::write_private(&signing_key_file, &key.to_hex());
         let db = dir.join("ledger.db");
         let mut f = Fixture {
             store: postgres.unwrap_or_else(|| format!("sqlite://{}", db.display())),

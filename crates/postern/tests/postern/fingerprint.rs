@@ -13,7 +13,7 @@ fn example_config() -> PathBuf {
         std::fs::create_dir_all(&dir).unwrap();
         let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/postern.toml");
         std::fs::copy(example, dir.join("postern.toml")).unwrap();
-        std::fs::write(dir.join("postern.fingerprint.key"), KEY).unwrap();
+        crate::harness::write_private(&dir.join("postern.fingerprint.key"), KEY);
         dir
     });
     dir.join("postern.toml")
@@ -191,7 +191,7 @@ fn clear_errors_for_unknown_tool_actor_and_short_key() {
     let short = std::env::temp_dir().join(format!("postern-short-key-{}", std::process::id()));
     std::fs::create_dir_all(&short).unwrap();
     std::fs::copy(&config, short.join("postern.toml")).unwrap();
-    std::fs::write(short.join("postern.fingerprint.key"), "abcd").unwrap();
+    crate::harness::write_private(&short.join("postern.fingerprint.key"), "abcd");
     let out = Command::new(env!("CARGO_BIN_EXE_postern"))
         .args([
             "fingerprint",

@@ -94,16 +94,31 @@ pub fn prepare(dir: &Path, config_text: &str) {
         }
     };
     write("postern.toml", config_text);
-    write(
-        "fp.key",
-        "7f3a1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f",
-    );
-    write(
-        "signing.key",
-        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
-    );
-    write("billing.token", BILLING_TOKEN);
-    write("ops.token", OPS_TOKEN);
+    let secrets = [
+        (
+            "fp.key",
+            "7f3a1e0b6a2d4f5e7c9b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f",
+        ),
+        (
+            "signing.key",
+            "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        ),
+        ("billing.token", BILLING_TOKEN),
+        ("ops.token", OPS_TOKEN),
+    ];
+    for (name, text) in secrets {
+        write_private(&dir.join(name), text);
+    }
+}
+
+/// Writes a secret file readable by its owner only (the gateway refuses any other), keeping
+/// one that exists.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    if !path.exists() {
+        std::fs::write(path, text).unwrap();
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 pub struct Served {

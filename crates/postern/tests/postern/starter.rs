@@ -197,3 +197,29 @@ fn a_promise_this_build_does_not_keep_is_refused_at_start_up() {
         assert!(stderr.contains("not built yet"), "{stderr}");
     }
 }
+
+/// Issue 12: a secret file others can read is refused at start-up, naming the file and the fix
+/// (as ssh refuses such a private key); nothing of its content is printed.
+#[test]
+fn a_secret_file_others_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("init-perms");
+    init(&dir.0);
+    let key = dir.0.join("postern.fingerprint.key");
+    let text = std::fs::read_to_string(&key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = postern()
+        .args(["serve", "-c", dir.0.join("postern.toml").to_str().unwrap()])
+        .env("BILLING_AGENT_TOKEN", AGENT_TOKEN)
+        .env("INVOICES_API_TOKEN", "invoices-secret")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("is readable by others (mode 644)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    assert!(!stderr.contains(text.trim()), "{stderr}");
+}
