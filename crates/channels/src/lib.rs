@@ -15,9 +15,14 @@
 //!   tool's [`http::OutcomeRules`] give that status.
 //!
 //! The channel never retries, never follows redirects and never uses a proxy; the same
-//! execution id travels as the idempotency key on every dispatch of that execution. Any
-//! occurrence of the credential in what the target answers is replaced by `[REDACTED]` before
-//! the answer leaves this crate, so the ledger never stores it.
+//! execution id travels as the idempotency key on every dispatch of that execution. Every
+//! secret the channel knows (the credential, and the call's `secret_fields` values in
+//! [`http::HttpDispatch::also_redact`]) is replaced by `[REDACTED]` in what the target answers,
+//! in each form a target may echo it (raw, base64, percent-encoded, JSON-escaped:
+//! [`http::secret_forms`]), before the answer leaves this crate, so the ledger never stores it.
+//!
+//! A rendered URL keeps its template's origin and path segments ([`http::render_url`]): an
+//! argument can never steer a request to another path or host.
 
 pub mod http;
 

@@ -547,12 +547,6 @@ impl Lifecycle {
             E::OutcomeUnknown
         }
     }
-
-    /// Whether a request of this execution may have left (it was dispatched before the current
-    /// attempt, or this attempt's fate is not yet known to be "nothing sent").
-    pub fn may_have_reached_target(self) -> bool {
-        self.dispatches > 0 && self.state != S::Failed
-    }
 }
 
 /// An event name that is not one of the lifecycle's (as printed by `Display`).

@@ -486,14 +486,13 @@ impl<C: WriteConn> Writer<C> {
                     .await?;
                 self.create(new_id, req).await.map(AcceptOutcome::Created)
             }
-            RecoveryDecision::Conflict { original } => Ok(AcceptOutcome::Existing {
-                decision: RecoveryDecision::Conflict { original },
-                execution: prior,
-            }),
             decision => {
-                // Later attempts of this request find the execution it was matched to.
-                self.point_reissue_key(&actor, &req, &prior.id.to_string())
-                    .await?;
+                // Later attempts of this request find the execution it was matched to (a
+                // conflict matched nothing: its key keeps pointing where it did).
+                if !matches!(decision, RecoveryDecision::Conflict { .. }) {
+                    self.point_reissue_key(&actor, &req, &prior.id.to_string())
+                        .await?;
+                }
                 Ok(AcceptOutcome::Existing {
                     decision,
                     execution: prior,

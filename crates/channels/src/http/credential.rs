@@ -133,30 +133,24 @@ pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
             }
         })
         .collect();
-    forms.push(ascii.to_uppercase_escapes());
+    forms.push(upper_hex_escapes(&ascii));
     forms.push(ascii);
     forms.push(json);
     sorted(forms.into_iter().map(String::into_bytes).collect())
 }
 
 /// `\u00e9` as `\u00E9`: some encoders write upper-case hex.
-trait UpperEscapes {
-    fn to_uppercase_escapes(&self) -> String;
-}
-
-impl UpperEscapes for String {
-    fn to_uppercase_escapes(&self) -> String {
-        let mut out = String::with_capacity(self.len());
-        let mut rest = self.as_str();
-        while let Some(i) = rest.find("\\u") {
-            out.push_str(&rest[..i + 2]);
-            let hex = rest[i + 2..].get(..4).unwrap_or("");
-            out.push_str(&hex.to_ascii_uppercase());
-            rest = &rest[i + 2 + hex.len()..];
-        }
-        out.push_str(rest);
-        out
+fn upper_hex_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("\\u") {
+        out.push_str(&rest[..i + 2]);
+        let hex = rest[i + 2..].get(..4).unwrap_or("");
+        out.push_str(&hex.to_ascii_uppercase());
+        rest = &rest[i + 2 + hex.len()..];
     }
+    out.push_str(rest);
+    out
 }
 
 /// `%2F` as `%2f`.

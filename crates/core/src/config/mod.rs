@@ -50,7 +50,9 @@ pub struct GatewaySettings {
     pub max_body_bytes: u64,
     /// Extra `Origin` values accepted besides loopback ones.
     pub allowed_origins: Vec<String>,
-    pub approval_ttl: Duration,
+    /// How long an approval request waits (set only when configured: approvals are not built,
+    /// so the gateway refuses a config that sets it).
+    pub approval_ttl: Option<Duration>,
     /// How long a call attached to an in-flight execution waits before answering "in progress".
     pub attach_wait: Duration,
     /// How often the head of the audit chain is signed (with `signing_key`), besides at every
@@ -135,7 +137,10 @@ impl Config {
             retention: dur(&g.retention, "7d", 0, "gateway.retention")?,
             max_body_bytes: g.max_body_bytes.unwrap_or(1 << 20),
             allowed_origins: g.allowed_origins.unwrap_or_default(),
-            approval_ttl: dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?,
+            approval_ttl: match &g.approval_ttl {
+                Some(_) => Some(dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?),
+                None => None,
+            },
             attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
             max_calls_per_actor: match g.max_calls_per_actor {
                 Some(0) => {

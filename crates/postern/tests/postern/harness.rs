@@ -121,6 +121,18 @@ pub fn write_private(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// The MCP URL a just-started `postern serve` prints as its first line.
+pub fn listening_url(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("postern listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string()
+}
+
 pub struct Served {
     child: Child,
     pub url: String,
@@ -153,15 +165,7 @@ impl Served {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("postern listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
+        let url = listening_url(&mut child);
         Served {
             child,
             url,

@@ -2,7 +2,6 @@
 //! and `postern serve` starts on it with only the environment variables the file names. A
 //! configuration that promises what this build does not do is refused at start-up.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -104,15 +103,7 @@ async fn init_then_serve_works_with_only_the_variables_the_file_names() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("postern listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
+    let url = crate::harness::listening_url(&mut child);
     let mcp = Mcp::connect(&url, AGENT_TOKEN).await;
     let (status, body) = mcp
         .raw(
@@ -175,6 +166,10 @@ fn a_promise_this_build_does_not_keep_is_refused_at_start_up() {
                 "name = \"billing-agent\"\nsession_approval = \"required\"",
             ),
             "session_approval = \"required\"",
+        ),
+        (
+            example.replace("[gateway]\n", "[gateway]\napproval_ttl = \"15m\"\n"),
+            "[gateway] approval_ttl (approvals are not built yet",
         ),
         (
             format!("{example}\n[upstream.github]\ncommand = [\"github-mcp\"]\n"),
