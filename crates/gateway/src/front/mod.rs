@@ -2,9 +2,7 @@
 //! raw JSON, and delivery tracking) and stdio. The only module that knows MCP wire types.
 
 use std::collections::{HashMap, HashSet};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -12,8 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use bytes::Bytes;
-use postern_core::{ActionClass, ExecutionId};
+use postern_core::ActionClass;
 use postern_ledger::Run;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
@@ -26,9 +23,11 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
+mod delivery;
 mod streams;
 mod tasks;
 
+use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 
@@ -54,53 +53,6 @@ const FIRST_SESSIONLESS_VERSION: &str = "2026-07-28";
 /// in a session are not cancelled by a disconnect: their stream can be resumed.
 #[derive(Clone, Debug)]
 struct Disconnected(CancellationToken);
-
-/// Executions whose answer travels in this HTTP response, and whether the response already
-/// ended (a client that hung up before the answer existed still lost it).
-#[derive(Clone, Default)]
-struct DeliverySlot(Arc<Mutex<SlotState>>);
-
-#[derive(Default)]
-struct SlotState {
-    ids: Vec<ExecutionId>,
-    ended: Option<bool>,
-    /// Fired when the response ends unwritten (a sessionless call's cancellation).
-    on_lost: Option<CancellationToken>,
-}
-
-impl DeliverySlot {
-    /// Registers an execution whose answer is about to be written into this response.
-    fn carry(&self, gateway: &Arc<Gateway>, id: ExecutionId) {
-        let ended = match self.0.lock() {
-            Ok(mut st) => {
-                if st.ended.is_none() {
-                    st.ids.push(id);
-                }
-                st.ended
-            }
-            Err(_) => None,
-        };
-        if let Some(delivered) = ended {
-            gateway.record_delivery(&[id], delivered);
-        }
-    }
-
-    fn end(&self, gateway: &Arc<Gateway>, delivered: bool) {
-        let ids = match self.0.lock() {
-            Ok(mut st) => {
-                st.ended = Some(delivered);
-                if !delivered {
-                    if let Some(token) = st.on_lost.take() {
-                        token.cancel();
-                    }
-                }
-                std::mem::take(&mut st.ids)
-            }
-            Err(_) => Vec::new(),
-        };
-        gateway.record_delivery(&ids, delivered);
-    }
-}
 
 struct FrontState {
     gateway: Arc<Gateway>,
@@ -449,108 +401,6 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         _call_slot: call_slot,
     };
     Response::from_parts(parts, Body::new(tracked))
-}
-
-/// Armed while the response is being produced; dropped armed, it ends the slot as lost.
-struct GoneBeforeAnswer {
-    slot: Option<DeliverySlot>,
-    gateway: Arc<Gateway>,
-}
-
-impl Drop for GoneBeforeAnswer {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            slot.end(&self.gateway, false);
-        }
-    }
-}
-
-/// Binds a request's SSE stream to its session and actor on its first event id.
-struct StreamClaim {
-    streams: Arc<DurableStreams>,
-    session: Option<String>,
-    actor: String,
-}
-
-impl StreamClaim {
-    /// Claims the stream if this chunk carries an event id; returns that id.
-    fn try_claim(&self, chunk: &[u8]) -> Option<String> {
-        let text = String::from_utf8_lossy(chunk);
-        let id = text
-            .lines()
-            .find_map(|l| l.strip_prefix("id:").map(str::trim))?;
-        self.streams
-            .claim(id, self.session.clone(), self.actor.clone());
-        Some(id.to_string())
-    }
-}
-
-/// A response body that records, when it ends, whether it was written out completely.
-struct TrackedBody {
-    inner: Body,
-    slot: DeliverySlot,
-    gateway: Arc<Gateway>,
-    finished: bool,
-    claim: Option<StreamClaim>,
-    /// The stream this body carries, once its first event id was seen.
-    claimed: Option<(Arc<DurableStreams>, String)>,
-    /// The actor's in-flight call slot, released when the answer has been written (or lost).
-    _call_slot: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-impl TrackedBody {
-    fn finish(&mut self, delivered: bool) {
-        if self.finished {
-            return;
-        }
-        self.finished = true;
-        if !delivered {
-            if let Some((streams, id)) = &self.claimed {
-                streams.abandoned(id);
-            }
-        }
-        self.slot.end(&self.gateway, delivered);
-    }
-}
-
-impl http_body::Body for TrackedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let (Some(claim), Poll::Ready(Some(Ok(frame)))) = (&this.claim, &polled) {
-            if let Some(id) = frame.data_ref().and_then(|d| claim.try_claim(d)) {
-                this.claimed = Some((claim.streams.clone(), id));
-                this.claim = None;
-            }
-        }
-        match &polled {
-            Poll::Ready(None) => this.finish(true),
-            Poll::Ready(Some(Err(_))) => this.finish(false),
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for TrackedBody {
-    fn drop(&mut self) {
-        // Dropped before its end: the connection went away and the answer was lost.
-        self.finish(false);
-    }
 }
 
 /// The rmcp server handler.

@@ -12,13 +12,18 @@ use postern_channels::http::{
 use postern_core::config::Config;
 use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
 use postern_core::lifecycle::{State, Verdict};
-use postern_core::recovery::{RecoveryDecision, UnknownFallback};
+use postern_core::recovery::RecoveryDecision;
 use postern_core::{ActionRecord, Arguments, EventKind, ExecutionId, FingerprintKey, Timestamp};
 use postern_ledger::{
-    AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, LedgerError, NewEvent, ResultBody,
+    AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, NewEvent, ResultBody,
 };
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
+
+mod promises;
+mod recovery;
+
+pub use promises::unkept_promises;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
@@ -591,214 +596,6 @@ impl Gateway {
         Ok(self.report(&view.summary, attempt, status, response))
     }
 
-    async fn recover(
-        &self,
-        entry: &ToolEntry,
-        decision: RecoveryDecision,
-        prior: ExecutionSummary,
-        call: &ToolCall,
-    ) -> Result<CallReport, GatewayError> {
-        use RecoveryDecision as D;
-        match decision {
-            D::New { .. } => Err(GatewayError::Internal(
-                "the ledger matched a call the decision calls new".into(),
-            )),
-            D::Conflict { original } => Err(GatewayError::Conflict {
-                key: call.operation_key.clone().unwrap_or_default(),
-                original,
-                accepted_at: prior.accepted_at,
-            }),
-            D::Continue { execution_id } => {
-                // Nothing is dispatched for a caller that is already gone.
-                if call.is_cancelled() {
-                    return Err(GatewayError::Cancelled);
-                }
-                if prior.lifecycle.state == State::Accepted {
-                    self.append(execution_id, NewEvent::new(EventKind::Authorized))
-                        .await?;
-                }
-                match self
-                    .ledger
-                    .append(execution_id, NewEvent::new(EventKind::Dispatched), now())
-                    .await
-                {
-                    Ok(s) => self.send(entry, s, call, Attempt::Attached).await,
-                    // Someone else dispatched it meanwhile: join them.
-                    Err(LedgerError::Transition { .. }) => self.attach(execution_id).await,
-                    Err(e) => Err(e.into()),
-                }
-            }
-            D::Attach { execution_id } => self.attach(execution_id).await,
-            D::AwaitApproval { execution_id, .. }
-            | D::ReturnDenial { execution_id }
-            | D::ReturnReview { execution_id }
-            | D::ReturnResolution { execution_id, .. } => {
-                self.stored_report(execution_id, Attempt::Recovered).await
-            }
-            D::ReturnResult { execution_id, .. } => {
-                self.stored_report(execution_id, Attempt::Recovered).await
-            }
-            D::RecoverUnknown {
-                execution_id,
-                status_query_first,
-                fallback,
-            } => {
-                debug_assert_eq!(execution_id, prior.id);
-                self.recover_unknown(entry, prior, status_query_first, fallback, call)
-                    .await
-            }
-        }
-    }
-
-    /// Waits (bounded) for an in-flight execution's result.
-    async fn attach(&self, id: ExecutionId) -> Result<CallReport, GatewayError> {
-        let deadline = tokio::time::Instant::now() + self.config.gateway.attach_wait;
-        let mut pause = Duration::from_millis(5);
-        loop {
-            let s = self
-                .ledger
-                .summary(id)
-                .await?
-                .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
-            let in_flight = matches!(
-                s.lifecycle.state,
-                State::Accepted | State::Authorized | State::Dispatched
-            );
-            if !in_flight || tokio::time::Instant::now() >= deadline {
-                let mut r = self.stored_report(id, Attempt::Attached).await?;
-                if in_flight {
-                    r.next_step = next_step(State::Dispatched, id);
-                }
-                return Ok(r);
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }
-
-    /// Settles an unknown outcome: the status query first (if the contract has one and the
-    /// decision asks for it), then the class's fallback. A probe that cannot get an answer
-    /// (nothing sent, no answer, a 5xx) settles nothing: the execution stays `outcome_unknown`
-    /// and the caller is told to repeat the identical call later, never to start a new action.
-    async fn recover_unknown(
-        &self,
-        entry: &ToolEntry,
-        prior: ExecutionSummary,
-        status_query_first: bool,
-        fallback: UnknownFallback,
-        call: &ToolCall,
-    ) -> Result<CallReport, GatewayError> {
-        let id = prior.id;
-        let recovery = &entry.contract.recovery;
-        let mut known_not_applied = false;
-        let mut unsettled = false;
-        if let (true, Some(query)) = (status_query_first, &recovery.status_query) {
-            match self.read(entry, query, call, id).await {
-                Probe::Yes(a) => {
-                    // The target knows this execution's key: it was applied.
-                    let applied = HttpOutcome::Answered(with_verdict(a, AnswerVerdict::Applied));
-                    return match self
-                        .record_outcome(&prior, applied, Attempt::Recovered, Some("status_query"))
-                        .await
-                    {
-                        Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {
-                            self.attach(id).await
-                        }
-                        other => other,
-                    };
-                }
-                Probe::No { status: 404 } => known_not_applied = true,
-                Probe::No { .. } | Probe::NoAnswer => unsettled = true,
-            }
-        }
-        let redispatch = match fallback {
-            UnknownFallback::RedispatchSameKey => true,
-            UnknownFallback::RedispatchIfPreconditionHolds => match &recovery.precondition {
-                Some(pre) => match self.read(entry, pre, call, id).await {
-                    Probe::Yes(_) => true,
-                    // The precondition answered and no longer holds: a human decides.
-                    Probe::No { .. } => false,
-                    Probe::NoAnswer => return self.stay_unknown(id).await,
-                },
-                None => false,
-            },
-            // An irreversible tool is re-sent only when the target itself said it never saw it.
-            UnknownFallback::Review if unsettled => return self.stay_unknown(id).await,
-            UnknownFallback::Review => {
-                known_not_applied
-                    && recovery.status_query.is_some()
-                    && entry.contract.class != postern_core::ActionClass::Irreversible
-            }
-            UnknownFallback::QueryMarker => false,
-        };
-        if redispatch && call.is_cancelled() {
-            // The caller went away while we looked: its outcome stays unknown, nothing re-sent.
-            return Err(GatewayError::Cancelled);
-        }
-        if redispatch {
-            // Same execution, same idempotency key.
-            match self
-                .ledger
-                .append(
-                    id,
-                    NewEvent::new(EventKind::Dispatched)
-                        .with_detail(json!({"reason": "recovering an unknown outcome"})),
-                    now(),
-                )
-                .await
-            {
-                Ok(s) => self.send(entry, s, call, Attempt::Recovered).await,
-                Err(LedgerError::Transition { .. }) => self.attach(id).await,
-                Err(e) => Err(e.into()),
-            }
-        } else {
-            let detail = json!({"reason": "the outcome is unknown and this tool cannot be safely re-sent", "status_query_said_not_found": known_not_applied});
-            match self
-                .ledger
-                .append(
-                    id,
-                    NewEvent::new(EventKind::ReviewRequired).with_detail(detail),
-                    now(),
-                )
-                .await
-            {
-                Ok(s) => Ok(self.report(&s, Attempt::Recovered, None, None)),
-                Err(LedgerError::Transition { .. }) => {
-                    self.stored_report(id, Attempt::Recovered).await
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-    }
-
-    /// Asks the target a read-only question about an execution (status query, precondition).
-    async fn read(
-        &self,
-        entry: &ToolEntry,
-        query: &HttpRequestSpec,
-        call: &ToolCall,
-        id: ExecutionId,
-    ) -> Probe {
-        let Ok(request) = self.http_request(entry, query, &call.arguments, id, false) else {
-            return Probe::NoAnswer;
-        };
-        match self.http.read(request).await {
-            HttpOutcome::Answered(a) if (200..300).contains(&a.status) => Probe::Yes(a),
-            HttpOutcome::Answered(a) if a.status < 500 => Probe::No { status: a.status },
-            _ => Probe::NoAnswer,
-        }
-    }
-
-    /// The target could not be asked: nothing is recorded, the execution stays unknown, and
-    /// the caller learns how to settle it without a second action.
-    async fn stay_unknown(&self, id: ExecutionId) -> Result<CallReport, GatewayError> {
-        let mut report = self.stored_report(id, Attempt::Recovered).await?;
-        if report.state == State::OutcomeUnknown {
-            report.next_step = Some(unsettled_next_step(id));
-        }
-        Ok(report)
-    }
-
     /// The built-in read-only tool: the record of an execution the actor owns.
     async fn execution_status(&self, call: &ToolCall) -> Result<CallReport, GatewayError> {
         let raw = call
@@ -914,65 +711,6 @@ impl Gateway {
             self.ledger.append_later(*id, NewEvent::new(kind), now());
         }
     }
-}
-
-/// What the configuration promises that this build does not do. A promise the gateway would
-/// silently ignore (an approval nobody is asked for, a channel never dialled) is a start-up
-/// error until it is built.
-pub fn unkept_promises(config: &Config) -> Vec<String> {
-    use postern_core::config::SessionApproval;
-    use postern_core::contract::Approval;
-    let mut unkept = Vec::new();
-    for a in &config.actors {
-        if a.session_approval == SessionApproval::Required {
-            unkept.push(format!("actor {:?}: session_approval = \"required\" (session authorization is not built yet; remove the key)", a.name));
-        }
-    }
-    for (name, c) in &config.credentials {
-        if c.approval == Approval::EveryCall {
-            unkept.push(format!("credential {name:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)"));
-        }
-    }
-    for name in config.upstreams.keys() {
-        unkept.push(format!(
-            "[upstream.{name}]: upstream MCP servers are not built yet"
-        ));
-    }
-    for t in &config.tools {
-        if t.approval == Approval::EveryCall {
-            unkept.push(format!("tool {:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)", t.name));
-        }
-        match &t.channel {
-            ChannelSpec::Http(_) => {}
-            ChannelSpec::Ssh(_) => unkept.push(format!(
-                "tool {:?}: the ssh channel is not built yet",
-                t.name
-            )),
-            ChannelSpec::Mcp(_) => unkept.push(format!(
-                "tool {:?}: the mcp channel (upstream MCP servers) is not built yet",
-                t.name
-            )),
-        }
-    }
-    unkept
-}
-
-/// What a read-only question to the target came to.
-enum Probe {
-    /// A 2xx answer.
-    Yes(postern_channels::http::HttpAnswer),
-    /// A definitive "no" (a 4xx answer).
-    No { status: u16 },
-    /// Nothing definitive: not sent, no answer, a 5xx, or a query that could not be built.
-    NoAnswer,
-}
-
-fn with_verdict(
-    mut a: postern_channels::http::HttpAnswer,
-    verdict: AnswerVerdict,
-) -> postern_channels::http::HttpAnswer {
-    a.verdict = verdict;
-    a
 }
 
 /// The target's body as JSON when it is JSON, else as text.

@@ -19,8 +19,8 @@ use postern_ledger::{AcceptOutcome, AcceptRequest, Ledger, LedgerOptions, NewEve
 use sqlx::{Connection, SqliteConnection};
 
 const EXECUTIONS: u64 = 10;
-const HEAD: u64 = EXECUTIONS * 5;
-const SIGNING_KEY: [u8; 32] = [7; 32];
+pub(crate) const HEAD: u64 = EXECUTIONS * 5;
+pub(crate) const SIGNING_KEY: [u8; 32] = [7; 32];
 
 const CONFIG: &str = r#"
 [gateway]
@@ -33,15 +33,15 @@ http = { method = "POST", url = "http://127.0.0.1:9/invoices" }
 "#;
 
 /// A fresh directory holding a ledger written through the library, and the key files.
-struct Fixture {
-    dir: PathBuf,
-    db: PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) dir: PathBuf,
+    pub(crate) db: PathBuf,
     /// The store's URL: the SQLite file `db`, or a database on the machine's PostgreSQL.
-    store: String,
-    signing_key_file: PathBuf,
-    public_key: String,
+    pub(crate) store: String,
+    pub(crate) signing_key_file: PathBuf,
+    pub(crate) public_key: String,
     /// The seqs of the signed checkpoints, ascending.
-    checkpoints: Vec<u64>,
+    pub(crate) checkpoints: Vec<u64>,
 }
 
 impl Drop for Fixture {
@@ -77,7 +77,7 @@ fn request(amount: u64) -> AcceptRequest {
 
 impl Fixture {
     /// The ledger in a SQLite file.
-    fn new(tag: &str) -> Fixture {
+    pub(crate) fn new(tag: &str) -> Fixture {
         Fixture::with_store(tag, None)
     }
 
@@ -145,12 +145,12 @@ impl Fixture {
         f
     }
 
-    fn store_url(&self) -> String {
+    pub(crate) fn store_url(&self) -> String {
         self.store.clone()
     }
 
     /// Runs `postern` in the fixture's directory (so no stray postern.toml is picked up).
-    fn postern(&self, args: &[&str]) -> Run {
+    pub(crate) fn postern(&self, args: &[&str]) -> Run {
         let out = Command::new(env!("CARGO_BIN_EXE_postern"))
             .args(args)
             .current_dir(&self.dir)
@@ -164,9 +164,8 @@ impl Fixture {
         }
     }
 
-    /// `postern audit export`, checked to succeed; returns the file's lines.
-    fn export(&self) -> Vec<String> {
-        let out = self.dir.join("audit.jsonl");
+    /// `postern audit export --out OUT`, checked to succeed.
+    pub(crate) fn export_to(&self, out: &std::path::Path) -> Run {
         let run = self.postern(&[
             "audit",
             "export",
@@ -178,6 +177,13 @@ impl Fixture {
             self.signing_key_file.to_str().unwrap(),
         ]);
         assert_eq!(run.code, Some(0), "{run}");
+        run
+    }
+
+    /// `postern audit export`, checked to succeed; returns the file's lines.
+    pub(crate) fn export(&self) -> Vec<String> {
+        let out = self.dir.join("audit.jsonl");
+        self.export_to(&out);
         std::fs::read_to_string(out)
             .unwrap()
             .lines()
@@ -186,7 +192,7 @@ impl Fixture {
     }
 
     /// `postern audit verify (--file FILE | --store URL) --public-key KEY`.
-    fn verify(&self, source: [&str; 2], public_key: &str) -> Run {
+    pub(crate) fn verify(&self, source: [&str; 2], public_key: &str) -> Run {
         let mut args = vec!["audit", "verify"];
         args.extend(source);
         args.extend(["--public-key", public_key]);
@@ -194,18 +200,18 @@ impl Fixture {
     }
 
     /// Writes `lines` to a file of the fixture and verifies it.
-    fn verify_lines(&self, name: &str, lines: &[String]) -> Run {
+    pub(crate) fn verify_lines(&self, name: &str, lines: &[String]) -> Run {
         let path = self.dir.join(name);
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
         self.verify(["--file", path.to_str().unwrap()], &self.public_key)
     }
 
-    fn verify_store(&self) -> Run {
+    pub(crate) fn verify_store(&self) -> Run {
         self.verify(["--store", &self.store_url()], &self.public_key)
     }
 
     /// Runs SQL statements directly on the store, as someone with write access could.
-    fn sql(&self, statements: &[String]) {
+    pub(crate) fn sql(&self, statements: &[String]) {
         let url = self.store_url();
         // The same statements through either driver's connection type.
         macro_rules! apply {
@@ -244,11 +250,11 @@ impl Fixture {
 }
 
 /// One run of the binary.
-struct Run {
-    args: String,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) args: String,
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl std::fmt::Display for Run {
@@ -262,7 +268,7 @@ impl std::fmt::Display for Run {
 }
 
 impl Run {
-    fn assert_valid(&self) {
+    pub(crate) fn assert_valid(&self) {
         assert_eq!(self.code, Some(0), "{self}");
         assert!(
             self.stdout.lines().any(|l| l.starts_with("VALID:")),
@@ -272,7 +278,7 @@ impl Run {
     }
 
     /// Exit 1, and exactly these breaks: each expected text is found in its own BREAK line.
-    fn assert_breaks<S: AsRef<str>>(&self, expected: &[S]) {
+    pub(crate) fn assert_breaks<S: AsRef<str>>(&self, expected: &[S]) {
         assert_eq!(self.code, Some(1), "{self}");
         let breaks: Vec<&str> = self
             .stdout
@@ -307,32 +313,6 @@ fn line_of(lines: &[String], kind: &str, seq: u64) -> usize {
         .unwrap_or_else(|| panic!("no {kind} line for seq {seq}"))
 }
 
-/// The log cut after `kept_to`: checkpoints past it removed, and the header's (unsigned) ranges
-/// edited to end there, so neither says anything was cut.
-fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            let past = ["event", "checkpoint"]
-                .iter()
-                .any(|kind| v[kind]["seq"].as_u64().is_some_and(|seq| seq > kept_to));
-            if past {
-                return None;
-            }
-            match v["header"]["ranges"].as_array_mut() {
-                Some(ranges) => {
-                    for r in ranges {
-                        r["to"] = serde_json::json!(kept_to);
-                    }
-                    Some(serde_json::to_string(&v).unwrap())
-                }
-                None => Some(l.clone()),
-            }
-        })
-        .collect()
-}
-
 /// Changes the one byte `offset` bytes after `marker` to another digit ('0' ↔ '1'), which keeps
 /// a number a number, hex hex, and the line valid JSON.
 fn flip_byte(line: &mut String, marker: &str, offset: usize) {
@@ -348,7 +328,7 @@ fn flip_byte(line: &mut String, marker: &str, offset: usize) {
     serde_json::from_str::<serde_json::Value>(line).unwrap();
 }
 
-fn hash_mismatch(seq: u64) -> String {
+pub(crate) fn hash_mismatch(seq: u64) -> String {
     format!("hash mismatch at seq {seq} (chain main): the event's content does not match its hash")
 }
 
@@ -621,237 +601,4 @@ fn missing_file_or_store_is_an_error() {
     assert_eq!(run.code, Some(2), "{run}");
     let wanted = format!("error: no store at {url}: it holds no Postern ledger");
     assert!(run.stderr.contains(&wanted), "{run}");
-}
-
-/// Issue 12: cutting the last events together with the checkpoints after them left an export
-/// that verified VALID with nothing said. The verifier now says how many events no signature
-/// covers, and `--require-signed-tail` refuses such a log.
-#[test]
-fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
-    let f = Fixture::new("file-unsigned-tail");
-    let lines = f.export();
-    let path = |name: &str| f.dir.join(name).to_str().unwrap().to_string();
-    let strict = |file: &str| {
-        f.postern(&[
-            "audit",
-            "verify",
-            "--file",
-            file,
-            "--public-key",
-            &f.public_key,
-            "--require-signed-tail",
-        ])
-    };
-    // The clean export's head is signed: accepted even when the tail must be signed.
-    std::fs::write(path("clean.jsonl"), lines.join("\n") + "\n").unwrap();
-    let clean = strict(&path("clean.jsonl"));
-    assert_eq!(clean.code, Some(0), "{clean}");
-    assert!(
-        !clean.stdout.contains("not covered by a signature"),
-        "{clean}"
-    );
-    // With the header left as exported, its range alone catches a cut of the tail.
-    let kept_to = HEAD - 3;
-    let mut naive = cut_log(&lines, kept_to);
-    naive[0] = lines[0].clone();
-    f.verify_lines("naive-cut.jsonl", &naive)
-        .assert_breaks(&[format!("range not covered at seq {HEAD} (chain main)")]);
-    // Cut the last three events and every checkpoint past what is left, and edit the
-    // (unsigned) header to end there too.
-    let cut = cut_log(&lines, kept_to);
-    assert!(cut.len() < lines.len());
-    let signed_to = *f
-        .checkpoints
-        .iter()
-        .filter(|s| **s <= kept_to)
-        .max()
-        .unwrap();
-    let tail = kept_to - signed_to;
-    let plain = f.verify_lines("cut.jsonl", &cut);
-    plain.assert_valid();
-    let note = format!(
-        "note: {tail} event(s) of chain main after the last signed checkpoint (seq {signed_to}) are not covered by a signature"
-    );
-    assert!(plain.stdout.contains(&note), "{plain}");
-    let refused = strict(&path("cut.jsonl"));
-    assert_eq!(refused.code, Some(1), "{refused}");
-    assert!(
-        refused.stdout.contains("REFUSED (--require-signed-tail)"),
-        "{refused}"
-    );
-}
-
-/// Issue 12: the gateway signs its chain's head every `checkpoint_every` and at a graceful
-/// stop, so a running gateway's log, and a stopped one's, verify with `--require-signed-tail`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gateway_signs_its_head_periodically_and_at_stop() {
-    use crate::harness::{config, execution, Dir, Mcp, Served, BILLING_TOKEN};
-    let target = postern_gateway::demo_target::InvoiceApi::start()
-        .await
-        .unwrap();
-    let dir = Dir::new("signed-tail");
-    let text = config(&format!("http://{}", target.addr))
-        .replace("[gateway]\n", "[gateway]\ncheckpoint_every = \"1s\"\n");
-    let served = Served::start(&dir.0, &text);
-    let public = SigningKey::from_hex(
-        std::fs::read_to_string(dir.0.join("signing.key"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap()
-    .verifying_key()
-    .to_string();
-    let store = format!("sqlite://{}", dir.0.join("ledger.db").display());
-    let verify = || {
-        Command::new(env!("CARGO_BIN_EXE_postern"))
-            .args([
-                "audit",
-                "verify",
-                "--store",
-                &store,
-                "--public-key",
-                &public,
-            ])
-            .arg("--require-signed-tail")
-            .output()
-            .unwrap()
-    };
-    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
-    let call = |customer: &'static str| {
-        let mcp = &mcp;
-        async move {
-            let r = mcp
-                .call(
-                    "create_invoice",
-                    serde_json::json!({"customer": customer, "amount": 3}),
-                    serde_json::json!({}),
-                )
-                .await;
-            assert_eq!(execution(&r)["state"], "completed", "{r}");
-        }
-    };
-    call("signed-co").await;
-    // Within a couple of periods the head is signed by the running gateway.
-    let mut signed = false;
-    for _ in 0..40 {
-        let out = verify();
-        if out.status.success() {
-            signed = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(signed, "no checkpoint covered the head within 4 s");
-    // The last call before a stop is signed by the stop.
-    call("signed-late-co").await;
-    served.stop();
-    let out = verify();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    // Without a signing key, asking for checkpoints is a start-up error.
-    let unsigned = text.replace("signing_key = { file = \"signing.key\" }\n", "");
-    assert_ne!(unsigned, text);
-    let bad = Config::parse(&unsigned, "unsigned.toml").unwrap_err();
-    assert!(bad.to_string().contains("no signing_key"), "{bad}");
-}
-
-/// Issue 12: stored result bodies were never checked against the digests their events chained.
-/// A body changed in place is a result mismatch at the event that vouched for it; a body
-/// removed is a result missing.
-#[test]
-fn store_changed_or_removed_result_is_reported_at_its_event() {
-    let f = Fixture::new("db-results");
-    f.verify_store().assert_valid();
-    // Execution 1's `completed` event (seq 4) chained its result's digest.
-    let exe = "(SELECT execution_id FROM events WHERE seq = 4)";
-    f.sql(&[format!(
-        "UPDATE results SET body = CAST('{{\"invoice\":\"forged\"}}' AS BLOB) WHERE execution_id = {exe}"
-    )]);
-    let run = f.verify_store();
-    run.assert_breaks(&["result mismatch at seq 4 (chain main): results/exe_"]);
-    assert!(
-        run.stdout
-            .contains("the stored body, or the event, was changed"),
-        "{run}"
-    );
-    // Execution 2's (seq 9) removed.
-    f.sql(&[
-        "DELETE FROM results WHERE execution_id = (SELECT execution_id FROM events WHERE seq = 9)"
-            .into(),
-    ]);
-    f.verify_store().assert_breaks(&[
-        "result mismatch at seq 4 (chain main)",
-        "result missing at seq 9 (chain main)",
-    ]);
-}
-
-/// Issue 12: a head recorded outside the store (`audit export` prints it) is checked with
-/// `--expect-head`: the log must still hold that hash at that seq. A tail cut with its
-/// checkpoints, which verifies VALID on its own, breaks the anchor.
-#[test]
-fn an_anchor_recorded_elsewhere_catches_a_cut_or_rewritten_log() {
-    let f = Fixture::new("file-anchor");
-    let out = f.dir.join("anchored.jsonl");
-    let run = f.postern(&[
-        "audit",
-        "export",
-        "--store",
-        &f.store_url(),
-        "--out",
-        out.to_str().unwrap(),
-        "--signing-key",
-        f.signing_key_file.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(0), "{run}");
-    let anchor = run
-        .stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("head "))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no head printed: {run}"))
-        .to_string();
-    assert!(anchor.starts_with(&format!("main:{HEAD}:")), "{anchor}");
-    let file = out.to_str().unwrap().to_string();
-    let verify = |file: &str, anchor: &str| {
-        f.postern(&[
-            "audit",
-            "verify",
-            "--file",
-            file,
-            "--public-key",
-            &f.public_key,
-            "--expect-head",
-            anchor,
-        ])
-    };
-    verify(&file, &anchor).assert_valid();
-    // Another hash at that seq: the log is not the one anchored.
-    let (prefix, hash) = anchor.rsplit_once(':').unwrap();
-    let other = format!(
-        "{prefix}:{}",
-        if hash.starts_with('0') { "1" } else { "0" }.repeat(64)
-    );
-    verify(&file, &other).assert_breaks(&[format!(
-        "anchor mismatch at seq {HEAD} (chain main): the head recorded elsewhere has hash"
-    )]);
-    // The tail cut with the checkpoints after it and the unsigned header edited to match:
-    // VALID without the anchor, broken with it.
-    let lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    let cut = cut_log(&lines, HEAD - 2);
-    f.verify_lines("cut-anchored.jsonl", &cut).assert_valid();
-    let cut_file = f.dir.join("cut-anchored.jsonl");
-    verify(cut_file.to_str().unwrap(), &anchor).assert_breaks(&[format!(
-        "anchor mismatch at seq {HEAD} (chain main): the head recorded elsewhere (hash {hash}) is not in the log"
-    )]);
-    // A malformed anchor is a clear error.
-    let bad = verify(&file, "main:xx:abc");
-    assert_eq!(bad.code, Some(2), "{bad}");
-    assert!(bad.stderr.contains("expected CHAIN:SEQ:HASH"), "{bad}");
 }

@@ -1,6 +1,7 @@
 //! The `postern` binary's one integration-test binary: runs the real executable.
 
 mod audit;
+mod audit_tail;
 mod bridge;
 mod conformance;
 mod connect;

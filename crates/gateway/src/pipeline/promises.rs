@@ -1,0 +1,50 @@
+//! What a configuration promises that this build cannot keep: refused at start-up.
+
+use postern_core::config::Config;
+use postern_core::contract::ChannelSpec;
+
+/// What the configuration promises that this build does not do. A promise the gateway would
+/// silently ignore (an approval nobody is asked for, a channel never dialled) is a start-up
+/// error until it is built.
+pub fn unkept_promises(config: &Config) -> Vec<String> {
+    use postern_core::config::SessionApproval;
+    use postern_core::contract::Approval;
+    let mut unkept = Vec::new();
+    if config.gateway.approval_ttl.is_some() {
+        unkept.push(
+            "[gateway] approval_ttl (approvals are not built yet; remove the key)".to_string(),
+        );
+    }
+    for a in &config.actors {
+        if a.session_approval == SessionApproval::Required {
+            unkept.push(format!("actor {:?}: session_approval = \"required\" (session authorization is not built yet; remove the key)", a.name));
+        }
+    }
+    for (name, c) in &config.credentials {
+        if c.approval == Approval::EveryCall {
+            unkept.push(format!("credential {name:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)"));
+        }
+    }
+    for name in config.upstreams.keys() {
+        unkept.push(format!(
+            "[upstream.{name}]: upstream MCP servers are not built yet"
+        ));
+    }
+    for t in &config.tools {
+        if t.approval == Approval::EveryCall {
+            unkept.push(format!("tool {:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)", t.name));
+        }
+        match &t.channel {
+            ChannelSpec::Http(_) => {}
+            ChannelSpec::Ssh(_) => unkept.push(format!(
+                "tool {:?}: the ssh channel is not built yet",
+                t.name
+            )),
+            ChannelSpec::Mcp(_) => unkept.push(format!(
+                "tool {:?}: the mcp channel (upstream MCP servers) is not built yet",
+                t.name
+            )),
+        }
+    }
+    unkept
+}
