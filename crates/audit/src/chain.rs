@@ -307,6 +307,13 @@ impl SigningKey {
     }
 }
 
+impl SigningKey {
+    /// Signs arbitrary bytes (an export header's canonical form); the signature as hex.
+    pub fn sign_hex(&self, bytes: &[u8]) -> String {
+        hex::encode(self.0.sign(bytes).to_bytes())
+    }
+}
+
 impl std::fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SigningKey(<redacted>)")
@@ -327,6 +334,17 @@ impl VerifyingKey {
     pub fn key_id(&self) -> String {
         hex::encode(&Sha256::digest(self.0.as_bytes())[..8])
     }
+    /// True when `signature` (hex) is this key's over `bytes`.
+    pub fn verifies_hex(&self, bytes: &[u8], signature: &str) -> bool {
+        let mut sig = [0u8; 64];
+        if hex::decode_to_slice(signature, &mut sig).is_err() {
+            return false;
+        }
+        self.0
+            .verify(bytes, &ed25519_dalek::Signature::from_bytes(&sig))
+            .is_ok()
+    }
+
     /// True when the checkpoint's signature is this key's over its content.
     pub fn verifies(&self, c: &Checkpoint) -> bool {
         let Ok(bytes) = signed_bytes(&c.chain, c.seq, &c.head_hash, c.at) else {

@@ -10,6 +10,7 @@ use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde_json::value::RawValue;
 
 use crate::chain::{event_name, hex32, raw_event_hash, ChainedEvent, Checkpoint, VerifyingKey};
+use crate::pruned::PrunedRange;
 use crate::verify::{ChainRange, EventMeta, Report, Verifier};
 
 pub const EXPORT_FORMAT: &str = "postern-audit/1";
@@ -22,12 +23,43 @@ pub struct ExportHeader {
     pub ranges: Vec<ChainRange>,
     /// The public key that signs the checkpoints (informational: verifiers bring their own).
     pub public_key: Option<String>,
+    /// Ed25519 over the JCS bytes of this header without `signature`, hex: the ranges it names
+    /// are what the verifier holds the file to, so an edited header must not pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl ExportHeader {
+    fn signed_bytes(&self) -> Result<Vec<u8>, crate::AuditError> {
+        let unsigned = ExportHeader {
+            signature: None,
+            ..self.clone()
+        };
+        Ok(postern_core::canon::canonical_bytes(&unsigned)?)
+    }
+
+    /// This header, signed by `key`.
+    pub fn signed(mut self, key: &crate::SigningKey) -> Result<ExportHeader, crate::AuditError> {
+        self.signature = None;
+        self.signature = Some(key.sign_hex(&self.signed_bytes()?));
+        Ok(self)
+    }
+
+    /// Whether the header carries `key`'s signature over its content.
+    pub fn is_signed_by(&self, key: &VerifyingKey) -> bool {
+        match (&self.signature, self.signed_bytes()) {
+            (Some(sig), Ok(bytes)) => key.verifies_hex(&bytes, sig),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExportLine {
     Header(ExportHeader),
+    /// Written before the events, so the verifier knows the gaps retention left.
+    Pruned(PrunedRange),
     Event(ChainedEvent),
     Checkpoint(Checkpoint),
 }
@@ -46,6 +78,7 @@ const BATCH: usize = 8192;
 #[serde(rename_all = "snake_case")]
 enum RawLine<'a> {
     Header(ExportHeader),
+    Pruned(PrunedRange),
     #[serde(borrow)]
     Event(RawEvent<'a>),
     Checkpoint(Checkpoint),
@@ -84,6 +117,7 @@ struct OwnedMeta {
 
 enum Parsed {
     Header(ExportHeader),
+    Pruned(PrunedRange),
     Event(OwnedMeta, bool),
     Checkpoint(Checkpoint),
     Bad(String),
@@ -141,6 +175,7 @@ impl LineParser {
                 Parsed::Event(meta, intact)
             }
             Ok(RawLine::Header(h)) => Parsed::Header(h),
+            Ok(RawLine::Pruned(r)) => Parsed::Pruned(r),
             Ok(RawLine::Checkpoint(c)) => Parsed::Checkpoint(c),
             Err(e) => Parsed::Bad(e.to_string()),
         }
@@ -210,6 +245,11 @@ pub fn verify_export_with(
                 Parsed::Bad(reason) => verifier.malformed(line_no, reason),
                 Parsed::Header(h) => {
                     header = true;
+                    verifier.header(
+                        line_no,
+                        h.is_signed_by(&verifier.key()),
+                        h.signature.is_some(),
+                    );
                     if h.format != EXPORT_FORMAT {
                         verifier
                             .malformed(line_no, format!("unknown export format {:?}", h.format));
@@ -238,6 +278,7 @@ pub fn verify_export_with(
                     events += 1;
                 }
                 Parsed::Checkpoint(c) => verifier.checkpoint(&c),
+                Parsed::Pruned(r) => verifier.pruned(r),
             }
         }
         progress(events, total);

@@ -7,8 +7,10 @@
 //! networks: callers feed it rows or a reader (a JSONL export, a store) and print its [`Report`].
 //! The lifecycle rules it checks are core's one table, not a copy.
 
+mod breaks;
 mod chain;
 mod export;
+mod pruned;
 mod results;
 mod verify;
 
@@ -19,5 +21,6 @@ pub use chain::{
 pub use export::{
     read_line, verify_export, verify_export_with, ExportHeader, ExportLine, EXPORT_FORMAT,
 };
+pub use pruned::PrunedRange;
 pub use results::ResultCheck;
 pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

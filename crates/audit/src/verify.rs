@@ -5,11 +5,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use postern_core::lifecycle::{EventKind, Lifecycle, State};
+use postern_core::lifecycle::{EventKind, Lifecycle};
 use postern_core::ExecutionId;
 use serde::{Deserialize, Serialize};
 
+pub use crate::breaks::{Break, BreakReason};
 use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
+use crate::pruned::PrunedRange;
 
 /// A contiguous run of one chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,171 +19,6 @@ pub struct ChainRange {
     pub chain: String,
     pub from: u64,
     pub to: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BreakReason {
-    /// The event's content does not hash to its stored hash: it was edited.
-    HashMismatch,
-    /// The event does not link to the one before it: a row was replaced or inserted.
-    PrevHashMismatch,
-    /// Sequence numbers skip: rows are missing.
-    Gap {
-        expected: u64,
-    },
-    /// A row arrives after a later one: rows were moved.
-    Reorder {
-        after: u64,
-    },
-    /// The same seq twice.
-    Duplicate,
-    /// A signed checkpoint vouches for events that are not there.
-    Truncated {
-        last_seq: Option<u64>,
-    },
-    /// The signed head hash differs from the chain's hash at that seq.
-    CheckpointMismatch,
-    BadSignature,
-    /// Signed by another key than the one given to the verifier.
-    UnknownSigner {
-        key_id: String,
-    },
-    /// The requested range is not fully present (no signed checkpoint vouches for it).
-    RangeNotCovered {
-        last_seq: Option<u64>,
-    },
-    /// The execution's events do not form a possible lifecycle.
-    ImpossibleTransition {
-        execution_id: ExecutionId,
-        from: Option<State>,
-        event: EventKind,
-        /// The state allows the event but the history does not: `failed` after an earlier
-        /// dispatch (written by versions before the rule; such an execution may have been
-        /// applied and is review material).
-        after_earlier_dispatch: bool,
-    },
-    /// An execution's event numbers skip (an event of it is missing).
-    MissingExecutionEvent {
-        execution_id: ExecutionId,
-        expected_n: u32,
-    },
-    /// A stored result body does not hash to the digest its event chained: it was changed.
-    ResultMismatch {
-        reference: String,
-    },
-    /// An event vouches for a stored result that is not there.
-    ResultMissing {
-        reference: String,
-    },
-    /// The log disagrees with a head recorded elsewhere (`--expect-head`): it was rewritten or
-    /// cut before that point.
-    AnchorMismatch {
-        expected_hash: String,
-        found: Option<String>,
-    },
-    /// A line or row that could not be read.
-    Malformed {
-        line: u64,
-        reason: String,
-    },
-}
-
-/// One break: where, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Break {
-    pub chain: Option<String>,
-    pub seq: Option<u64>,
-    pub reason: BreakReason,
-}
-
-impl fmt::Display for Break {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use BreakReason::*;
-        let at = match (&self.chain, self.seq) {
-            (Some(c), Some(s)) => format!(" at seq {s} (chain {c})"),
-            (Some(c), None) => format!(" (chain {c})"),
-            _ => String::new(),
-        };
-        match &self.reason {
-            HashMismatch => write!(
-                f,
-                "hash mismatch{at}: the event's content does not match its hash"
-            ),
-            PrevHashMismatch => write!(
-                f,
-                "chain link broken{at}: prev_hash is not the previous event's hash"
-            ),
-            Gap { expected } => write!(f, "gap{at}: expected seq {expected}, events are missing"),
-            Reorder { after } => write!(f, "reorder{at}: arrives after seq {after}"),
-            Duplicate => write!(f, "duplicate{at}: the same seq appears twice"),
-            Truncated { last_seq } => write!(
-                f,
-                "truncation behind a signed checkpoint{at}: the log ends at {}",
-                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
-            ),
-            CheckpointMismatch => write!(
-                f,
-                "checkpoint mismatch{at}: the signed head hash differs from the chain"
-            ),
-            BadSignature => write!(
-                f,
-                "bad signature{at}: the checkpoint's signature does not verify"
-            ),
-            UnknownSigner { key_id } => write!(
-                f,
-                "bad signature{at}: signed by key {key_id}, not the key given"
-            ),
-            RangeNotCovered { last_seq } => write!(
-                f,
-                "range not covered{at}: the log ends at {}",
-                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
-            ),
-            ImpossibleTransition {
-                execution_id,
-                from,
-                event,
-                after_earlier_dispatch,
-            } => {
-                write!(
-                    f,
-                    "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
-                    from.map_or("(new)".into(), |s| s.to_string())
-                )?;
-                if *after_earlier_dispatch {
-                    f.write_str(" after an earlier dispatch: a request of it may have reached the target, so `failed` (nothing sent) is false; review it as an unknown outcome")?;
-                }
-                Ok(())
-            }
-            MissingExecutionEvent {
-                execution_id,
-                expected_n,
-            } => {
-                write!(f, "impossible state sequence for execution {execution_id}: event #{expected_n} is missing")
-            }
-            ResultMismatch { reference } => write!(
-                f,
-                "result mismatch{at}: {reference} does not match the digest its event chained (the stored body, or the event, was changed)"
-            ),
-            ResultMissing { reference } => write!(
-                f,
-                "result missing{at}: {reference}, which its event vouches for, is not stored"
-            ),
-            AnchorMismatch {
-                expected_hash,
-                found,
-            } => match found {
-                Some(h) => write!(
-                    f,
-                    "anchor mismatch{at}: the head recorded elsewhere has hash {expected_hash}, the log has {h}"
-                ),
-                None => write!(
-                    f,
-                    "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
-                ),
-            },
-            Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
-        }
-    }
 }
 
 #[derive(Default)]
@@ -246,6 +83,10 @@ pub struct Report {
     /// Per chain, the events after its last validly signed checkpoint: nothing vouches for
     /// them, so a cut of them (with any checkpoint after them) would not be seen.
     pub unsigned_tail: Vec<UnsignedTail>,
+    /// Events removed by retention whose signed pruned ranges the links went across: their
+    /// contents are gone, the chain around them verified.
+    pub pruned_events: u64,
+    pub pruned_ranges: u64,
 }
 
 /// The events of one chain that no valid signature covers.
@@ -304,6 +145,13 @@ impl fmt::Display for Report {
                 t.signed_to.unwrap_or(0)
             )?;
         }
+        if self.pruned_events > 0 {
+            writeln!(
+                f,
+                "note: {} event(s) in {} range(s) were pruned by retention (signed pruned-range statements): the chain links across them, their contents are gone",
+                self.pruned_events, self.pruned_ranges
+            )?;
+        }
         writeln!(
             f,
             "Results: {} events in {} chain(s), {} executions; {} checkpoint(s), {} with a valid signature",
@@ -360,6 +208,11 @@ pub struct Verifier {
     breaks: Vec<Break>,
     /// Heads recorded outside the log (chain, seq, hash) it must still contain.
     anchors: Vec<(String, u64, [u8; 32])>,
+    /// Validly signed pruned ranges, by chain and first seq.
+    pruned: HashMap<(String, u64), PrunedRange>,
+    /// Events and ranges the verified links went across.
+    pruned_events: u64,
+    pruned_ranges: u64,
 }
 
 impl Verifier {
@@ -372,7 +225,24 @@ impl Verifier {
             checkpoints: Vec::new(),
             breaks: Vec::new(),
             anchors: Vec::new(),
+            pruned: HashMap::new(),
+            pruned_events: 0,
+            pruned_ranges: 0,
         }
+    }
+
+    /// A range pruned by retention (before the chain's events are fed). One without a valid
+    /// signature of the verifier's key is a break, and explains nothing.
+    pub fn pruned(&mut self, r: PrunedRange) {
+        if !r.is_signed_by(&self.key) || r.is_empty() {
+            self.breaks.push(Break {
+                chain: Some(r.chain.clone()),
+                seq: Some(r.from),
+                reason: BreakReason::PrunedRangeUnsigned { to: r.to },
+            });
+            return;
+        }
+        self.pruned.insert((r.chain.clone(), r.from), r);
     }
 
     /// Declares a head recorded elsewhere (an anchor): the log must hold `hash` at `seq` of
@@ -385,6 +255,25 @@ impl Verifier {
     /// Declares a range the log should contain (from an export's header or the caller).
     pub fn request(&mut self, range: ChainRange) {
         self.requested.push(range);
+    }
+
+    /// The key checkpoints (and an export's header) must be signed with.
+    pub fn key(&self) -> VerifyingKey {
+        self.key
+    }
+
+    /// An export's header line: its ranges count only if the verifier's key signed it.
+    pub fn header(&mut self, line: u64, signed_by_key: bool, has_signature: bool) {
+        if !signed_by_key {
+            self.breaks.push(Break {
+                chain: None,
+                seq: None,
+                reason: BreakReason::HeaderNotSigned {
+                    line,
+                    has_signature,
+                },
+            });
+        }
     }
 
     pub fn malformed(&mut self, line: u64, reason: String) {
@@ -422,7 +311,23 @@ impl Verifier {
             self.breaks.push(brk(BreakReason::HashMismatch));
         }
         let mut linked_in_order = true;
+        // A signed pruned range that joins this event to the one before it (or to genesis).
+        let after = chain.last.map_or((0, GENESIS_HASH), |l| {
+            (l, chain.last_hash.unwrap_or(GENESIS_HASH))
+        });
+        let bridge = self
+            .pruned
+            .get(&(b.chain.to_string(), after.0 + 1))
+            .filter(|r| r.to + 1 == b.seq && r.before_hash == after.1 && r.to_hash == e.prev_hash)
+            .map(PrunedRange::len);
         match chain.last {
+            _ if bridge.is_some() => {
+                self.pruned_events += bridge.unwrap_or(0);
+                self.pruned_ranges += 1;
+                if chain.last.is_none() {
+                    chain.first = Some(1);
+                }
+            }
             None if b.seq != 1
                 && !self
                     .requested
@@ -515,7 +420,39 @@ impl Verifier {
         self.checkpoints.push(c.clone());
     }
 
+    /// Ranges pruned at a chain's end (or a whole chain's events): nothing after them links
+    /// to them, so they extend the chain from its last event.
+    fn follow_tail_ranges(&mut self) {
+        let mut names: Vec<String> = self.pruned.keys().map(|(c, _)| c.clone()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let state = self.chains.entry(name.clone()).or_default();
+            while let Some(r) = self
+                .pruned
+                .get(&(name.clone(), state.last.unwrap_or(0) + 1))
+                .filter(|r| r.before_hash == state.last_hash.unwrap_or(GENESIS_HASH))
+            {
+                state.first.get_or_insert(1);
+                state.last = Some(r.to);
+                state.last_hash = Some(r.to_hash);
+                self.pruned_events += r.len();
+                self.pruned_ranges += 1;
+            }
+        }
+    }
+
+    /// For a checkpoint whose seq lies in a pruned range: whether it matches what the range
+    /// says (its last hash); `None` when no range holds the seq.
+    fn checkpoint_in_pruned(&self, c: &Checkpoint) -> Option<bool> {
+        self.pruned
+            .values()
+            .find(|r| r.chain == c.chain && r.from <= c.seq && c.seq <= r.to)
+            .map(|r| c.seq != r.to || c.head_hash == r.to_hash)
+    }
+
     pub fn finish(mut self) -> Report {
+        self.follow_tail_ranges();
         let mut valid_signatures = 0;
         let checkpoints = self.checkpoints.len() as u64;
         let mut signed: BTreeMap<String, u64> = BTreeMap::new();
@@ -542,9 +479,14 @@ impl Verifier {
             match chain.and_then(|ch| ch.hashes.get(&c.seq)) {
                 Some(h) if *h == c.head_hash => {}
                 Some(_) => self.breaks.push(brk(BreakReason::CheckpointMismatch)),
-                None => self.breaks.push(brk(BreakReason::Truncated {
-                    last_seq: chain.and_then(|ch| ch.last),
-                })),
+                // Inside a pruned range only its last hash is left to compare with.
+                None => match self.checkpoint_in_pruned(c) {
+                    Some(true) => {}
+                    Some(false) => self.breaks.push(brk(BreakReason::CheckpointMismatch)),
+                    None => self.breaks.push(brk(BreakReason::Truncated {
+                        last_seq: chain.and_then(|ch| ch.last),
+                    })),
+                },
             }
         }
         for (name, chain) in &self.chains {
@@ -641,6 +583,8 @@ impl Verifier {
             executions: self.executions.len() as u64,
             unsigned_chains,
             unsigned_tail,
+            pruned_events: self.pruned_events,
+            pruned_ranges: self.pruned_ranges,
         }
     }
 }

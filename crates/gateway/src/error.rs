@@ -28,6 +28,8 @@ pub enum GatewayError {
     UnknownExecution(String),
     #[error("ledger: {0}")]
     Ledger(#[from] postern_ledger::LedgerError),
+    #[error("the call could not be recorded, so nothing was sent ({0}); call again later")]
+    NotRecorded(postern_ledger::LedgerError),
     #[error("the configuration asks for what this build does not do: {}", .0.join("; "))]
     Unenforced(Vec<String>),
     #[error("{0}")]

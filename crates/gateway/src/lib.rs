@@ -8,7 +8,9 @@
 //! not keys).
 //!
 //! Architecture invariant: nothing is sent before `dispatched` is durable, and no answer is
-//! given before the target's answer is durable.
+//! given before the target's answer is durable, or, when the store cannot take it, before the
+//! agent is told plainly that the request was sent and its outcome is not yet recorded (the
+//! gateway keeps writing it until the store takes it).
 
 pub mod demo_client;
 pub mod demo_target;
@@ -17,6 +19,7 @@ pub mod front;
 mod pipeline;
 mod registry;
 mod report;
+pub mod retention;
 
 pub use error::GatewayError;
 pub use pipeline::{now, Cancellation, Gateway, ToolCall};

@@ -108,6 +108,11 @@ pub fn unsettled_next_step(id: ExecutionId) -> String {
     format!("outcome still unknown: the target could not be reached to settle this; repeat the identical call later or check execution_status({id}); do not start a new action")
 }
 
+/// For a request that was dispatched but whose outcome the store could not take.
+pub fn unrecorded_next_step(id: ExecutionId, why: &str) -> String {
+    format!("the request was sent, but its outcome could not be recorded ({why}); do not repeat this as a new action. The gateway records it as soon as the store takes writes again: repeat the identical call later or check execution_status({id})")
+}
+
 /// What the agent should do next, in words, for anything not plainly finished.
 pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
     match state {

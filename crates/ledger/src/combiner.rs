@@ -30,10 +30,6 @@ use crate::writer::Writer;
 /// caller's own answer never waits behind an unbounded stream of other requests.
 const MAX_ROUNDS: usize = 2;
 
-/// How long the thread waits for another process to release the file's write lock (two
-/// gateways, or a tool, on one file take turns).
-const PATIENCE: Duration = Duration::from_secs(30);
-
 struct Connection {
     writer: Writer<SqliteWriteConn>,
     held: Deferral,
@@ -49,6 +45,7 @@ struct Signal {
 }
 
 pub(crate) struct Combiner {
+    patience: Duration,
     queue: Mutex<Vec<Op>>,
     connection: Mutex<Connection>,
     signal: Mutex<Signal>,
@@ -79,8 +76,14 @@ fn complete<F: Future>(future: F) -> F::Output {
 
 impl Combiner {
     /// Starts the combiner and its thread.
-    pub fn start(writer: Writer<SqliteWriteConn>) -> std::io::Result<Arc<Combiner>> {
+    /// `patience`: how long the thread waits for another process to release the file's write
+    /// lock (two gateways, or a tool, on one file take turns) before the batch fails as busy.
+    pub fn start(
+        writer: Writer<SqliteWriteConn>,
+        patience: Duration,
+    ) -> std::io::Result<Arc<Combiner>> {
         let combiner = Arc::new(Combiner {
+            patience,
             queue: Mutex::new(Vec::new()),
             connection: Mutex::new(Connection {
                 writer,
@@ -158,7 +161,7 @@ impl Combiner {
                     Err(TryLockError::WouldBlock) => return,
                 }
             };
-            let patience = if wait { PATIENCE } else { Duration::ZERO };
+            let patience = if wait { self.patience } else { Duration::ZERO };
             if connection.writer.conn_mut().set_patience(patience).is_err() && !wait {
                 drop(connection);
                 self.kick();

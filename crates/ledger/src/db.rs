@@ -4,11 +4,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Column, Row, ValueRef};
 
-use crate::error::LedgerError;
+use crate::error::{LedgerError, StorageFault};
 
 /// A statement parameter or a column value.
 #[derive(Clone, Debug, PartialEq)]
@@ -203,6 +204,11 @@ pub(crate) trait WriteConn: Send {
         sql: &str,
         params: &[SqlValue],
     ) -> impl Future<Output = Result<Option<OwnedRow>, LedgerError>> + Send;
+    /// Replaces a lost connection, between transactions only (the writer calls it before
+    /// `BEGIN`). A connection that cannot be lost says yes at once.
+    fn ensure_connected(&mut self) -> impl Future<Output = Result<(), LedgerError>> + Send {
+        std::future::ready(Ok(()))
+    }
 }
 
 fn bind_all<'q>(
@@ -221,15 +227,119 @@ fn bind_all<'q>(
     q
 }
 
-impl WriteConn for AnyConnection {
+/// PostgreSQL's writer connection. A connection the server dropped (a restart, a network
+/// cut) is replaced with backoff, but only between transactions: the statements of one
+/// transaction never silently continue on a new connection, where they would autocommit.
+pub(crate) struct PgWriteConn {
+    conn: Option<AnyConnection>,
+    options: sqlx::any::AnyConnectOptions,
+    backoff: Duration,
+    next_attempt: Option<Instant>,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const LONGEST_BACKOFF: Duration = Duration::from_secs(5);
+
+impl PgWriteConn {
+    pub fn new(conn: AnyConnection, options: sqlx::any::AnyConnectOptions) -> PgWriteConn {
+        PgWriteConn {
+            conn: Some(conn),
+            options,
+            backoff: FIRST_BACKOFF,
+            next_attempt: None,
+        }
+    }
+
+    fn connection(&mut self) -> Result<&mut AnyConnection, LedgerError> {
+        self.conn.as_mut().ok_or_else(|| {
+            LedgerError::storage(
+                StorageFault::Unavailable,
+                "the connection to PostgreSQL was lost; the writer reconnects before its next transaction",
+            )
+        })
+    }
+
+    /// Drops the connection when the error says it is gone.
+    fn watch<T>(&mut self, r: Result<T, LedgerError>) -> Result<T, LedgerError> {
+        if let Err(e) = &r {
+            if e.fault() == Some(StorageFault::Unavailable) {
+                self.conn = None;
+            }
+        }
+        r
+    }
+}
+
+impl WriteConn for PgWriteConn {
     async fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
+        let r = self.connection()?.exec_any(sql, params).await;
+        self.watch(r)
+    }
+
+    async fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Option<OwnedRow>, LedgerError> {
+        let r = self.connection()?.query_opt_any(sql, params).await;
+        self.watch(r)
+    }
+
+    async fn ensure_connected(&mut self) -> Result<(), LedgerError> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        if let Some(at) = self.next_attempt {
+            let now = Instant::now();
+            if now < at {
+                return Err(LedgerError::storage(
+                    StorageFault::Unavailable,
+                    format!(
+                        "PostgreSQL cannot be reached; the writer tries again in {} ms",
+                        (at - now).as_millis()
+                    ),
+                ));
+            }
+        }
+        use sqlx::ConnectOptions;
+        match self.options.connect().await {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                self.backoff = FIRST_BACKOFF;
+                self.next_attempt = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.next_attempt = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(LONGEST_BACKOFF);
+                Err(LedgerError::storage(
+                    StorageFault::Unavailable,
+                    format!("PostgreSQL cannot be reached: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+/// Statements on a plain sqlx connection (what [`PgWriteConn`] holds).
+trait AnyConnectionExt {
+    async fn exec_any(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError>;
+    async fn query_opt_any(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Option<OwnedRow>, LedgerError>;
+}
+
+impl AnyConnectionExt for AnyConnection {
+    async fn exec_any(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
         Ok(bind_all(sqlx::query(sql), params)
             .execute(&mut *self)
             .await?
             .rows_affected())
     }
 
-    async fn query_opt(
+    async fn query_opt_any(
         &mut self,
         sql: &str,
         params: &[SqlValue],
@@ -271,9 +381,7 @@ impl rusqlite::ToSql for SqlValue {
     }
 }
 
-fn sqlite_err(e: rusqlite::Error) -> LedgerError {
-    LedgerError::Corrupt(format!("sqlite: {e}"))
-}
+use crate::error::sqlite_error as sqlite_err;
 
 impl SqliteWriteConn {
     /// How long a statement waits for another process's lock before failing with "busy".

@@ -24,6 +24,7 @@ mod model;
 mod ops;
 mod reader;
 mod recall;
+mod retention;
 mod rows;
 mod schema;
 mod streams;
@@ -39,12 +40,13 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
 pub use dialect::Dialect;
-pub use error::LedgerError;
+pub use error::{LedgerError, StorageFault};
 pub use model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
     RecoveryReport, ResultBody, Run, StoredResult,
 };
 pub use reader::StoreReader;
+pub use retention::{PruneReport, Retention};
 pub use streams::{StreamEvent, StreamOwner, StreamWrite};
 
 use liveness::Liveness;
@@ -64,6 +66,9 @@ pub struct LedgerOptions {
     pub lease: Duration,
     /// The most requests one commit carries.
     pub max_batch: usize,
+    /// SQLite: how long a commit waits for another process's write lock before it fails as
+    /// [`StorageFault::Busy`].
+    pub busy_patience: Duration,
 }
 
 impl Default for LedgerOptions {
@@ -73,6 +78,7 @@ impl Default for LedgerOptions {
             checkpoint_every: 1000,
             lease: Duration::from_secs(30),
             max_batch: 256,
+            busy_patience: Duration::from_secs(30),
         }
     }
 }
@@ -170,6 +176,7 @@ impl Ledger {
                 .after_connect(move |conn, _| {
                     Box::pin(async move { prepare_connection(conn, dialect).await })
                 });
+        let pg_connect_options = connect_options.clone();
         let pool = pool_options.connect_with(connect_options).await?;
 
         let writer_config = WriterConfig {
@@ -187,37 +194,27 @@ impl Ledger {
         let writes = match dialect {
             Dialect::Sqlite => {
                 drop(conn);
-                let sqlite = rusqlite::Connection::open(sqlite_path(url))
-                    .map_err(|e| LedgerError::Corrupt(format!("sqlite: {e}")))?;
+                let sqlite =
+                    rusqlite::Connection::open(sqlite_path(url)).map_err(error::sqlite_error)?;
                 sqlite
                     .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;")
-                    .map_err(|e| LedgerError::Corrupt(format!("sqlite: {e}")))?;
+                    .map_err(error::sqlite_error)?;
                 sqlite.set_prepared_statement_cache_capacity(64);
                 let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
-                WritePath::Combining(combiner::Combiner::start(writer)?)
+                WritePath::Combining(combiner::Combiner::start(writer, options.busy_patience)?)
             }
             Dialect::Postgres => {
                 let (tx, rx) = mpsc::channel(4096);
+                let conn = db::PgWriteConn::new(conn, pg_connect_options);
                 tokio::spawn(Writer::new(conn, writer_config).run(rx));
                 WritePath::Channel(tx)
             }
         };
 
-        let heartbeat = (dialect == Dialect::Postgres).then(|| {
-            let pool = pool.clone();
-            let instance = instance.clone();
-            let every = (options.lease / 3).max(Duration::from_millis(100));
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    let _ = sqlx::query("UPDATE instances SET heartbeat_at = $1 WHERE id = $2")
-                        .bind(now_millis())
-                        .bind(&instance)
-                        .execute(&pool)
-                        .await;
-                }
-            })
-        });
+        let heartbeat = match &writes {
+            WritePath::Channel(writer) => Some(heartbeat(writer.downgrade(), options.lease)),
+            WritePath::Combining(_) => None,
+        };
 
         let ledger = Ledger {
             dialect,
@@ -397,6 +394,11 @@ impl Ledger {
         self.store.checkpoints().await
     }
 
+    /// Every signed pruned-range statement, by chain and position.
+    pub async fn pruned_ranges(&self) -> Result<Vec<postern_audit::PrunedRange>, LedgerError> {
+        self.store.pruned_ranges().await
+    }
+
     /// Records transport state for resumable streams. It shares the next commit rather than
     /// spending one of its own; the future resolves once that commit is durable.
     pub async fn record_stream(&self, write: StreamWrite) -> Result<(), LedgerError> {
@@ -463,8 +465,8 @@ impl Ledger {
             .transpose()
     }
 
-    /// Deletes transport state older than `before` (stream events, owners, sessions). The
-    /// execution record is never pruned here.
+    /// Deletes transport state older than `before` (stream events, owners, sessions) and runs
+    /// that ended before it. The execution record is never pruned here (see [`Ledger::prune`]).
     pub async fn prune_streams(&self, before: Timestamp) -> Result<u64, LedgerError> {
         let mut removed = 0;
         for table in [
@@ -479,6 +481,11 @@ impl Ledger {
                 .await?
                 .rows_affected();
         }
+        removed += sqlx::query("DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < $1")
+            .bind(before.0)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(removed)
     }
 
@@ -511,6 +518,31 @@ impl Ledger {
         }
         pool.close().await;
     }
+}
+
+/// Renews the instance's lease every third of it, through the writer (see `Op::Heartbeat`):
+/// while the writer cannot write, the lease runs out and another instance may take over.
+fn heartbeat(writer: mpsc::WeakSender<Op>, lease: Duration) -> tokio::task::JoinHandle<()> {
+    let every = (lease / 3).max(Duration::from_millis(100));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            // A weak handle: the heartbeat never keeps a closing ledger's writer alive.
+            let Some(writer) = writer.upgrade() else {
+                return;
+            };
+            let (tx, rx) = oneshot::channel();
+            if writer
+                .send(Op::Heartbeat(Timestamp(now_millis()), tx))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            drop(writer);
+            let _ = rx.await;
+        }
+    })
 }
 
 async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {

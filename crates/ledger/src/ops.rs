@@ -5,9 +5,10 @@ use postern_audit::Checkpoint;
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use tokio::sync::oneshot;
 
-use crate::error::LedgerError;
+use crate::error::{LedgerError, StorageFault};
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
 use crate::streams::StreamWrite;
+use crate::writer::Pruned;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 
@@ -28,23 +29,32 @@ pub(crate) enum Op {
     Stream(Vec<StreamWrite>, Reply<()>),
     /// Commits whatever is queued; replies once it is durable.
     Flush(Reply<()>),
+    /// Removes executions past their retention (see `writer::prune`).
+    Prune(Vec<(ExecutionId, u32)>, Timestamp, Reply<Pruned>),
+    /// PostgreSQL: renews this instance's lease. It goes through the writer so that an
+    /// instance whose writer cannot write stops renewing, and a replica takes over.
+    Heartbeat(Timestamp, Reply<()>),
 }
 
 /// How long records nothing waits on may be held back before they are committed.
 pub(crate) const LAZY_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Op {
-    /// Answers an op that could not even get a transaction.
-    pub fn refuse(self, msg: &str) {
-        let err = || LedgerError::Corrupt(format!("could not open a transaction: {msg}"));
+    /// Answers an op that could not even get a transaction (or whose batch broke before it
+    /// was written): nothing of it was recorded.
+    pub fn refuse(self, why: &(StorageFault, String)) {
+        let err = || LedgerError::storage(why.0, why.1.clone());
         match self {
             Op::Accept(_, tx) => drop(tx.send(Err(err()))),
             Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
-            Op::StartRun(_, tx) | Op::EndRun(_, _, tx) | Op::Stream(_, tx) | Op::Flush(tx) => {
-                drop(tx.send(Err(err())))
-            }
+            Op::Prune(_, _, tx) => drop(tx.send(Err(err()))),
+            Op::StartRun(_, tx)
+            | Op::EndRun(_, _, tx)
+            | Op::Stream(_, tx)
+            | Op::Flush(tx)
+            | Op::Heartbeat(_, tx) => drop(tx.send(Err(err()))),
         }
     }
 
@@ -108,6 +118,7 @@ pub(crate) enum Done {
         Result<Option<Checkpoint>, LedgerError>,
     ),
     Unit(Reply<()>, Result<(), LedgerError>),
+    Prune(Reply<Pruned>, Result<Pruned, LedgerError>),
 }
 
 impl Done {
@@ -118,16 +129,14 @@ impl Done {
             Done::Abandoned(_, r) => r.is_ok(),
             Done::Checkpoint(_, r) => r.is_ok(),
             Done::Unit(_, r) => r.is_ok(),
+            Done::Prune(_, r) => r.is_ok(),
         }
     }
 
     /// Sends the result, or `failure` if the batch's commit failed.
-    pub fn send(self, failure: Option<&str>) {
-        let fail = |msg: &str| {
-            LedgerError::Corrupt(format!(
-                "commit failed, nothing of this request was recorded: {msg}"
-            ))
-        };
+    pub fn send(self, failure: Option<&(StorageFault, String)>) {
+        let fail =
+            |(fault, msg): &(StorageFault, String)| LedgerError::storage(*fault, msg.clone());
         macro_rules! reply {
             ($tx:expr, $r:expr) => {{
                 let r = match failure {
@@ -144,6 +153,7 @@ impl Done {
             Done::Abandoned(tx, r) => reply!(tx, r),
             Done::Checkpoint(tx, r) => reply!(tx, r),
             Done::Unit(tx, r) => reply!(tx, r),
+            Done::Prune(tx, r) => reply!(tx, r),
         }
     }
 }

@@ -217,6 +217,16 @@ impl StoreReader {
             .collect()
     }
 
+    /// Every signed pruned-range statement (what retention left of removed events).
+    pub async fn pruned_ranges(&self) -> Result<Vec<postern_audit::PrunedRange>, LedgerError> {
+        sqlx::query("SELECT chain, from_seq, to_seq, before_hash, to_hash, at, key_id, signature FROM pruned_ranges ORDER BY chain, from_seq")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::pruned_range)
+            .collect()
+    }
+
     /// Every signed checkpoint, by chain and position.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
         sqlx::query("SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY chain, seq")
@@ -270,7 +280,7 @@ fn scan_sqlite_events(
     file: &Path,
     mut each: impl FnMut(Result<ChainedEvent, (i64, String)>),
 ) -> Result<(), LedgerError> {
-    let sqlite = |e: rusqlite::Error| LedgerError::Corrupt(format!("sqlite: {e}"));
+    let sqlite = crate::error::sqlite_error;
     // One thread uses this connection: no mutex (column lookups by name took it every time).
     let flags =
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;

@@ -113,6 +113,22 @@ pub(crate) fn checkpoint(row: &impl RowAccess) -> Result<Checkpoint, LedgerError
     })
 }
 
+pub(crate) fn pruned_range(
+    row: &impl RowAccess,
+) -> Result<postern_audit::PrunedRange, LedgerError> {
+    let seq = |col: &str| u64::try_from(get_i64(row, col)?).map_err(|e| corrupt(col, e));
+    Ok(postern_audit::PrunedRange {
+        chain: get_str(row, "chain")?,
+        from: seq("from_seq")?,
+        to: seq("to_seq")?,
+        before_hash: hash_from_hex(&get_str(row, "before_hash")?)?,
+        to_hash: hash_from_hex(&get_str(row, "to_hash")?)?,
+        at: Timestamp(get_i64(row, "at")?),
+        key_id: get_str(row, "key_id")?,
+        signature: get_str(row, "signature")?,
+    })
+}
+
 pub(crate) fn result(row: &impl RowAccess) -> Result<StoredResult, LedgerError> {
     Ok(StoredResult {
         attempt: get_u32(row, "attempt")?,

@@ -50,6 +50,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0005_session_actors.sql"),
         postgres: include_str!("../migrations/postgres/0005_session_actors.sql"),
     },
+    Migration {
+        version: 6,
+        name: "pruned ranges",
+        sqlite: include_str!("../migrations/sqlite/0006_pruned_ranges.sql"),
+        postgres: include_str!("../migrations/postgres/0006_pruned_ranges.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -7,8 +7,7 @@
 use std::sync::{Arc, OnceLock};
 
 use postern_audit::{ChainedEvent, Checkpoint, EventBody, SigningKey, GENESIS_HASH};
-use postern_core::lifecycle::{Lifecycle, State};
-use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
+use postern_core::lifecycle::State;
 use postern_core::{hexdigits, EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -16,11 +15,15 @@ use tokio::sync::mpsc;
 
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
-use crate::error::LedgerError;
-use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
+use crate::error::{LedgerError, StorageFault};
+use crate::model::{ExecutionSummary, NewEvent};
 use crate::ops::{Deferral, Done, Op};
 use crate::recall::Recall;
 use crate::rows;
+
+mod accept;
+mod prune;
+pub use prune::Pruned;
 
 pub(crate) struct WriterConfig {
     pub dialect: Dialect,
@@ -112,17 +115,19 @@ impl<C: WriteConn> Writer<C> {
 
     pub async fn commit_batch(&mut self, batch: Vec<Op>) {
         if let Err(e) = self.begin().await {
-            let msg = e.to_string();
+            let why = not_begun(e);
             for op in batch {
-                op.refuse(&msg);
+                op.refuse(&why);
             }
             return;
         }
         self.commit_begun(batch).await
     }
 
-    /// Opens the write transaction ([`Writer::commit_begun`] then fills and commits it).
+    /// Opens the write transaction ([`Writer::commit_begun`] then fills and commits it),
+    /// reconnecting first if the connection was lost.
     pub async fn begin(&mut self) -> Result<u64, LedgerError> {
+        self.conn.ensure_connected().await?;
         self.conn.exec(self.cfg.dialect.begin(), &[]).await
     }
 
@@ -136,10 +141,10 @@ impl<C: WriteConn> Writer<C> {
         let head_before = match self.open_head().await {
             Ok(h) => h,
             Err(e) => {
-                let msg = e.to_string();
+                let why = not_begun(e);
                 let _ = self.conn.exec("ROLLBACK", &[]).await;
                 for op in batch {
-                    op.refuse(&msg);
+                    op.refuse(&why);
                 }
                 return;
             }
@@ -149,28 +154,51 @@ impl<C: WriteConn> Writer<C> {
         // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
         let savepoints = batch.len() > 1;
         let mut rollback_all = false;
-        for op in batch {
+        let mut ops = batch.into_iter();
+        while let Some(op) = ops.next() {
             let saved = (
                 self.head,
                 self.appended_since_checkpoint,
                 self.pending.len(),
             );
             if savepoints {
-                let _ = self.conn.exec("SAVEPOINT op", &[]).await;
+                if let Err(e) = self.conn.exec("SAVEPOINT op", &[]).await {
+                    // Without a savepoint one request's failure could not be undone alone:
+                    // nothing of the batch is committed.
+                    let rest = std::iter::once(op).chain(ops);
+                    self.abandon_batch(head_before, done, rest, e).await;
+                    return;
+                }
             }
             self.touched.clear();
             let d = self.process(op).await;
-            if d.is_ok() {
+            let undone = if d.is_ok() {
                 if savepoints {
-                    let _ = self.conn.exec("RELEASE SAVEPOINT op", &[]).await;
+                    self.conn.exec("RELEASE SAVEPOINT op", &[]).await.err()
+                } else {
+                    None
                 }
             } else {
                 if savepoints {
-                    let _ = self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await;
-                    let _ = self.conn.exec("RELEASE SAVEPOINT op", &[]).await;
+                    let rolled_back = self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await;
+                    if let Err(e) = rolled_back {
+                        // The failed request's writes may still be in the transaction.
+                        done.push(d);
+                        self.abandon_batch(head_before, done, ops, e).await;
+                        return;
+                    }
+                    self.conn.exec("RELEASE SAVEPOINT op", &[]).await.err()
                 } else {
                     rollback_all = true;
+                    None
                 }
+            };
+            if let Some(e) = undone {
+                done.push(d);
+                self.abandon_batch(head_before, done, ops, e).await;
+                return;
+            }
+            if !d.is_ok() {
                 (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
                 self.pending.truncate(saved.2);
                 if let Some(recall) = &mut self.recall {
@@ -191,30 +219,7 @@ impl<C: WriteConn> Writer<C> {
             }
             return;
         }
-        let mut failure = None;
-        if self.head != head_before {
-            if let Err(e) = self.flush_events().await {
-                failure = Some(e.to_string());
-            }
-            if failure.is_none() {
-                if let Err(e) = self.store_head().await {
-                    failure = Some(e.to_string());
-                }
-            }
-            if failure.is_none()
-                && self.cfg.checkpoint_every > 0
-                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
-            {
-                if let Err(e) = self.checkpoint(Timestamp(now_millis())).await {
-                    failure = Some(e.to_string());
-                }
-            }
-        }
-        if failure.is_none() {
-            if let Err(e) = self.conn.exec("COMMIT", &[]).await {
-                failure = Some(e.to_string());
-            }
-        }
+        let failure = self.finish_commit(head_before).await.err();
         if failure.is_some() {
             let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
@@ -225,7 +230,67 @@ impl<C: WriteConn> Writer<C> {
             recall.head = self.head;
         }
         for d in done {
-            d.send(failure.as_deref());
+            d.send(failure.as_ref());
+        }
+    }
+
+    /// Writes the batch's events, head and due checkpoint, and commits. The error says whether
+    /// anything may have been recorded: a connection lost during `COMMIT` leaves that unknown.
+    async fn finish_commit(
+        &mut self,
+        head_before: (u64, [u8; 32]),
+    ) -> Result<(), (StorageFault, String)> {
+        let nothing = |e: LedgerError| {
+            let (fault, msg) = e.as_fault();
+            (
+                fault,
+                format!("the commit failed, nothing of this request was recorded: {msg}"),
+            )
+        };
+        if self.head != head_before {
+            self.flush_events().await.map_err(nothing)?;
+            self.store_head().await.map_err(nothing)?;
+            if self.cfg.checkpoint_every > 0
+                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+            {
+                self.checkpoint(Timestamp(now_millis()))
+                    .await
+                    .map_err(nothing)?;
+            }
+        }
+        match self.conn.exec("COMMIT", &[]).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.fault() == Some(StorageFault::Unavailable) => Err((
+                StorageFault::Unavailable,
+                format!("the connection was lost during the commit, so whether this request was recorded is unknown until the store is back: {e}"),
+            )),
+            Err(e) => Err(nothing(e)),
+        }
+    }
+
+    /// Rolls the whole transaction back after a statement that keeps requests apart
+    /// (savepoints) failed: every request of the batch, answered or not, is refused.
+    async fn abandon_batch(
+        &mut self,
+        head_before: (u64, [u8; 32]),
+        done: Vec<Done>,
+        rest: impl Iterator<Item = Op>,
+        cause: LedgerError,
+    ) {
+        let (fault, msg) = cause.as_fault();
+        let why = (
+            fault,
+            format!("the batch this request was in could not be kept apart from a failed one, so nothing of it was recorded: {msg}"),
+        );
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        self.head = head_before;
+        self.pending.clear();
+        self.recall = None;
+        for d in done {
+            d.send(Some(&why));
+        }
+        for op in rest {
+            op.refuse(&why);
         }
     }
 
@@ -273,6 +338,18 @@ impl<C: WriteConn> Writer<C> {
                 Done::Unit(tx, r)
             }
             Op::Flush(tx) => Done::Unit(tx, Ok(())),
+            Op::Prune(plan, now, tx) => Done::Prune(tx, self.prune(&plan, now).await),
+            Op::Heartbeat(now, tx) => {
+                let r = self
+                    .conn
+                    .exec(
+                        "UPDATE instances SET heartbeat_at = $1 WHERE id = $2",
+                        params![now.0, &self.cfg.instance],
+                    )
+                    .await
+                    .map(|_| ());
+                Done::Unit(tx, r)
+            }
         }
     }
 
@@ -399,193 +476,6 @@ impl<C: WriteConn> Writer<C> {
             .await?
             .ok_or(LedgerError::UnknownExecution(id))?;
         rows::summary(&row)
-    }
-
-    /// Accept-or-match, decided inside this transaction. The intent slot (or operation key) row
-    /// is the point where concurrent identical requests meet: the first inserts it, the others
-    /// find it (PostgreSQL makes them wait for the first's commit) and are matched.
-    async fn accept(&mut self, req: AcceptRequest) -> Result<AcceptOutcome, LedgerError> {
-        let new_id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
-        let new_id_text = new_id.to_string();
-        let fingerprint = req.fingerprint.to_string();
-        let actor = req.record.actor.clone();
-        let scope = req.record.intent_scope.clone();
-        if req.contract.class.is_read_only() {
-            return self.create(new_id, req).await.map(AcceptOutcome::Created);
-        }
-        let lock = self.cfg.dialect.for_update();
-        let (prior_id, key, reissue_of_prior) = if let Some(key) = req.operation_key.clone() {
-            let inserted = self.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &key, &fingerprint, &new_id_text]).await?;
-            if inserted.is_some() {
-                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
-                    .await?;
-                return self.create(new_id, req).await.map(AcceptOutcome::Created);
-            }
-            let row = self
-                .conn
-                .query_opt(
-                    &format!(
-                "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
-            ),
-                    params![&actor, &key],
-                )
-                .await?
-                .ok_or_else(|| LedgerError::Corrupt("operation key row vanished".into()))?;
-            (
-                rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
-                Some(key),
-                false,
-            )
-        } else {
-            // A re-issue key claims its row first (a concurrent attempt of the same request
-            // waits here for this one's commit), so every attempt after the first finds the
-            // execution the first one reached, whatever the window.
-            let reissue = match &req.reissue_key {
-                Some(rkey) => {
-                    let claimed = self.conn.query_opt("INSERT INTO reissue_keys (actor, key, execution_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, rkey, &new_id_text]).await?;
-                    if claimed.is_some() {
-                        None
-                    } else {
-                        let row = self.conn.query_opt(&format!("SELECT execution_id FROM reissue_keys WHERE actor = $1 AND key = $2{lock}"), params![&actor, rkey]).await?.ok_or_else(|| LedgerError::Corrupt("re-issue key row vanished".into()))?;
-                        Some(rows::parse_id(&rows::get_str(&row, "execution_id")?)?)
-                    }
-                }
-                None => None,
-            };
-            if let Some(prior_id) = reissue {
-                (prior_id, None, true)
-            } else {
-                let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
-                if inserted.is_some() {
-                    return self.create(new_id, req).await.map(AcceptOutcome::Created);
-                }
-                let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
-                (
-                    rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
-                    None,
-                    false,
-                )
-            }
-        };
-        let prior = self.load_summary(prior_id).await?;
-        let incoming = IncomingRequest {
-            fingerprint: req.fingerprint,
-            actor: &actor,
-            intent_scope: &scope,
-            operation_key: key.as_deref(),
-            reissue_of_prior,
-            now: req.now,
-        };
-        match decide(Some(&prior.prior()), &incoming, &req.contract) {
-            RecoveryDecision::New { .. } => {
-                if let Some(key) = &key {
-                    self.conn.exec("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
-                }
-                self.point_reissue_key(&actor, &req, &new_id_text).await?;
-                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
-                    .await?;
-                self.create(new_id, req).await.map(AcceptOutcome::Created)
-            }
-            decision => {
-                // Later attempts of this request find the execution it was matched to (a
-                // conflict matched nothing: its key keeps pointing where it did).
-                if !matches!(decision, RecoveryDecision::Conflict { .. }) {
-                    self.point_reissue_key(&actor, &req, &prior.id.to_string())
-                        .await?;
-                }
-                Ok(AcceptOutcome::Existing {
-                    decision,
-                    execution: prior,
-                })
-            }
-        }
-    }
-
-    /// Points the request's re-issue key (if it has one and no operation key) at `id`.
-    async fn point_reissue_key(
-        &mut self,
-        actor: &str,
-        req: &AcceptRequest,
-        id: &str,
-    ) -> Result<(), LedgerError> {
-        if let (None, Some(rkey)) = (&req.operation_key, &req.reissue_key) {
-            self.conn
-                .exec(
-                    "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
-                    params![id, actor, rkey],
-                )
-                .await?;
-        }
-        Ok(())
-    }
-
-    async fn point_intent(
-        &mut self,
-        actor: &str,
-        scope: &str,
-        fingerprint: &str,
-        id: &str,
-    ) -> Result<(), LedgerError> {
-        self.conn.exec("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await?;
-        Ok(())
-    }
-
-    async fn create(
-        &mut self,
-        id: ExecutionId,
-        mut req: AcceptRequest,
-    ) -> Result<ExecutionSummary, LedgerError> {
-        let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
-        let record_text = String::from_utf8(std::mem::take(&mut req.record_bytes))
-            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let mut s = ExecutionSummary {
-            id,
-            actor: req.record.actor.clone(),
-            tool: req.record.tool.clone(),
-            class: req.contract.class,
-            fingerprint: req.fingerprint,
-            intent_scope: req.record.intent_scope.clone(),
-            operation_key: req.operation_key.clone(),
-            run_id: req.run_id.clone(),
-            lifecycle: Lifecycle {
-                state: State::Accepted,
-                dispatches: 0,
-                cancel_requested: false,
-            },
-            events: 1,
-            accepted_at: req.now,
-            state_since: req.now,
-            first_dispatched_at: None,
-            rejection_retryable: false,
-        };
-        let detail = json!({
-            "fingerprint": s.fingerprint.to_string(),
-            "actor": s.actor,
-            "tool": s.tool,
-            "class": s.class.as_str(),
-            "intent_scope": s.intent_scope,
-            "operation_key": s.operation_key,
-            "run_id": s.run_id,
-            "record_sha256": record_sha256,
-        });
-        self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
-        if req.is_withdrawn() {
-            let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
-            self.advance(
-                &mut s,
-                NewEvent::new(EventKind::Cancelled).with_detail(note),
-                req.now,
-            )
-            .await?;
-        } else {
-            for ev in req.then {
-                self.advance(&mut s, ev, req.now).await?;
-            }
-        }
-        // One row with the final projection: the `then` events cost no extra statement.
-        self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
-        self.remember(&s);
-        Ok(s)
     }
 
     /// Appends one lifecycle event to an existing execution and updates its row.
@@ -756,4 +646,13 @@ pub(crate) fn now_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Why a request got no transaction: nothing of it was recorded.
+fn not_begun(e: LedgerError) -> (StorageFault, String) {
+    let (fault, msg) = e.as_fault();
+    (
+        fault,
+        format!("could not open a transaction, nothing of this request was recorded: {msg}"),
+    )
 }

@@ -128,7 +128,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
     let (ledger, _) = Ledger::open(
         &url,
         LedgerOptions {
-            signing_key: Some(key),
+            signing_key: Some(key.clone()),
             ..LedgerOptions::default()
         },
     )
@@ -144,12 +144,14 @@ async fn export(a: &ExportArgs) -> Result<()> {
         .filter(|(_, head)| *head > 0)
         .map(|(chain, to)| ChainRange { chain, from: 1, to })
         .collect();
-    let header = ExportLine::Header(ExportHeader {
+    let header = ExportHeader {
         format: EXPORT_FORMAT.to_string(),
         exported_at: now,
         ranges,
         public_key: Some(public.to_string()),
-    });
+        signature: None,
+    };
+    let header = ExportLine::Header(header.signed(&key)?);
     writeln!(out, "{}", serde_json::to_string(&header)?)?;
     for c in ledger.checkpoints().await? {
         writeln!(
@@ -157,6 +159,9 @@ async fn export(a: &ExportArgs) -> Result<()> {
             "{}",
             serde_json::to_string(&ExportLine::Checkpoint(c))?
         )?;
+    }
+    for r in ledger.pruned_ranges().await? {
+        writeln!(out, "{}", serde_json::to_string(&ExportLine::Pruned(r))?)?;
     }
     let mut written = 0u64;
     let mut failure = None;
@@ -287,6 +292,10 @@ pub async fn verify_store(url: &str, mut verifier: Verifier) -> Result<Report> {
                 to: head,
             });
         }
+    }
+    // What retention removed is known before the events it left gaps between.
+    for r in store.pruned_ranges().await? {
+        verifier.pruned(r);
     }
     let mut progress = Progress::new();
     let mut events = 0u64;

@@ -128,6 +128,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if signs {
             sign_periodically(&gateway);
         }
+        postern_gateway::retention::keep_retention(&gateway);
         if a.stdio {
             let actor = match &a.actor {
                 Some(name) => name.clone(),

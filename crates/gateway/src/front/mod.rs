@@ -127,21 +127,6 @@ pub fn router(
     let handler = PosternMcp::new(gateway.clone(), None);
     let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
-    {
-        // Transport state is kept as long as the record's retention (never the record itself),
-        // pruned at start and every hour after.
-        let ledger = gateway.ledger().clone();
-        let retention = gateway.config().gateway.retention;
-        tokio::spawn(async move {
-            loop {
-                let before = postern_core::Timestamp(
-                    now().0 - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
-                );
-                let _ = ledger.prune_streams(before).await;
-                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
-            }
-        });
-    }
     let calls = CallLimits {
         per_actor: gateway.config().gateway.max_calls_per_actor as usize,
         inflight: Mutex::new(HashMap::new()),
@@ -508,6 +493,11 @@ fn to_error(e: GatewayError) -> ErrorData {
             ErrorData::invalid_params(message, None)
         }
         GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
+        GatewayError::NotRecorded(e) => ErrorData::new(
+            ErrorCode(-32005),
+            message,
+            Some(json!({"sent": false, "store": e.fault().map(|f| f.to_string())})),
+        ),
         GatewayError::Ledger(_) | GatewayError::Internal(_) | GatewayError::Unenforced(_) => {
             ErrorData::internal_error(message, None)
         }

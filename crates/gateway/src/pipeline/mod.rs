@@ -27,7 +27,7 @@ pub use promises::unkept_promises;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
-use crate::report::{next_step, unsettled_next_step, Attempt, CallReport};
+use crate::report::{next_step, unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
 
 /// The longest operation key, re-issue key, intent scope or run id accepted (each is stored,
 /// and the first three are chained).
@@ -331,7 +331,12 @@ impl Gateway {
                 }
             }
             _ => accepting.await,
-        }?;
+        }
+        .map_err(|e| match e.fault() {
+            // Before anything was sent: the agent may simply call again later.
+            Some(_) => GatewayError::NotRecorded(e),
+            None => GatewayError::Ledger(e),
+        })?;
         Ok((entry, accepted))
     }
 
@@ -531,12 +536,47 @@ impl Gateway {
                 (ev, Some(a.status), Some(response))
             }
         };
-        let s = self.append(id, event).await?;
+        let s = match self.ledger.append(id, event.clone(), now()).await {
+            Ok(s) => s,
+            Err(e) if e.fault().is_some() => {
+                // The request's fate is known here but cannot be written down now: say so, and
+                // keep writing it until the store takes it.
+                let why = e.to_string();
+                self.record_when_possible(id, event);
+                let mut report = self.report(dispatched, attempt, status, response);
+                report.next_step = Some(unrecorded_next_step(id, &why));
+                report.is_error = false;
+                return Ok(report);
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut report = self.report(&s, attempt, status, response);
         if unsettled {
             report.next_step = Some(unsettled_next_step(id));
         }
         Ok(report)
+    }
+
+    /// Writes an outcome the store refused (it was full or unreachable), retrying with backoff
+    /// until it is taken or the execution has moved on. Until then the record says
+    /// `dispatched`, which every retry of the call treats as still in progress; if the gateway
+    /// stops first, the next start's recovery scan records `outcome_unknown`.
+    fn record_when_possible(&self, id: ExecutionId, event: NewEvent) {
+        let ledger = self.ledger.clone();
+        self.background.spawn(async move {
+            let mut wait = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(wait).await;
+                match ledger.append(id, event.clone(), now()).await {
+                    Err(postern_ledger::LedgerError::Closed) => return,
+                    Err(e) if e.fault().is_some() => {
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                    // Recorded, or refused as a transition (another instance settled it).
+                    _ => return,
+                }
+            }
+        });
     }
 
     async fn append(

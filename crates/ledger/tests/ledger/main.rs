@@ -4,5 +4,7 @@
 
 mod conformance;
 mod crash;
+mod faults;
+mod retention;
 mod streams;
 mod support;

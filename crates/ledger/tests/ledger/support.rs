@@ -119,6 +119,9 @@ pub fn signing_key() -> Arc<SigningKey> {
 /// Verifies the whole store offline, as `postern audit verify --store` does.
 pub async fn verify(ledger: &Ledger) -> postern_audit::Report {
     let mut v = Verifier::new(signing_key().verifying_key());
+    for r in ledger.pruned_ranges().await.unwrap() {
+        v.pruned(r);
+    }
     let mut bad = Vec::new();
     ledger
         .scan_events(|row| match row {

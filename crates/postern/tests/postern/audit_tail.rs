@@ -5,35 +5,71 @@
 
 use std::process::Command;
 
-use postern_audit::SigningKey;
+use postern_audit::{ExportLine, SigningKey};
 use postern_core::config::Config;
 
 use crate::audit::{Fixture, HEAD};
 
-/// The log cut after `kept_to`: checkpoints past it removed, and the header's (unsigned) ranges
-/// edited to end there, so neither says anything was cut.
+/// The log cut after `kept_to`: checkpoints past it removed, and the header's ranges edited to
+/// end there and signed again, as only someone holding the signing key could, so that neither
+/// says anything was cut.
 fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
+    let key = SigningKey::from_bytes(crate::audit::SIGNING_KEY);
     lines
         .iter()
         .filter_map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
             let past = ["event", "checkpoint"]
                 .iter()
                 .any(|kind| v[kind]["seq"].as_u64().is_some_and(|seq| seq > kept_to));
             if past {
                 return None;
             }
-            match v["header"]["ranges"].as_array_mut() {
-                Some(ranges) => {
-                    for r in ranges {
-                        r["to"] = serde_json::json!(kept_to);
+            match postern_audit::read_line(l) {
+                Ok(ExportLine::Header(mut header)) => {
+                    for r in &mut header.ranges {
+                        r.to = kept_to;
                     }
-                    Some(serde_json::to_string(&v).unwrap())
+                    let header = header.signed(&key).unwrap();
+                    Some(serde_json::to_string(&ExportLine::Header(header)).unwrap())
                 }
-                None => Some(l.clone()),
+                _ => Some(l.clone()),
             }
         })
         .collect()
+}
+
+/// The export header is signed: its ranges edited without the key are a break, so a cut of
+/// the tail cannot be hidden by editing them.
+#[test]
+fn an_edited_export_header_is_a_break() {
+    let f = Fixture::new("edited-header");
+    let mut lines = f.export();
+    let mut header: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    header["header"]["ranges"][0]["to"] = serde_json::json!(HEAD - 3);
+    lines[0] = header.to_string();
+    let cut: Vec<String> = lines
+        .into_iter()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            ["event", "checkpoint"]
+                .iter()
+                .all(|kind| v[kind]["seq"].as_u64().is_none_or(|seq| seq <= HEAD - 3))
+        })
+        .collect();
+    f.verify_lines("edited-header.jsonl", &cut).assert_breaks(&[
+        "export header at line 1 has a signature that does not verify with this key",
+    ]);
+    // And a header with its signature removed.
+    let mut unsigned: serde_json::Value = serde_json::from_str(&cut[0]).unwrap();
+    unsigned["header"]
+        .as_object_mut()
+        .unwrap()
+        .remove("signature");
+    let mut lines = cut.clone();
+    lines[0] = unsigned.to_string();
+    f.verify_lines("unsigned-header.jsonl", &lines)
+        .assert_breaks(&["export header at line 1 is not signed"]);
 }
 
 /// Issue 12: cutting the last events together with the checkpoints after them left an export
@@ -69,8 +105,8 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
     naive[0] = lines[0].clone();
     f.verify_lines("naive-cut.jsonl", &naive)
         .assert_breaks(&[format!("range not covered at seq {HEAD} (chain main)")]);
-    // Cut the last three events and every checkpoint past what is left, and edit the
-    // (unsigned) header to end there too.
+    // Cut the last three events and every checkpoint past what is left, and sign a header
+    // that ends there too (someone holding the key).
     let cut = cut_log(&lines, kept_to);
     assert!(cut.len() < lines.len());
     let signed_to = *f
@@ -240,8 +276,8 @@ fn an_anchor_recorded_elsewhere_catches_a_cut_or_rewritten_log() {
     verify(&file, &other).assert_breaks(&[format!(
         "anchor mismatch at seq {HEAD} (chain main): the head recorded elsewhere has hash"
     )]);
-    // The tail cut with the checkpoints after it and the unsigned header edited to match:
-    // VALID without the anchor, broken with it.
+    // The tail cut with the checkpoints after it and the header signed again to match (by
+    // someone holding the key): VALID without the anchor, broken with it.
     let lines: Vec<String> = std::fs::read_to_string(&out)
         .unwrap()
         .lines()

@@ -18,5 +18,6 @@ mod resume;
 mod serve;
 mod starter;
 mod stdio;
+mod storage;
 mod targets;
 mod tasks;

@@ -1,0 +1,191 @@
+//! What a verification found wrong: each [`Break`] names its place and its reason, worded for
+//! the operator who reads `postern audit verify`.
+
+use std::fmt;
+
+use postern_core::lifecycle::{EventKind, State};
+use postern_core::ExecutionId;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BreakReason {
+    /// The event's content does not hash to its stored hash: it was edited.
+    HashMismatch,
+    /// The event does not link to the one before it: a row was replaced or inserted.
+    PrevHashMismatch,
+    /// Sequence numbers skip: rows are missing.
+    Gap {
+        expected: u64,
+    },
+    /// A row arrives after a later one: rows were moved.
+    Reorder {
+        after: u64,
+    },
+    /// The same seq twice.
+    Duplicate,
+    /// A signed checkpoint vouches for events that are not there.
+    Truncated {
+        last_seq: Option<u64>,
+    },
+    /// The signed head hash differs from the chain's hash at that seq.
+    CheckpointMismatch,
+    BadSignature,
+    /// Signed by another key than the one given to the verifier.
+    UnknownSigner {
+        key_id: String,
+    },
+    /// The requested range is not fully present (no signed checkpoint vouches for it).
+    RangeNotCovered {
+        last_seq: Option<u64>,
+    },
+    /// The execution's events do not form a possible lifecycle.
+    ImpossibleTransition {
+        execution_id: ExecutionId,
+        from: Option<State>,
+        event: EventKind,
+        /// The state allows the event but the history does not: `failed` after an earlier
+        /// dispatch (written by versions before the rule; such an execution may have been
+        /// applied and is review material).
+        after_earlier_dispatch: bool,
+    },
+    /// An execution's event numbers skip (an event of it is missing).
+    MissingExecutionEvent {
+        execution_id: ExecutionId,
+        expected_n: u32,
+    },
+    /// A stored result body does not hash to the digest its event chained: it was changed.
+    ResultMismatch {
+        reference: String,
+    },
+    /// An event vouches for a stored result that is not there.
+    ResultMissing {
+        reference: String,
+    },
+    /// The log disagrees with a head recorded elsewhere (`--expect-head`): it was rewritten or
+    /// cut before that point.
+    AnchorMismatch {
+        expected_hash: String,
+        found: Option<String>,
+    },
+    /// A line or row that could not be read.
+    Malformed {
+        line: u64,
+        reason: String,
+    },
+    /// A pruned-range statement without a valid signature of the verifier's key.
+    PrunedRangeUnsigned {
+        to: u64,
+    },
+    /// An export header without a valid signature of the verifier's key: the ranges it names
+    /// could have been edited to hide a cut.
+    HeaderNotSigned {
+        line: u64,
+        has_signature: bool,
+    },
+}
+
+/// One break: where, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Break {
+    pub chain: Option<String>,
+    pub seq: Option<u64>,
+    pub reason: BreakReason,
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use BreakReason::*;
+        let at = match (&self.chain, self.seq) {
+            (Some(c), Some(s)) => format!(" at seq {s} (chain {c})"),
+            (Some(c), None) => format!(" (chain {c})"),
+            _ => String::new(),
+        };
+        match &self.reason {
+            HashMismatch => write!(
+                f,
+                "hash mismatch{at}: the event's content does not match its hash"
+            ),
+            PrevHashMismatch => write!(
+                f,
+                "chain link broken{at}: prev_hash is not the previous event's hash"
+            ),
+            Gap { expected } => write!(f, "gap{at}: expected seq {expected}, events are missing"),
+            Reorder { after } => write!(f, "reorder{at}: arrives after seq {after}"),
+            Duplicate => write!(f, "duplicate{at}: the same seq appears twice"),
+            Truncated { last_seq } => write!(
+                f,
+                "truncation behind a signed checkpoint{at}: the log ends at {}",
+                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+            ),
+            CheckpointMismatch => write!(
+                f,
+                "checkpoint mismatch{at}: the signed head hash differs from the chain"
+            ),
+            BadSignature => write!(
+                f,
+                "bad signature{at}: the checkpoint's signature does not verify"
+            ),
+            UnknownSigner { key_id } => write!(
+                f,
+                "bad signature{at}: signed by key {key_id}, not the key given"
+            ),
+            RangeNotCovered { last_seq } => write!(
+                f,
+                "range not covered{at}: the log ends at {}",
+                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+            ),
+            ImpossibleTransition {
+                execution_id,
+                from,
+                event,
+                after_earlier_dispatch,
+            } => {
+                write!(
+                    f,
+                    "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
+                    from.map_or("(new)".into(), |s| s.to_string())
+                )?;
+                if *after_earlier_dispatch {
+                    f.write_str(" after an earlier dispatch: a request of it may have reached the target, so `failed` (nothing sent) is false; review it as an unknown outcome")?;
+                }
+                Ok(())
+            }
+            MissingExecutionEvent {
+                execution_id,
+                expected_n,
+            } => {
+                write!(f, "impossible state sequence for execution {execution_id}: event #{expected_n} is missing")
+            }
+            ResultMismatch { reference } => write!(
+                f,
+                "result mismatch{at}: {reference} does not match the digest its event chained (the stored body, or the event, was changed)"
+            ),
+            ResultMissing { reference } => write!(
+                f,
+                "result missing{at}: {reference}, which its event vouches for, is not stored"
+            ),
+            AnchorMismatch {
+                expected_hash,
+                found,
+            } => match found {
+                Some(h) => write!(
+                    f,
+                    "anchor mismatch{at}: the head recorded elsewhere has hash {expected_hash}, the log has {h}"
+                ),
+                None => write!(
+                    f,
+                    "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
+                ),
+            },
+            Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
+            PrunedRangeUnsigned { to } => write!(
+                f,
+                "unsigned pruned range{at}..{to}: the statement that these events were pruned by retention does not verify with this key"
+            ),
+            HeaderNotSigned { line, has_signature } => write!(
+                f,
+                "export header at line {line} {}: the ranges it names could have been edited to hide a cut",
+                if *has_signature { "has a signature that does not verify with this key" } else { "is not signed" }
+            ),
+        }
+    }
+}

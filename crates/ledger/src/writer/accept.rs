@@ -1,0 +1,206 @@
+//! Accept-or-match inside the writer's transaction: the intent slot, operation key and
+//! re-issue key rows are where concurrent identical requests meet.
+
+use postern_core::lifecycle::{Lifecycle, State};
+use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
+use postern_core::{hexdigits, EventKind, ExecutionId};
+use sha2::{Digest, Sha256};
+
+use super::Writer;
+use crate::db::{params, WriteConn};
+use crate::error::LedgerError;
+use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
+use crate::rows;
+use serde_json::json;
+
+impl<C: WriteConn> Writer<C> {
+    /// Accept-or-match, decided inside this transaction. The intent slot (or operation key) row
+    /// is the point where concurrent identical requests meet: the first inserts it, the others
+    /// find it (PostgreSQL makes them wait for the first's commit) and are matched.
+    pub(super) async fn accept(
+        &mut self,
+        req: AcceptRequest,
+    ) -> Result<AcceptOutcome, LedgerError> {
+        let new_id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
+        let new_id_text = new_id.to_string();
+        let fingerprint = req.fingerprint.to_string();
+        let actor = req.record.actor.clone();
+        let scope = req.record.intent_scope.clone();
+        if req.contract.class.is_read_only() {
+            return self.create(new_id, req).await.map(AcceptOutcome::Created);
+        }
+        let lock = self.cfg.dialect.for_update();
+        let (prior_id, key, reissue_of_prior) = if let Some(key) = req.operation_key.clone() {
+            let inserted = self.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &key, &fingerprint, &new_id_text]).await?;
+            if inserted.is_some() {
+                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
+                    .await?;
+                return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            }
+            let row = self
+                .conn
+                .query_opt(
+                    &format!(
+                "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
+            ),
+                    params![&actor, &key],
+                )
+                .await?
+                .ok_or_else(|| LedgerError::Corrupt("operation key row vanished".into()))?;
+            (
+                rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+                Some(key),
+                false,
+            )
+        } else {
+            // A re-issue key claims its row first (a concurrent attempt of the same request
+            // waits here for this one's commit), so every attempt after the first finds the
+            // execution the first one reached, whatever the window.
+            let reissue = match &req.reissue_key {
+                Some(rkey) => {
+                    let claimed = self.conn.query_opt("INSERT INTO reissue_keys (actor, key, execution_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, rkey, &new_id_text]).await?;
+                    if claimed.is_some() {
+                        None
+                    } else {
+                        let row = self.conn.query_opt(&format!("SELECT execution_id FROM reissue_keys WHERE actor = $1 AND key = $2{lock}"), params![&actor, rkey]).await?.ok_or_else(|| LedgerError::Corrupt("re-issue key row vanished".into()))?;
+                        Some(rows::parse_id(&rows::get_str(&row, "execution_id")?)?)
+                    }
+                }
+                None => None,
+            };
+            if let Some(prior_id) = reissue {
+                (prior_id, None, true)
+            } else {
+                let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
+                if inserted.is_some() {
+                    return self.create(new_id, req).await.map(AcceptOutcome::Created);
+                }
+                let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
+                (
+                    rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+                    None,
+                    false,
+                )
+            }
+        };
+        let prior = self.load_summary(prior_id).await?;
+        let incoming = IncomingRequest {
+            fingerprint: req.fingerprint,
+            actor: &actor,
+            intent_scope: &scope,
+            operation_key: key.as_deref(),
+            reissue_of_prior,
+            now: req.now,
+        };
+        match decide(Some(&prior.prior()), &incoming, &req.contract) {
+            RecoveryDecision::New { .. } => {
+                if let Some(key) = &key {
+                    self.conn.exec("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
+                }
+                self.point_reissue_key(&actor, &req, &new_id_text).await?;
+                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
+                    .await?;
+                self.create(new_id, req).await.map(AcceptOutcome::Created)
+            }
+            decision => {
+                // Later attempts of this request find the execution it was matched to (a
+                // conflict matched nothing: its key keeps pointing where it did).
+                if !matches!(decision, RecoveryDecision::Conflict { .. }) {
+                    self.point_reissue_key(&actor, &req, &prior.id.to_string())
+                        .await?;
+                }
+                Ok(AcceptOutcome::Existing {
+                    decision,
+                    execution: prior,
+                })
+            }
+        }
+    }
+
+    /// Points the request's re-issue key (if it has one and no operation key) at `id`.
+    async fn point_reissue_key(
+        &mut self,
+        actor: &str,
+        req: &AcceptRequest,
+        id: &str,
+    ) -> Result<(), LedgerError> {
+        if let (None, Some(rkey)) = (&req.operation_key, &req.reissue_key) {
+            self.conn
+                .exec(
+                    "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
+                    params![id, actor, rkey],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn point_intent(
+        &mut self,
+        actor: &str,
+        scope: &str,
+        fingerprint: &str,
+        id: &str,
+    ) -> Result<(), LedgerError> {
+        self.conn.exec("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await?;
+        Ok(())
+    }
+
+    async fn create(
+        &mut self,
+        id: ExecutionId,
+        mut req: AcceptRequest,
+    ) -> Result<ExecutionSummary, LedgerError> {
+        let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
+        let record_text = String::from_utf8(std::mem::take(&mut req.record_bytes))
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let mut s = ExecutionSummary {
+            id,
+            actor: req.record.actor.clone(),
+            tool: req.record.tool.clone(),
+            class: req.contract.class,
+            fingerprint: req.fingerprint,
+            intent_scope: req.record.intent_scope.clone(),
+            operation_key: req.operation_key.clone(),
+            run_id: req.run_id.clone(),
+            lifecycle: Lifecycle {
+                state: State::Accepted,
+                dispatches: 0,
+                cancel_requested: false,
+            },
+            events: 1,
+            accepted_at: req.now,
+            state_since: req.now,
+            first_dispatched_at: None,
+            rejection_retryable: false,
+        };
+        let detail = json!({
+            "fingerprint": s.fingerprint.to_string(),
+            "actor": s.actor,
+            "tool": s.tool,
+            "class": s.class.as_str(),
+            "intent_scope": s.intent_scope,
+            "operation_key": s.operation_key,
+            "run_id": s.run_id,
+            "record_sha256": record_sha256,
+        });
+        self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
+        if req.is_withdrawn() {
+            let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
+            self.advance(
+                &mut s,
+                NewEvent::new(EventKind::Cancelled).with_detail(note),
+                req.now,
+            )
+            .await?;
+        } else {
+            for ev in req.then {
+                self.advance(&mut s, ev, req.now).await?;
+            }
+        }
+        // One row with the final projection: the `then` events cost no extra statement.
+        self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
+        self.remember(&s);
+        Ok(s)
+    }
+}
