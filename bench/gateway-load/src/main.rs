@@ -5,6 +5,8 @@
 //!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
 //!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION]
 //!
+//! `--soak MINUTES [--concurrency C]` runs the retention soak instead (see `soak.rs`).
+//!
 //! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
 //! asks for the sessionless protocol.
 //!
@@ -24,15 +26,19 @@ use std::time::{Duration, Instant};
 use postern_gateway::demo_target::InvoiceApi;
 use serde_json::{json, Value};
 
+mod soak;
+
 const TOKEN: &str = "bench-token-0123456789abcdef0123";
 /// Unrecorded calls each worker makes before the measured ones (connections, caches, pages).
 const WARMUP_PER_WORKER: usize = 10;
 
-/// The gateway configuration: one idempotent tool in front of the invoice API at `target`.
-fn config(target: &str) -> String {
+/// The gateway configuration: one idempotent tool in front of the invoice API at `target`,
+/// records kept for `retention` (also the tool's match window).
+fn config(target: &str, retention: &str) -> String {
     format!(
         r#"
 [gateway]
+retention = "{retention}"
 store = "sqlite://ledger.db"
 fingerprint_key = {{ file = "fp.key" }}
 signing_key = {{ file = "signing.key" }}
@@ -47,7 +53,7 @@ token = {{ file = "bench.token" }}
 name = "create_invoice"
 description = "Create an invoice"
 class = "idempotent_write"
-match_window = "10m"
+match_window = "{retention}"
 input_schema = {{ type = "object", required = ["customer", "amount"], additionalProperties = false, properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
 http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s" }}
 recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempotency_key={{execution_id}}" }} }}
@@ -62,9 +68,9 @@ struct Served {
 }
 
 impl Served {
-    fn start(postern: &Path, dir: &Path, target: &str) -> Served {
+    fn start(postern: &Path, dir: &Path, config_text: String) -> Served {
         let files = [
-            ("postern.toml", config(target)),
+            ("postern.toml", config_text),
             ("fp.key", "42".repeat(32)),
             ("signing.key", "09".repeat(32)),
             ("bench.token", TOKEN.to_string()),
@@ -354,7 +360,14 @@ fn main() {
         .build()
         .unwrap();
     let api = rt.block_on(InvoiceApi::start()).unwrap();
-    let served = Served::start(&postern, &dir, &api.url(""));
+    if let Some(minutes) = arg("--soak") {
+        let config_text = config(&api.url(""), "1m");
+        let served = Served::start(&postern, &dir, config_text);
+        let concurrency = arg("--concurrency").map_or(8, |c| c.parse().unwrap());
+        soak::run(&rt, &served, &dir, minutes.parse().unwrap(), concurrency);
+        return;
+    }
+    let served = Served::start(&postern, &dir, config(&api.url(""), "10m"));
     let direct = api.url("/invoices");
     println!(
         "postern gateway benchmark — {} serve → invoice API at {} (loopback); SQLite ledger in {}",

@@ -1,0 +1,129 @@
+//! The retention soak (issue 12): steady load through a gateway whose records are kept for
+//! one minute, sampling the store's size on disk and the gateway's resident memory. With
+//! retention pruning, both must stay flat (within ±10 %) once the first records have aged out:
+//! the late samples are compared with the early steady ones, measured in the same run.
+//!
+//!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
+//!         --soak 30 [--concurrency 8]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Client, Served, WITH_SESSION};
+
+/// Every sample: minutes since the start, calls so far, store bytes, gateway RSS bytes.
+struct Sample {
+    minutes: f64,
+    calls: usize,
+    store: u64,
+    rss: u64,
+}
+
+/// The SQLite ledger's bytes on disk: the database, its WAL and shared-memory index.
+fn store_bytes(dir: &Path) -> u64 {
+    ["ledger.db", "ledger.db-wal", "ledger.db-shm"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// A process's resident set size, from `/proc/PID/status`.
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn mean(samples: &[&Sample], f: impl Fn(&Sample) -> u64) -> f64 {
+    samples.iter().map(|s| f(s) as f64).sum::<f64>() / samples.len().max(1) as f64
+}
+
+/// Runs the soak for `minutes` at `concurrency` and prints the samples and the verdict.
+pub fn run(
+    rt: &tokio::runtime::Runtime,
+    served: &Served,
+    dir: &Path,
+    minutes: f64,
+    concurrency: usize,
+) {
+    let pid = served.child.id();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|w| {
+            let (calls, stop, url) = (calls.clone(), stop.clone(), served.url.clone());
+            rt.spawn(async move {
+                let mut client = Client::connect(Some(WITH_SESSION), &url).await;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    client.call(&format!("soak-w{w}-{i}"), i).await;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    println!("retention soak — {minutes} min at concurrency {concurrency}, [gateway] retention = \"1m\"; a sample every 30 s");
+    println!("minute    calls   calls/s   store MiB   RSS MiB");
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut last_calls = 0;
+    while started.elapsed().as_secs_f64() < minutes * 60.0 {
+        std::thread::sleep(Duration::from_secs(30));
+        let s = Sample {
+            minutes: started.elapsed().as_secs_f64() / 60.0,
+            calls: calls.load(Ordering::Relaxed),
+            store: store_bytes(dir),
+            rss: rss_bytes(pid),
+        };
+        println!(
+            "{:>6.1} {:>8} {:>9.0} {:>11.2} {:>9.2}",
+            s.minutes,
+            s.calls,
+            (s.calls - last_calls) as f64 / 30.0,
+            s.store as f64 / 1048576.0,
+            s.rss as f64 / 1048576.0
+        );
+        last_calls = s.calls;
+        samples.push(s);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = rt.block_on(w);
+    }
+    // Baseline: the samples of the run's second fifth (records have been aging out for a
+    // while); compared with the last fifth.
+    let n = samples.len();
+    let early: Vec<&Sample> = samples[n / 5..(2 * n / 5).max(n / 5 + 1)].iter().collect();
+    let late: Vec<&Sample> = samples[(4 * n / 5).min(n - 1)..].iter().collect();
+    let verdict = |ratio: f64| {
+        if (0.9..=1.1).contains(&ratio) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    };
+    let store = mean(&late, |s| s.store) / mean(&early, |s| s.store);
+    let rss = mean(&late, |s| s.rss) / mean(&early, |s| s.rss);
+    println!(
+        "store size, last fifth vs second fifth of the run: {store:.3}× (goal: within ±10 %) — {}",
+        verdict(store)
+    );
+    println!(
+        "gateway RSS, last fifth vs second fifth of the run: {rss:.3}× (goal: within ±10 %) — {}",
+        verdict(rss)
+    );
+    println!(
+        "{} calls in {:.1} min, each a new durable execution",
+        calls.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64() / 60.0
+    );
+}
