@@ -198,10 +198,10 @@ impl Slots {
     }
 }
 
-/// The MCP sessions each actor holds. A session is held from its `initialize` (or its restore
-/// from the ledger after a restart) until rmcp lets it go: closed by `DELETE`, or idle past
-/// rmcp's keep-alive (5 minutes); a session let go is restored (and counted again) when its
-/// client uses it again.
+/// The MCP sessions each actor holds in memory. A session is held from its `initialize` (or its
+/// restore from the ledger) until rmcp lets it go: closed by `DELETE`, or idle past rmcp's
+/// keep-alive (5 minutes). A session let go is restored when its client uses it again, and that
+/// restore is counted (and refused over the limit) like an `initialize`.
 pub(super) struct SessionLimits {
     per_actor: usize,
     live: Arc<LocalSessionManager>,
@@ -223,20 +223,26 @@ impl SessionLimits {
     }
 
     /// Admits a request of `actor` that opens a session (`initialize`: `session` is `None`) or
-    /// uses `session`. `Ok(None)`: the session is held already, nothing to admit.
+    /// uses `session`. `Ok(None)`: the session is in rmcp's memory, so it holds its slot already
+    /// and is never refused; one that is not (closed, expired, or from before a restart) would
+    /// be restored, and is admitted like a new one.
     pub(super) async fn admit(
         &self,
         actor: &str,
         session: Option<&str>,
     ) -> Result<Option<SessionAdmission<'_>>, Refusal> {
-        if let Some(id) = session {
-            if self.lock().get(actor).is_some_and(|a| a.ids.contains(id)) {
-                return Ok(None);
-            }
-        }
         let live = self.live.sessions.read().await;
         let mut held = self.lock();
         let sessions = held.entry(actor.to_string()).or_default();
+        if let Some(id) = session {
+            if live.contains_key(id) {
+                if !sessions.ids.contains(id) {
+                    // Restored by a request that raced a prune: counted again.
+                    sessions.ids.insert(id.to_string());
+                }
+                return Ok(None);
+            }
+        }
         sessions.ids.retain(|id| live.contains_key(id.as_str()));
         if sessions.ids.len() + sessions.admitting >= self.per_actor {
             return Err(Refusal {
@@ -281,5 +287,89 @@ impl Drop for SessionAdmission<'_> {
         if let Some(sessions) = self.limits.lock().get_mut(&self.actor) {
             sessions.admitting = sessions.admitting.saturating_sub(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::transport::streamable_http_server::session::SessionManager;
+
+    use super::*;
+
+    #[test]
+    fn slots_are_per_actor_and_come_back_when_dropped() {
+        let slots = Slots::new(Limit::Streams, 1);
+        let held = slots.try_acquire("a").unwrap();
+        let refused = slots.try_acquire("a").unwrap_err();
+        assert_eq!((refused.limit, refused.value), (Limit::Streams, 1));
+        let _other = slots.try_acquire("b").expect("another actor has its own");
+        drop(held);
+        let _again = slots.try_acquire("a").expect("given back");
+    }
+
+    #[tokio::test]
+    async fn a_session_in_memory_is_never_refused_and_one_let_go_frees_its_slot() {
+        let manager = Arc::new(LocalSessionManager::default());
+        let limits = SessionLimits {
+            per_actor: 1,
+            live: manager.clone(),
+            held: Mutex::default(),
+        };
+        let admission = limits.admit("a", None).await.unwrap().unwrap();
+        let refused = limits.admit("a", None).await.err().unwrap();
+        assert_eq!(refused.limit, Limit::Sessions, "one being opened counts");
+        let (id, _transport) = manager.create_session().await.unwrap();
+        admission.opened(&id);
+        assert!(
+            limits.admit("a", Some(&id)).await.unwrap().is_none(),
+            "a session in memory holds its slot already"
+        );
+        assert!(limits.admit("a", None).await.is_err());
+        assert!(limits.admit("b", None).await.unwrap().is_some());
+        manager.close_session(&id).await.unwrap();
+        assert!(
+            limits.admit("a", None).await.unwrap().is_some(),
+            "a session let go frees its slot"
+        );
+    }
+
+    #[tokio::test]
+    async fn restoring_a_session_over_the_limit_is_refused_and_a_delete_never_is() {
+        let manager = Arc::new(LocalSessionManager::default());
+        let settings = postern_core::config::Config::parse(
+            "[gateway]\nfingerprint_key = { env = \"K\" }\nmax_sessions_per_actor = 1\n",
+            "t.toml",
+        )
+        .unwrap()
+        .gateway;
+        let limits = ActorLimits::new(&settings, manager.clone());
+        let (id, _transport) = manager.create_session().await.unwrap();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"});
+        let held = limits
+            .admit(&http::Method::POST, Some(&init), None, "a")
+            .await
+            .unwrap();
+        held.session.unwrap().opened(&id);
+        let refused = limits
+            .admit(
+                &http::Method::GET,
+                None,
+                Some("stored-before-a-restart"),
+                "a",
+            )
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(refused.limit, Limit::Sessions);
+        let delete = limits
+            .admit(
+                &http::Method::DELETE,
+                None,
+                Some("stored-before-a-restart"),
+                "a",
+            )
+            .await
+            .unwrap();
+        assert!(delete.session.is_none() && delete.stream.is_none());
     }
 }

@@ -420,6 +420,48 @@ mod tests {
             .unwrap();
     }
 
+    /// HTTP/2 (here with prior knowledge) is served too, and an idle HTTP/2 connection is closed
+    /// with `GOAWAY`, which its client takes as a clean end.
+    #[tokio::test]
+    async fn http2_is_served_and_closed_when_idle() {
+        let timeouts = Timeouts {
+            header_read: Duration::from_secs(60),
+            idle: Duration::from_millis(300),
+        };
+        let (client_io, server) = tokio::io::duplex(65536);
+        let connection = tokio::spawn(serve_connection(
+            server,
+            app(),
+            timeouts,
+            Instant::now(),
+            CancellationToken::new(),
+        ));
+        let (mut sender, client_connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(client_io))
+                .await
+                .unwrap();
+        let client_connection = tokio::spawn(client_connection);
+        let request = hyper::Request::get("http://x/healthz")
+            .body(Body::empty())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert_eq!(response.status(), http::StatusCode::OK);
+        let body = axum::body::to_bytes(Body::new(response.into_body()), 64)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"ok");
+        tokio::time::timeout(Duration::from_secs(2), connection)
+            .await
+            .expect("closed when idle")
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(2), client_connection)
+            .await
+            .expect("the client saw the end")
+            .unwrap()
+            .expect("a clean end (GOAWAY), not a reset");
+    }
+
     #[tokio::test]
     async fn a_stop_closes_an_idle_connection_at_once() {
         use tokio::io::AsyncWriteExt;
