@@ -92,6 +92,24 @@ impl McpClient {
         req
     }
 
+    /// The `Mcp-Session-Id` the gateway gave this client.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Ends the session (`DELETE`); the HTTP status of the answer.
+    pub async fn close(&self) -> Result<u16, ClientError> {
+        let resp = self
+            .http
+            .delete(&self.url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+            .await?;
+        Ok(resp.status().as_u16())
+    }
+
     /// POSTs a raw body; with a timeout, the connection is dropped when it fires.
     pub async fn raw(
         &self,

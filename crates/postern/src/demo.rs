@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use postern_core::ExecutionId;
 use postern_gateway::demo_client::McpClient;
 use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_gateway::front::listener::{ListenerLimits, PlainTcp};
 use postern_ledger::Ledger;
 use serde_json::{json, Value};
 
@@ -188,7 +189,14 @@ async fn demo() -> Result<i32> {
         assembled.tokens,
         tokio_util::sync::CancellationToken::new(),
     );
-    tokio::spawn(async move { axum::serve(crate::serve::no_delay(listener), app).await });
+    let limits = ListenerLimits::of(&assembled.gateway.config().gateway);
+    tokio::spawn(postern_gateway::front::listener::serve(
+        listener,
+        PlainTcp,
+        app,
+        limits,
+        std::future::pending(),
+    ));
 
     println!(
         "Postern demo: an MCP action gateway where a lost answer never becomes a second action."

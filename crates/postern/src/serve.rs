@@ -10,6 +10,7 @@ use postern_audit::SigningKey;
 use postern_channels::http::{Credential, Secret};
 use postern_core::config::Config;
 use postern_core::FingerprintKey;
+use postern_gateway::front::listener::{ListenerLimits, PlainTcp};
 use postern_gateway::{Gateway, Registry};
 use postern_ledger::{Ledger, LedgerOptions};
 
@@ -95,18 +96,6 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     Ok(Assembled { gateway, tokens })
 }
 
-/// Sets `TCP_NODELAY` on every accepted connection. rmcp answers a call as an SSE stream whose
-/// result is a second small write; without it, Nagle holds that write for the client's delayed
-/// ACK (~40 ms per call, measured by `bench/gateway-load`).
-pub fn no_delay(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    })
-}
-
 /// A relative SQLite path is relative to the config file.
 pub(crate) fn resolve_store_path(store: &str, dir: &Path) -> String {
     match store.strip_prefix("sqlite://") {
@@ -160,14 +149,14 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         let shutdown = tokio_util::sync::CancellationToken::new();
         let app =
             postern_gateway::front::router(gateway.clone(), assembled.tokens, shutdown.clone());
-        axum::serve(no_delay(listener), app)
-            .with_graceful_shutdown(async move {
-                stop_signal().await;
-                // Open streams (a session's GET stream, a live replay) end now instead of
-                // holding the stop until their clients leave.
-                shutdown.cancel();
-            })
-            .await?;
+        let limits = ListenerLimits::of(&gateway.config().gateway);
+        postern_gateway::front::listener::serve(listener, PlainTcp, app, limits, async move {
+            stop_signal().await;
+            // Open streams (a session's GET stream, a live replay) end now instead of holding
+            // the stop until their clients leave.
+            shutdown.cancel();
+        })
+        .await;
         // Executions finishing in the background (MCP tasks) get to record their end.
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");

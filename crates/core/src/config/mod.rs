@@ -61,6 +61,21 @@ pub struct GatewaySettings {
     /// How many `tools/call` requests one actor may have in flight on one gateway; more are
     /// answered 429 with `Retry-After` (nothing recorded, nothing sent).
     pub max_calls_per_actor: u32,
+    /// How many MCP sessions one actor may hold open on one gateway; an `initialize` over it is
+    /// answered 429 (no session opened, nothing recorded). A closed (`DELETE`) or expired
+    /// session frees its slot.
+    pub max_sessions_per_actor: u32,
+    /// How many SSE streams one actor may keep open on one gateway (standalone `GET` streams,
+    /// replays and request streams); one more is answered 429 before anything is recorded.
+    pub max_streams_per_actor: u32,
+    /// Open HTTP connections; one more is answered 503 with `Retry-After` and closed.
+    pub max_connections: u32,
+    /// How long a client may take to send a request's headers, counted from accepting its
+    /// connection or from the first byte of a later request on it; a slower client is
+    /// disconnected (slowloris).
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +135,21 @@ impl Config {
             parse_duration(value.as_deref().unwrap_or(default))
                 .map_err(|e| at(offset, format!("{field}: {e}")))
         };
+        // A bound of zero would refuse everything: refused, naming the key.
+        let positive_dur = |value: &Option<String>, default: &str, field: &str| {
+            dur(value, default, 0, field).and_then(|d| {
+                if d.is_zero() {
+                    Err(at(0, format!("{field}: must be longer than 0")))
+                } else {
+                    Ok(d)
+                }
+            })
+        };
+        let count = |value: Option<u32>, default: u32, field: &str| match value {
+            Some(0) => Err(at(0, format!("{field}: at least 1"))),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
 
         let g = raw.gateway;
         if g.checkpoint_every.is_some() && g.signing_key.is_none() {
@@ -142,13 +172,24 @@ impl Config {
                 None => None,
             },
             attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
-            max_calls_per_actor: match g.max_calls_per_actor {
-                Some(0) => {
-                    return Err(at(0, "gateway.max_calls_per_actor: at least 1".to_string()))
-                }
-                Some(n) => n,
-                None => 64,
-            },
+            max_calls_per_actor: count(g.max_calls_per_actor, 64, "gateway.max_calls_per_actor")?,
+            max_sessions_per_actor: count(
+                g.max_sessions_per_actor,
+                64,
+                "gateway.max_sessions_per_actor",
+            )?,
+            max_streams_per_actor: count(
+                g.max_streams_per_actor,
+                256,
+                "gateway.max_streams_per_actor",
+            )?,
+            max_connections: count(g.max_connections, 1024, "gateway.max_connections")?,
+            header_read_timeout: positive_dur(
+                &g.header_read_timeout,
+                "10s",
+                "gateway.header_read_timeout",
+            )?,
+            idle_timeout: positive_dur(&g.idle_timeout, "2m", "gateway.idle_timeout")?,
             checkpoint_every: dur(&g.checkpoint_every, "1m", 0, "gateway.checkpoint_every")
                 .and_then(|d| {
                     if d < Duration::from_secs(1) {

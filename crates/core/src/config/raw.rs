@@ -35,6 +35,11 @@ pub(super) struct RawGateway {
     pub attach_wait: Option<String>,
     pub checkpoint_every: Option<String>,
     pub max_calls_per_actor: Option<u32>,
+    pub max_sessions_per_actor: Option<u32>,
+    pub max_streams_per_actor: Option<u32>,
+    pub max_connections: Option<u32>,
+    pub header_read_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
 }
 
 #[derive(Deserialize)]

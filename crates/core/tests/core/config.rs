@@ -159,3 +159,58 @@ fn duplicate_names_are_refused() {
         "{err}"
     );
 }
+
+/// Issue 12: the listener's and the front's bounds have defaults, and a value that would refuse
+/// everything (0) or does not parse is refused, naming the key.
+#[test]
+fn bounds_have_defaults_and_nonsense_values_are_refused() {
+    let c = Config::parse(GATEWAY, "ok.toml").unwrap();
+    assert_eq!(c.gateway.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(c.gateway.idle_timeout, Duration::from_secs(120));
+    assert_eq!(c.gateway.max_connections, 1024);
+    assert_eq!(c.gateway.max_sessions_per_actor, 64);
+    assert_eq!(c.gateway.max_streams_per_actor, 256);
+    let set = Config::parse(
+        &format!("{GATEWAY}header_read_timeout = \"1s\"\nidle_timeout = \"500ms\"\nmax_connections = 2\nmax_sessions_per_actor = 3\nmax_streams_per_actor = 4\n"),
+        "ok.toml",
+    )
+    .unwrap();
+    assert_eq!(set.gateway.header_read_timeout, Duration::from_secs(1));
+    assert_eq!(set.gateway.idle_timeout, Duration::from_millis(500));
+    assert_eq!(set.gateway.max_connections, 2);
+    assert_eq!(set.gateway.max_sessions_per_actor, 3);
+    assert_eq!(set.gateway.max_streams_per_actor, 4);
+    for (line, key, says) in [
+        (
+            "header_read_timeout = \"0s\"",
+            "header_read_timeout",
+            "longer than 0",
+        ),
+        (
+            "header_read_timeout = \"soon\"",
+            "header_read_timeout",
+            "soon",
+        ),
+        ("idle_timeout = \"0ms\"", "idle_timeout", "longer than 0"),
+        ("idle_timeout = \"2 minutes\"", "idle_timeout", "2 minutes"),
+        ("max_connections = 0", "max_connections", "at least 1"),
+        (
+            "max_sessions_per_actor = 0",
+            "max_sessions_per_actor",
+            "at least 1",
+        ),
+        (
+            "max_streams_per_actor = 0",
+            "max_streams_per_actor",
+            "at least 1",
+        ),
+    ] {
+        let err = parse_err(&format!("{GATEWAY}{line}\n"));
+        assert!(
+            err.message.contains(&format!("gateway.{key}")) && err.message.contains(says),
+            "{line}: {err}"
+        );
+    }
+    let err = parse_err(&format!("{GATEWAY}max_connections = -1\n"));
+    assert!(err.message.contains("invalid value"), "{err}");
+}

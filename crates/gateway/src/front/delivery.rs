@@ -105,7 +105,9 @@ pub(super) struct TrackedBody {
     /// The stream this body carries, once its first event id was seen.
     pub(super) claimed: Option<(Arc<DurableStreams>, String)>,
     /// The actor's in-flight call slot, released when the answer has been written (or lost).
-    pub(super) _call_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub(super) call_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The actor's stream slot, while this body is a stream.
+    pub(super) stream_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl TrackedBody {
@@ -114,6 +116,9 @@ impl TrackedBody {
             return;
         }
         self.finished = true;
+        // The slots come back as the body ends, before the client can see its end and ask again.
+        self.call_slot = None;
+        self.stream_slot = None;
         if !delivered {
             if let Some((streams, id)) = &self.claimed {
                 streams.abandoned(id);

@@ -24,10 +24,13 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 mod delivery;
+mod limits;
+pub mod listener;
 mod streams;
 mod tasks;
 
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
+use limits::{ActorLimits, Held};
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 
@@ -60,28 +63,7 @@ struct FrontState {
     /// bearer token → actor
     tokens: HashMap<String, String>,
     max_body: usize,
-    calls: CallLimits,
-}
-
-/// In-flight `tools/call` requests per actor, bounded: one agent cannot take every connection,
-/// writer slot and target connection of the gateway.
-struct CallLimits {
-    per_actor: usize,
-    inflight: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
-}
-
-impl CallLimits {
-    /// A slot for one more call of `actor`, held until its response ends; `None` when the actor
-    /// is at its limit.
-    fn try_acquire(&self, actor: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let semaphore = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(actor.to_string())
-                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_actor)))
-                .clone()
-        };
-        semaphore.try_acquire_owned().ok()
-    }
+    limits: ActorLimits,
 }
 
 /// The HTTP application: `/mcp` and `/healthz`. `tokens` maps bearer tokens to actor names.
@@ -123,41 +105,22 @@ pub fn router(
     // Sessions and their streams outlive a restart (and move between replicas on PostgreSQL).
     let streams = Arc::new(DurableStreams::new(gateway.clone()));
     config.session_store = Some(Arc::new(DurableSessions::new(gateway.ledger().clone())));
-    let sessions = LocalSessionManager::default().with_event_store(streams.clone());
+    let sessions = Arc::new(LocalSessionManager::default().with_event_store(streams.clone()));
+    let limits = ActorLimits::new(&gateway.config().gateway, sessions.clone());
     let handler = PosternMcp::new(gateway.clone(), None);
     let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
-    let calls = CallLimits {
-        per_actor: gateway.config().gateway.max_calls_per_actor as usize,
-        inflight: Mutex::new(HashMap::new()),
-    };
+        StreamableHttpService::new(move || Ok(handler.clone()), sessions, config);
     let state = Arc::new(FrontState {
         gateway,
         streams,
         tokens,
         max_body,
-        calls,
+        limits,
     });
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn_with_state(state, guard))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-}
-
-/// 429 for a call over the actor's in-flight limit: nothing was recorded or sent, so the same
-/// call may simply be made again after `Retry-After`.
-fn too_many_calls(request: &Value, actor: &str, limit: usize) -> Response {
-    let mut response = jsonrpc_error(
-        StatusCode::TOO_MANY_REQUESTS,
-        request.get("id").cloned().unwrap_or(Value::Null),
-        -32000,
-        format!("actor {actor} already has {limit} calls in flight (the gateway's max_calls_per_actor): nothing was recorded or sent; call again after Retry-After"),
-        Value::Null,
-    );
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-    response
 }
 
 fn jsonrpc_error(
@@ -192,132 +155,224 @@ fn actor_of(tokens: &HashMap<String, String>, presented: &str) -> Option<String>
 /// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
 /// fully written.
 async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> Response {
-    if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
-        // Which one would count is the proxy's guess against ours: refuse instead.
-        return (
-            StatusCode::BAD_REQUEST,
-            "several Authorization headers: send exactly one",
-        )
-            .into_response();
-    }
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(actor) = token.and_then(|t| actor_of(&st.tokens, t)) else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer realm=\"postern\"")],
-            "missing or unknown bearer token",
-        )
-            .into_response();
+    let actor = match authenticate(&st.tokens, req.headers()) {
+        Ok(actor) => actor,
+        Err(refused) => return refused.into_response(),
     };
     let session = req
         .headers()
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(id) = &session {
-        // A session belongs to the actor that opened it: to anyone else it does not exist.
-        if !st.streams.session_is_actors(id, &actor).await {
-            return (StatusCode::NOT_FOUND, "unknown session").into_response();
+    if let Err(refused) = check_ownership(&st, req.headers(), session.as_deref(), &actor).await {
+        return refused;
+    }
+    let (parts, body) = req.into_parts();
+    let read = match read_body(&st, &parts, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let held = match st
+        .limits
+        .admit(
+            &parts.method,
+            read.message.as_ref(),
+            session.as_deref(),
+            &actor,
+        )
+        .await
+    {
+        Ok(held) => held,
+        Err(refusal) => return refusal.response(read.request_id()),
+    };
+    forward(&st, next, parts, read, held, session, actor).await
+}
+
+/// Why a request carries no usable bearer token.
+enum Unauthenticated {
+    /// Which one would count is the proxy's guess against ours: refused instead.
+    SeveralTokens,
+    MissingOrUnknown,
+}
+
+impl IntoResponse for Unauthenticated {
+    fn into_response(self) -> Response {
+        match self {
+            Unauthenticated::SeveralTokens => (
+                StatusCode::BAD_REQUEST,
+                "several Authorization headers: send exactly one",
+            )
+                .into_response(),
+            Unauthenticated::MissingOrUnknown => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"postern\"")],
+                "missing or unknown bearer token",
+            )
+                .into_response(),
         }
     }
-    if let Some(last) = req
-        .headers()
-        .get("last-event-id")
+}
+
+/// The actor whose bearer token the request carries.
+fn authenticate(
+    tokens: &HashMap<String, String>,
+    headers: &http::HeaderMap,
+) -> Result<String, Unauthenticated> {
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        return Err(Unauthenticated::SeveralTokens);
+    }
+    headers
+        .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-    {
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .and_then(|t| actor_of(tokens, t))
+        .ok_or(Unauthenticated::MissingOrUnknown)
+}
+
+/// 404 unless the session and the stream to resume (`Last-Event-ID`) belong to `actor`.
+async fn check_ownership(
+    st: &FrontState,
+    headers: &http::HeaderMap,
+    session: Option<&str>,
+    actor: &str,
+) -> Result<(), Response> {
+    if let Some(id) = session {
+        // A session belongs to the actor that opened it: to anyone else it does not exist.
+        if !st.streams.session_is_actors(id, actor).await {
+            return Err((StatusCode::NOT_FOUND, "unknown session").into_response());
+        }
+    }
+    if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         // rmcp replays whatever id it is handed; a stream is only ever resumed by its owner.
-        if !st
-            .streams
-            .may_resume(last, session.as_deref(), &actor)
-            .await
-        {
-            return (
+        if !st.streams.may_resume(last, session, actor).await {
+            return Err((
                 StatusCode::NOT_FOUND,
                 "no resumable stream with this Last-Event-ID belongs to this session",
             )
-                .into_response();
+                .into_response());
         }
     }
-    let header_version = req
-        .headers()
-        .get("mcp-protocol-version")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let (mut parts, body) = req.into_parts();
-    let mut raw = RawParams::default();
-    let mut sessionless = false;
-    let mut call_slot = None;
-    let body = if parts.method == http::Method::POST {
-        let bytes = match axum::body::to_bytes(body, st.max_body).await {
-            Ok(b) => b,
-            Err(_) => {
-                return (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body is over the {} byte limit", st.max_body),
-                )
-                    .into_response()
-            }
-        };
-        match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
-            Ok(v) => {
-                let params = v.get("params");
-                raw.idempotency_key = params
-                    .and_then(|p| p.get("idempotencyKey"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                // As rmcp routes it: `initialize` is always a session's; otherwise the version in
-                // `_meta`, else the header, decides (2026-07-28 and later have no sessions).
-                let version = params
-                    .and_then(|p| p.get("_meta"))
-                    .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-                    .and_then(Value::as_str)
-                    .or(header_version.as_deref());
-                sessionless = v.get("method").and_then(Value::as_str) != Some("initialize")
-                    && version.is_some_and(|v| v >= FIRST_SESSIONLESS_VERSION);
-                if v.get("method").and_then(Value::as_str) == Some("tools/call") {
-                    match st.calls.try_acquire(&actor) {
-                        Some(permit) => call_slot = Some(permit),
-                        None => return too_many_calls(&v, &actor, st.calls.per_actor),
-                    }
-                }
-            }
-            Err(postern_core::canon::CanonError::Malformed {
-                line,
-                column,
-                reason,
-            }) => {
-                return jsonrpc_error(
-                    StatusCode::BAD_REQUEST,
-                    Value::Null,
-                    -32700,
-                    format!("parse error at line {line}, column {column}: {reason}"),
-                    Value::Null,
-                );
-            }
-            Err(e) => {
-                // Valid JSON for serde_json, but ambiguous as an action: refuse it, naming where.
-                let id = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("id").cloned())
-                    .unwrap_or(Value::Null);
-                return jsonrpc_error(
-                    StatusCode::OK,
-                    id,
-                    ErrorCode::INVALID_PARAMS.0,
-                    format!("invalid request: {e}"),
-                    Value::Null,
-                );
-            }
-        }
-        Body::from(bytes)
-    } else {
-        body
+    Ok(())
+}
+
+/// A request's body, read and strictly parsed when it is a `POST`.
+struct ReadBody {
+    body: Body,
+    /// The JSON-RPC message of a `POST`.
+    message: Option<Value>,
+    raw: RawParams,
+    /// A 2026-07-28 (sessionless) request: a disconnect cancels it.
+    sessionless: bool,
+}
+
+impl ReadBody {
+    fn request_id(&self) -> Value {
+        self.message
+            .as_ref()
+            .and_then(|m| m.get("id").cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// Reads a `POST` body (bounded by `max_body_bytes`) and parses it strictly: duplicate keys,
+/// inexact numbers and malformed JSON are refused here, naming where.
+async fn read_body(
+    st: &FrontState,
+    parts: &http::request::Parts,
+    body: Body,
+) -> Result<ReadBody, Response> {
+    if parts.method != http::Method::POST {
+        return Ok(ReadBody {
+            body,
+            message: None,
+            raw: RawParams::default(),
+            sessionless: false,
+        });
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, st.max_body).await else {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body is over the {} byte limit", st.max_body),
+        )
+            .into_response());
     };
+    let v = match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
+        Ok(v) => v,
+        Err(postern_core::canon::CanonError::Malformed {
+            line,
+            column,
+            reason,
+        }) => {
+            return Err(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32700,
+                format!("parse error at line {line}, column {column}: {reason}"),
+                Value::Null,
+            ));
+        }
+        Err(e) => {
+            // Valid JSON for serde_json, but ambiguous as an action: refuse it, naming where.
+            let id = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(Value::Null);
+            return Err(jsonrpc_error(
+                StatusCode::OK,
+                id,
+                ErrorCode::INVALID_PARAMS.0,
+                format!("invalid request: {e}"),
+                Value::Null,
+            ));
+        }
+    };
+    let params = v.get("params");
+    let raw = RawParams {
+        idempotency_key: params
+            .and_then(|p| p.get("idempotencyKey"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    // As rmcp routes it: `initialize` is always a session's; otherwise the version in `_meta`,
+    // else the header, decides (2026-07-28 and later have no sessions).
+    let version = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str)
+        .or_else(|| {
+            parts
+                .headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+        });
+    let sessionless = v.get("method").and_then(Value::as_str) != Some("initialize")
+        && version.is_some_and(|v| v >= FIRST_SESSIONLESS_VERSION);
+    Ok(ReadBody {
+        body: Body::from(bytes),
+        message: Some(v),
+        raw,
+        sessionless,
+    })
+}
+
+/// Hands the admitted request to rmcp and wraps the response so its delivery is recorded, its
+/// stream bound to its session and actor, and its slots held until it ends.
+async fn forward(
+    st: &FrontState,
+    next: Next,
+    mut parts: http::request::Parts,
+    read: ReadBody,
+    held: Held<'_>,
+    session: Option<String>,
+    actor: String,
+) -> Response {
+    let ReadBody {
+        body,
+        raw,
+        sessionless,
+        ..
+    } = read;
     let slot = DeliverySlot::default();
     let is_post = parts.method == http::Method::POST;
     let disconnect = sessionless.then(CancellationToken::new);
@@ -340,13 +395,26 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     let response = next.run(Request::from_parts(parts, body)).await;
     early_exit.slot = None;
     let (mut parts, body) = response.into_parts();
+    let created = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     if session.is_none() {
-        let opened = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok());
-        if let Some(opened) = opened {
+        if let Some(opened) = &created {
             st.streams.claim_session(opened, &actor).await;
+        }
+    }
+    if let Some(admission) = held.session {
+        if let Some(id) = created.as_deref().or(session.as_deref()) {
+            if parts.status.is_success() {
+                admission.opened(id);
+            }
+        }
+    }
+    if is_delete && parts.status.is_success() {
+        if let Some(id) = &session {
+            st.limits.sessions.release(&actor, id);
         }
     }
     if is_delete && parts.status == StatusCode::ACCEPTED {
@@ -360,21 +428,14 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     // The session of a new stream: the one just created (initialize) or the caller's.
-    let claim = (is_post && is_sse).then(|| {
-        let created = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        StreamClaim {
-            streams: st.streams.clone(),
-            session: if sessionless {
-                None
-            } else {
-                created.or(session)
-            },
-            actor,
-        }
+    let claim = (is_post && is_sse).then(|| StreamClaim {
+        streams: st.streams.clone(),
+        session: if sessionless {
+            None
+        } else {
+            created.or(session)
+        },
+        actor,
     });
     let tracked = TrackedBody {
         inner: body,
@@ -383,7 +444,9 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         finished: false,
         claim,
         claimed: None,
-        _call_slot: call_slot,
+        call_slot: held.call,
+        // Only a stream is kept open; any other answer gives its slot back at once.
+        stream_slot: held.stream.filter(|_| is_sse),
     };
     Response::from_parts(parts, Body::new(tracked))
 }

@@ -1,5 +1,9 @@
-//! Bounds on what a caller can put into the record (issue 12): operation keys, re-issue keys,
-//! intent scopes and run ids are 1 to 256 bytes; and each actor has its own token.
+//! Bounds (issue 12): on what a caller can put into the record (operation keys, re-issue keys,
+//! intent scopes and run ids are 1 to 256 bytes; each actor has its own token), on what one
+//! actor may hold (calls in flight, MCP sessions, open streams), and on connections (a cap, a
+//! header-read and an idle timeout), each against the real `postern serve`.
+
+use std::time::Duration;
 
 use postern_gateway::demo_target::InvoiceApi;
 use serde_json::json;
@@ -174,4 +178,277 @@ async fn polling_a_delivered_execution_does_not_grow_its_record() {
         .filter(|e| e["event"] == "delivered")
         .count();
     assert_eq!(delivered, 1, "{shown}");
+}
+
+/// The test config with `keys` added to `[gateway]`.
+fn bounded(keys: &str) -> String {
+    config("http://127.0.0.1:9").replace("[gateway]\n", &format!("[gateway]\n{keys}\n"))
+}
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+/// Sends `GET /healthz` on a kept-alive connection and reads its answer (`ok`, 2 bytes).
+async fn healthz_on(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(HEALTHZ).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !seen.ends_with(b"\r\n\r\nok") {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// Waits (at most `within`) for the server to close `conn`; how long that took.
+async fn closed_by_server(conn: &mut tokio::net::TcpStream, within: Duration) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at((start + within).into(), conn.read(&mut buf)).await {
+            Err(_) => panic!("the connection is still open after {within:?}"),
+            Ok(Ok(0) | Err(_)) => return start.elapsed(),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+async fn healthz(addr: &str) -> u16 {
+    reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Issue 12: a client that sends its request's headers slowly (slowloris) or not at all is
+/// disconnected after `header_read_timeout`, while other clients go on being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_is_cut_after_the_header_read_timeout_and_others_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let dir = Dir::new("slowloris");
+    let served = Served::start(&dir.0, &bounded("header_read_timeout = \"1s\""));
+    let start = std::time::Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    let mut slow = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let trickle = tokio::spawn(async move {
+        // A header line every 300 ms does not buy more time.
+        for i in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if slow
+                .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        slow
+    });
+    for _ in 0..3 {
+        assert_eq!(healthz(served.addr()).await, 200, "others are served");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut slow = trickle.await.unwrap();
+    closed_by_server(&mut slow, Duration::from_secs(5)).await;
+    closed_by_server(&mut silent, Duration::from_secs(5)).await;
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "not cut before the timeout"
+    );
+    assert_eq!(healthz(served.addr()).await, 200);
+}
+
+/// Issue 12: a kept-alive connection with no request in flight is closed after `idle_timeout`
+/// (and not after the shorter header-read timeout: waiting between requests is not a slow
+/// request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
+    let dir = Dir::new("idle");
+    let served = Served::start(
+        &dir.0,
+        &bounded("header_read_timeout = \"1s\"\nidle_timeout = \"3s\""),
+    );
+    let mut conn = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    assert!(healthz_on(&mut conn).await.starts_with("HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = healthz_on(&mut conn).await;
+    assert!(
+        again.starts_with("HTTP/1.1 200"),
+        "kept alive for 2 s: {again}"
+    );
+    let idle = closed_by_server(&mut conn, Duration::from_secs(8)).await;
+    assert!(idle >= Duration::from_millis(2500), "closed after {idle:?}");
+}
+
+/// Issue 12: over `max_connections` a connection is answered 503 with `Retry-After` and closed;
+/// once an open connection closes, a new one is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_over_the_cap_gets_503_until_one_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = Dir::new("connection-cap");
+    let served = Served::start(&dir.0, &bounded("max_connections = 2"));
+    let mut first = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    assert!(healthz_on(&mut first).await.starts_with("HTTP/1.1 200"));
+    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"));
+    let mut third = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    third.write_all(HEALTHZ).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut answer))
+        .await
+        .expect("answered and closed within 5 s")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.to_lowercase().contains("retry-after: 1"), "{answer}");
+    assert!(answer.contains("max_connections"), "{answer}");
+    // The two kept-alive connections are still served.
+    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"));
+    drop(first);
+    let mut served_again = false;
+    for _ in 0..50 {
+        let mut next = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+        next.write_all(HEALTHZ).await.unwrap();
+        let mut head = [0u8; 12];
+        if next.read_exact(&mut head).await.is_ok() && head.ends_with(b"200") {
+            served_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served_again, "a closed connection frees its slot");
+}
+
+/// Issue 12: an actor holds at most `max_sessions_per_actor` MCP sessions; one more
+/// `initialize` is refused (429, naming the limit, no session opened) while the sessions it
+/// holds keep working, other actors are not held up, and a `DELETE` frees a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_over_the_cap_are_refused_and_a_delete_frees_a_slot() {
+    use postern_gateway::demo_client::{ClientError, McpClient};
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("session-cap");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("[gateway]\n", "[gateway]\nmax_sessions_per_actor = 2\n");
+    let served = Served::start(&dir.0, &text);
+    let connect = |token: &'static str| McpClient::connect(&served.url, token, "postern-tests");
+    let one = connect(BILLING_TOKEN).await.unwrap();
+    let two = connect(BILLING_TOKEN).await.unwrap();
+    let Err(ClientError::Status { status, body }) = connect(BILLING_TOKEN).await else {
+        panic!("a third session was opened");
+    };
+    assert_eq!(status, 429, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        error["error"]["data"]["limit"], "max_sessions_per_actor",
+        "{body}"
+    );
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no session was opened and nothing was recorded"),
+        "{message}"
+    );
+    let held = two
+        .call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    assert!(
+        held["result"].is_object(),
+        "a held session still works: {held}"
+    );
+    connect(OPS_TOKEN)
+        .await
+        .expect("another actor is not held up");
+    assert_eq!(one.close().await.unwrap(), 204);
+    connect(BILLING_TOKEN)
+        .await
+        .expect("a closed session frees its slot");
+}
+
+/// Issue 12: an actor keeps at most `max_streams_per_actor` SSE streams open: with a `GET`
+/// stream open, a request (answered as a stream) or another `GET` is refused with 429 before
+/// anything is recorded; once the stream closes, requests are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_over_the_cap_are_refused() {
+    use postern_gateway::demo_client::McpClient;
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("stream-cap");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("[gateway]\n", "[gateway]\nmax_streams_per_actor = 1\n");
+    let served = Served::start(&dir.0, &text);
+    let mcp = McpClient::connect(&served.url, BILLING_TOKEN, "postern-tests")
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let open_stream = || {
+        http.get(&served.url)
+            .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", mcp.session())
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let stream = open_stream().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let (_, create) = mcp.request(
+        "create_invoice",
+        json!({"customer": "stream-co", "amount": 1}),
+        json!({}),
+    );
+    let (status, body) = mcp.raw(&create, None).await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        error["error"]["data"]["limit"], "max_streams_per_actor",
+        "{body}"
+    );
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("nothing was recorded or sent"),
+        "{message}"
+    );
+    assert_eq!(
+        open_stream().await.unwrap().status(),
+        429,
+        "a second GET stream"
+    );
+    assert!(
+        target.state.requests().is_empty(),
+        "nothing reached the target"
+    );
+    let ops = McpClient::connect(&served.url, OPS_TOKEN, "postern-tests")
+        .await
+        .expect("another actor is not held up");
+    let listed = ops
+        .call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    assert!(listed["result"].is_object(), "{listed}");
+    drop(stream);
+    let mut answered = None;
+    for _ in 0..50 {
+        let (status, body) = mcp.raw(&create, None).await.unwrap();
+        if status == 200 {
+            answered = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = answered.expect("a closed stream frees its slot");
+    assert!(
+        crate::harness::sse_message(&body)["result"].is_object(),
+        "{body}"
+    );
+    assert_eq!(target.state.count_for("stream-co"), 1);
 }
