@@ -11,8 +11,15 @@
 //! database makes unique (the intent slot, or the operation key): never check-then-insert.
 //! Transitions are checked against the core's lifecycle table before anything is written.
 //!
-//! Architecture invariant: the ledger never retries anything itself. Its recovery scan only
-//! records `outcome_unknown` for executions a stopped instance left `dispatched`.
+//! Architecture invariant: the ledger never retries an action. Its recovery scan only records
+//! `outcome_unknown` for executions a stopped instance left `dispatched`. (PostgreSQL's writer
+//! does replace a lost connection, between transactions only, and renews the instance's lease
+//! through the writer: an instance that cannot write lets its lease lapse.)
+//!
+//! Architecture invariant: events are only ever removed by retention, whole executions at a
+//! time and only final ones, and each removed run of the chain leaves a signed pruned-range
+//! statement the verifier links across. Every error says which storage fault it is
+//! ([`StorageFault`]): busy and unavailable are worth waiting for, full and read-only are not.
 
 mod combiner;
 mod db;

@@ -21,6 +21,12 @@ pub fn read_signing_key(path: &Path) -> Result<SigningKey> {
 /// refuses a private key): a key anyone can read is no longer a secret, and it is better said
 /// at start-up than found later.
 pub fn read_private(path: &Path, what: &str) -> Result<String> {
+    refuse_shared(path, what)?;
+    std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
+}
+
+/// Refuses a file that its group or others may read or write.
+fn refuse_shared(path: &Path, what: &str) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -35,7 +41,28 @@ pub fn read_private(path: &Path, what: &str) -> Result<String> {
             );
         }
     }
-    std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
+    Ok(())
+}
+
+/// The SQLite store holds every call's arguments and every target's answer: a new one is
+/// created readable by its owner only, and an existing one that others may read is refused
+/// (SQLite gives its `-wal` and `-shm` files the database file's mode).
+pub fn private_store(path: &Path) -> Result<()> {
+    if !path.exists() {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(path) {
+            Ok(_) => return Ok(()),
+            // Another process created it meanwhile: check it as any existing store.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating the store {}", path.display()))
+            }
+        }
+    }
+    refuse_shared(path, "the store")
 }
 
 /// Writes a secret file with mode 0600, refusing to overwrite one that exists.

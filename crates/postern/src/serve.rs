@@ -82,6 +82,10 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     }
     let registry = Registry::new(&config.tools, &credentials)?;
     let store = resolve_store_path(&config.gateway.store, &dir);
+    if let Some(file) = store.strip_prefix("sqlite://") {
+        let file = file.split('?').next().unwrap_or(file);
+        crate::keys::private_store(Path::new(file))?;
+    }
     let options = LedgerOptions {
         signing_key,
         ..LedgerOptions::default()

@@ -218,3 +218,48 @@ fn a_secret_file_others_can_read_is_refused() {
     assert!(stderr.contains("chmod 600"), "{stderr}");
     assert!(!stderr.contains(text.trim()), "{stderr}");
 }
+
+/// Issue 12: the store holds every call's arguments and answers. `postern serve` creates it
+/// readable by its owner only (its WAL follows), and refuses one others can read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_is_private_and_a_shared_one_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let target = postern_gateway::demo_target::InvoiceApi::start()
+        .await
+        .unwrap();
+    let dir = crate::harness::Dir::new("store-perms");
+    let served = crate::harness::Served::start(&dir.0, &crate::harness::config(&target.url("")));
+    let mcp = crate::harness::Mcp::connect(&served.url, crate::harness::BILLING_TOKEN).await;
+    mcp.call(
+        "create_invoice",
+        serde_json::json!({"customer": "perm", "amount": 1}),
+        serde_json::json!({}),
+    )
+    .await;
+    let mode = |name: &str| {
+        std::fs::metadata(dir.0.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("ledger.db"), 0o600);
+    assert_eq!(mode("ledger.db-wal"), 0o600);
+    served.stop();
+
+    let db = dir.0.join("ledger.db");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = postern()
+        .args(["serve", "-c", dir.0.join("postern.toml").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "the store {} is readable by others (mode 644): run chmod 600",
+            db.display()
+        )),
+        "{stderr}"
+    );
+}
