@@ -452,6 +452,10 @@ async fn forward(
 }
 
 /// The rmcp server handler.
+/// How many run and session ids the front remembers before it forgets them all (each is a
+/// cache over the ledger, which holds the truth).
+pub(crate) const REMEMBERED: usize = 10_000;
+
 #[derive(Clone)]
 pub struct PosternMcp {
     gateway: Arc<Gateway>,
@@ -499,7 +503,14 @@ impl PosternMcp {
         let first = self
             .runs
             .lock()
-            .map(|mut r| r.insert(id.clone()))
+            .map(|mut r| {
+                // Only a cache of runs already recorded (a repeat is refused by the ledger and
+                // ignored): bounded, so session churn cannot grow it for ever.
+                if r.len() >= REMEMBERED {
+                    r.clear();
+                }
+                r.insert(id.clone())
+            })
             .unwrap_or(false);
         if first {
             let info = ctx.peer.peer_info();

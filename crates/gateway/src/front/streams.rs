@@ -277,9 +277,7 @@ impl DurableStreams {
         match self.ledger().mcp_session_actor(session).await {
             Ok(Some(owner)) => {
                 let mine = owner == actor;
-                if let Ok(mut m) = self.session_actors.lock() {
-                    m.insert(session.to_string(), owner);
-                }
+                self.remember_owner(session, &owner);
                 mine
             }
             Ok(None) => {
@@ -291,12 +289,21 @@ impl DurableStreams {
         }
     }
 
-    /// Records that `session` belongs to `actor` (the first claim stays).
-    pub(crate) async fn claim_session(&self, session: &str, actor: &str) {
+    /// Caches a session's owner (the first claim stays); the cache is bounded, the ledger
+    /// holds every owner.
+    fn remember_owner(&self, session: &str, actor: &str) {
         if let Ok(mut m) = self.session_actors.lock() {
+            if m.len() >= super::REMEMBERED && !m.contains_key(session) {
+                m.clear();
+            }
             m.entry(session.to_string())
                 .or_insert_with(|| actor.to_string());
         }
+    }
+
+    /// Records that `session` belongs to `actor` (the first claim stays).
+    pub(crate) async fn claim_session(&self, session: &str, actor: &str) {
+        self.remember_owner(session, actor);
         let write = StreamWrite::SessionActor {
             id: session.to_string(),
             actor: actor.to_string(),
