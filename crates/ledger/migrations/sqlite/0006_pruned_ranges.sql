@@ -13,3 +13,5 @@ CREATE TABLE pruned_ranges (
     PRIMARY KEY (chain, from_seq)
 );
 CREATE UNIQUE INDEX pruned_ranges_end ON pruned_ranges (chain, to_seq);
+-- Retention removes an execution's re-issue key by the execution (its key is not on the record).
+CREATE INDEX reissue_keys_execution ON reissue_keys (execution_id);
