@@ -20,5 +20,5 @@ mod report;
 
 pub use error::GatewayError;
 pub use pipeline::{now, Cancellation, Gateway, ToolCall};
-pub use registry::Registry;
+pub use registry::{Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

@@ -20,3 +20,4 @@ mod starter;
 mod stdio;
 mod targets;
 mod tasks;
+mod tls_targets;
