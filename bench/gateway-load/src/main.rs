@@ -3,7 +3,11 @@
 //! ledger's two-commit floor measured on the same disk in the same run.
 //!
 //!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
-//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION]
+//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION] \
+//!         [--https]
+//!
+//! `--https` adds the target-transport comparison (`tls.rs`): plain http and https to the same
+//! API, with and without connection reuse, at concurrency 1 and 64.
 //!
 //! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
 //! asks for the sessionless protocol.
@@ -24,12 +28,16 @@ use std::time::{Duration, Instant};
 use postern_gateway::demo_target::InvoiceApi;
 use serde_json::{json, Value};
 
+mod tls;
+
 const TOKEN: &str = "bench-token-0123456789abcdef0123";
 /// Unrecorded calls each worker makes before the measured ones (connections, caches, pages).
 const WARMUP_PER_WORKER: usize = 10;
 
-/// The gateway configuration: one idempotent tool in front of the invoice API at `target`.
-fn config(target: &str) -> String {
+/// The gateway configuration: one idempotent tool in front of the invoice API at `target`
+/// (`https://` targets trust the CA in `ca_file`).
+fn config(target: &str, ca_file: Option<&str>) -> String {
+    let ca = ca_file.map_or(String::new(), |f| format!(", ca_file = \"{f}\""));
     format!(
         r#"
 [gateway]
@@ -49,7 +57,7 @@ description = "Create an invoice"
 class = "idempotent_write"
 match_window = "10m"
 input_schema = {{ type = "object", required = ["customer", "amount"], additionalProperties = false, properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
-http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s" }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s"{ca} }}
 recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempotency_key={{execution_id}}" }} }}
 "#
     )
@@ -63,8 +71,19 @@ struct Served {
 
 impl Served {
     fn start(postern: &Path, dir: &Path, target: &str) -> Served {
+        Served::start_with(postern, dir, target, None, &[])
+    }
+
+    /// A gateway in front of `target`, trusting `ca_file` (in `dir`), with extra environment.
+    fn start_with(
+        postern: &Path,
+        dir: &Path,
+        target: &str,
+        ca_file: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Served {
         let files = [
-            ("postern.toml", config(target)),
+            ("postern.toml", config(target, ca_file)),
             ("fp.key", "42".repeat(32)),
             ("signing.key", "09".repeat(32)),
             ("bench.token", TOKEN.to_string()),
@@ -80,6 +99,7 @@ impl Served {
         let mut child = Command::new(postern)
             .args(["serve", "-c", config.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -422,6 +442,9 @@ fn main() {
         rate_c64 / fsync,
         verdict(rate_c64 >= 1500.0)
     );
+    if args.iter().any(|a| a == "--https") {
+        tls::compare(&rt, &postern, &dir, protocol, &api, calls1, seconds);
+    }
     drop(served);
     if keep.is_some() {
         println!("kept: {} (ledger.db, postern.toml)", dir.display());

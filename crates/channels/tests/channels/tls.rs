@@ -157,6 +157,26 @@ async fn no_tls_version_in_common_is_not_sent() {
 }
 
 #[tokio::test]
+async fn a_handshake_that_never_finishes_is_a_connect_timeout_and_not_sent() {
+    // TCP is accepted; the ClientHello is never answered. The connect timeout covers the
+    // handshake: the request was never written, whatever the response timeout says.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        drop(tcp);
+    });
+    let channel = HttpChannel::new();
+    let mut req = invoice(format!("https://{addr}/x"), None);
+    req.connect_timeout = std::time::Duration::from_millis(300);
+    req.response_timeout = std::time::Duration::from_millis(20);
+    let reason = not_sent(channel.dispatch(req).await);
+    assert!(reason.contains("connect timed out"), "{reason}");
+    assert!(reason.contains("TLS handshake"), "{reason}");
+}
+
+#[tokio::test]
 async fn mtls_with_the_client_certificate_answers() {
     let ca = TestCa::new("Postern test CA");
     let clients = TestCa::new("Client CA");
