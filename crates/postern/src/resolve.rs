@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use postern_channels::http::{ClientIdentity, Credential, Secret, TrustedRoots};
-use postern_core::config::{ClientCertificate, Config, CredentialKind, SecretRef};
+use postern_core::config::{ClientCertificate, Config, SecretRef};
 use postern_core::contract::ChannelSpec;
 use postern_gateway::{Resolved, ResolvedCredential};
 
@@ -17,15 +17,15 @@ use crate::secrets;
 pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
     let mut resolved = Resolved::default();
     for (name, c) in &config.credentials {
-        let header = match (&c.kind, &c.secret) {
-            (CredentialKind::SshKey | CredentialKind::Mtls, _) | (_, None) => None,
-            (kind, Some(secret)) => {
-                let secret = Secret::new(
-                    secrets::resolve(secret, dir).with_context(|| format!("credential {name}"))?,
-                );
-                Credential::from_kind(kind, secret).ok()
-            }
+        // Every secret is read now, used or not, so a missing one is said at start-up.
+        let secret = match &c.secret {
+            Some(secret) => Some(Secret::new(
+                secrets::resolve(secret, dir).with_context(|| format!("credential {name}"))?,
+            )),
+            None => None,
         };
+        // Only bearer, basic and header credentials put a header on an HTTP request.
+        let header = secret.and_then(|s| Credential::from_kind(&c.kind, s).ok());
         let client_identity = match &c.client_certificate {
             Some(cert) => {
                 Some(client_identity(cert, dir).with_context(|| format!("credential {name}"))?)
