@@ -112,8 +112,8 @@ pub fn now() -> Timestamp {
 
 impl Gateway {
     /// A gateway dialling through a real [`HttpChannel`] with the given connection reuse
-    /// (always [`ConnectionReuse::Pooled`], but to measure what reuse saves). Refuses a configuration
-    /// that promises what this build does not do.
+    /// (always [`ConnectionReuse::Pooled`], but to measure what reuse saves). Refuses a
+    /// configuration that promises what this build does not do.
     pub fn new(
         config: Config,
         registry: Registry,
