@@ -3,7 +3,11 @@
 //! ledger's two-commit floor measured on the same disk in the same run.
 //!
 //!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
-//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION]
+//!         [--postern PATH] [--calls N|N1,N32] [--seconds S] [--keep DIR] [--protocol VERSION] \
+//!         [--https]
+//!
+//! `--https` adds the target-transport comparison (`tls.rs`): plain http and https to the same
+//! API, with and without connection reuse, at concurrency 1 and 64.
 //!
 //! `--soak MINUTES [--concurrency C]` runs the retention soak instead (see `soak.rs`).
 //!
@@ -27,14 +31,17 @@ use postern_gateway::demo_target::InvoiceApi;
 use serde_json::{json, Value};
 
 mod soak;
+mod tls;
 
 const TOKEN: &str = "bench-token-0123456789abcdef0123";
 /// Unrecorded calls each worker makes before the measured ones (connections, caches, pages).
 const WARMUP_PER_WORKER: usize = 10;
 
 /// The gateway configuration: one idempotent tool in front of the invoice API at `target`,
-/// records kept for `retention` (also the tool's match window).
-fn config(target: &str, retention: &str) -> String {
+/// records kept for `retention` (also the tool's match window); `https://` targets trust the
+/// CA in `ca_file`.
+fn config(target: &str, retention: &str, ca_file: Option<&str>) -> String {
+    let ca = ca_file.map_or(String::new(), |f| format!(", ca_file = \"{f}\""));
     format!(
         r#"
 [gateway]
@@ -55,7 +62,7 @@ description = "Create an invoice"
 class = "idempotent_write"
 match_window = "{retention}"
 input_schema = {{ type = "object", required = ["customer", "amount"], additionalProperties = false, properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
-http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s" }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s"{ca} }}
 recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempotency_key={{execution_id}}" }} }}
 "#
     )
@@ -68,7 +75,12 @@ struct Served {
 }
 
 impl Served {
-    fn start(postern: &Path, dir: &Path, config_text: String) -> Served {
+    fn start(postern: &Path, dir: &Path, target: &str) -> Served {
+        Served::start_with(postern, dir, config(target, "10m", None), &[])
+    }
+
+    /// A gateway with this configuration (its files in `dir`), with extra environment.
+    fn start_with(postern: &Path, dir: &Path, config_text: String, env: &[(&str, &str)]) -> Served {
         let files = [
             ("postern.toml", config_text),
             ("fp.key", "42".repeat(32)),
@@ -86,6 +98,7 @@ impl Served {
         let mut child = Command::new(postern)
             .args(["serve", "-c", config.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -361,13 +374,12 @@ fn main() {
         .unwrap();
     let api = rt.block_on(InvoiceApi::start()).unwrap();
     if let Some(minutes) = arg("--soak") {
-        let config_text = config(&api.url(""), "1m");
-        let served = Served::start(&postern, &dir, config_text);
+        let served = Served::start_with(&postern, &dir, config(&api.url(""), "1m", None), &[]);
         let concurrency = arg("--concurrency").map_or(8, |c| c.parse().unwrap());
         soak::run(&rt, &served, &dir, minutes.parse().unwrap(), concurrency);
         return;
     }
-    let served = Served::start(&postern, &dir, config(&api.url(""), "10m"));
+    let served = Served::start(&postern, &dir, &api.url(""));
     let direct = api.url("/invoices");
     println!(
         "postern gateway benchmark — {} serve → invoice API at {} (loopback); SQLite ledger in {}",
@@ -435,6 +447,9 @@ fn main() {
         rate_c64 / fsync,
         verdict(rate_c64 >= 1500.0)
     );
+    if args.iter().any(|a| a == "--https") {
+        tls::compare(&rt, &postern, &dir, protocol, &api, calls1, seconds);
+    }
     drop(served);
     if keep.is_some() {
         println!("kept: {} (ledger.db, postern.toml)", dir.display());

@@ -5,9 +5,6 @@
 /// never fails with this: its result is an [`HttpOutcome`](crate::http::HttpOutcome).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChannelError {
-    /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client: {reason}")]
-    Client { reason: String },
     /// The URL template is malformed (unbalanced or empty braces).
     #[error("url template {template:?}: {reason}")]
     Template { template: String, reason: String },
@@ -30,6 +27,10 @@ pub enum ChannelError {
     /// A template whose placeholders could change the origin (scheme, host, port).
     #[error("url template {template:?}: a placeholder may stand only in the path or the query, not in the scheme, host or port")]
     PlaceholderInOrigin { template: String },
+    /// TLS material (a CA file, a client certificate or key) cannot be used. The message says
+    /// what is wrong with it, never its content; the caller names the file.
+    #[error("{reason}")]
+    Tls { reason: String },
     /// The credential cannot be used on this channel.
     #[error("credential: {reason}")]
     Credential { reason: String },

@@ -65,6 +65,9 @@ pub struct HttpSpec {
     pub idempotency_header: String,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// A PEM file of CA certificates (relative to the config file) that the tool's `https://`
+    /// requests trust instead of the webpki roots.
+    pub ca_file: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -27,7 +27,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// One invoice the API created.
@@ -119,16 +119,26 @@ impl InvoiceApi {
 
     /// Starts the API on `127.0.0.1:0`; every request must carry `Authorization: Bearer <token>`.
     pub async fn start_with_token(token: impl Into<String>) -> io::Result<InvoiceApiHandle> {
-        Self::serve(Some(Arc::from(token.into()))).await
+        Self::serve(Some(token.into())).await
     }
 
-    async fn serve(token: Option<Arc<str>>) -> io::Result<InvoiceApiHandle> {
+    async fn serve(token: Option<String>) -> io::Result<InvoiceApiHandle> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::serve_on(listener, token)
+    }
+
+    /// Starts the API on `listener` (e.g. one that speaks TLS), with an optional bearer token.
+    /// Its handle's [`InvoiceApiHandle::url`] says `http://`; a TLS caller builds its own.
+    pub fn serve_on<L>(listener: L, token: Option<String>) -> io::Result<InvoiceApiHandle>
+    where
+        L: axum::serve::Listener<Addr = SocketAddr>,
+        L::Io: Unpin,
+    {
         let addr = listener.local_addr()?;
         let (shutdown, stopped) = watch::channel(());
         let api = InvoiceApi {
             inner: Arc::default(),
-            token,
+            token: token.map(Arc::from),
             stopped,
         };
         let app = Router::new()
@@ -332,17 +342,21 @@ impl Kill {
     }
 }
 
-struct KillableListener(TcpListener);
+struct KillableListener<L>(L);
 
-struct KillableConn(TcpStream, Kill);
+struct KillableConn<Io>(Io, Kill);
 
-impl axum::serve::Listener for KillableListener {
-    type Io = KillableConn;
+impl<L> axum::serve::Listener for KillableListener<L>
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+    L::Io: Unpin,
+{
+    type Io = KillableConn<L::Io>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        (KillableConn(tcp, Kill::default()), addr)
+        let (io, addr) = self.0.accept().await;
+        (KillableConn(io, Kill::default()), addr)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -350,15 +364,19 @@ impl axum::serve::Listener for KillableListener {
     }
 }
 
-impl Connected<axum::serve::IncomingStream<'_, KillableListener>> for Kill {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, KillableListener>) -> Self {
+impl<L> Connected<axum::serve::IncomingStream<'_, KillableListener<L>>> for Kill
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+    L::Io: Unpin,
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, KillableListener<L>>) -> Self {
         stream.io().1.clone()
     }
 }
 
-impl KillableConn {
+impl<Io: Unpin> KillableConn<Io> {
     /// The stream, unless the switch was fired.
-    fn live(self: Pin<&mut Self>) -> io::Result<Pin<&mut TcpStream>> {
+    fn live(self: Pin<&mut Self>) -> io::Result<Pin<&mut Io>> {
         let this = self.get_mut();
         if this.1.fired() {
             return Err(io::ErrorKind::ConnectionAborted.into());
@@ -367,7 +385,7 @@ impl KillableConn {
     }
 }
 
-impl AsyncRead for KillableConn {
+impl<Io: AsyncRead + Unpin> AsyncRead for KillableConn<Io> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -377,7 +395,7 @@ impl AsyncRead for KillableConn {
     }
 }
 
-impl AsyncWrite for KillableConn {
+impl<Io: AsyncWrite + Unpin> AsyncWrite for KillableConn<Io> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

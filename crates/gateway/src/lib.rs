@@ -23,5 +23,5 @@ pub mod retention;
 
 pub use error::GatewayError;
 pub use pipeline::{now, Cancellation, Gateway, ToolCall};
-pub use registry::Registry;
+pub use registry::{Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

@@ -1,10 +1,10 @@
-//! The tools the gateway serves: each contract with its compiled input schema and its resolved
-//! credential.
+//! The tools the gateway serves: each contract with its compiled input schema, its resolved
+//! credential and its TLS profile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use postern_channels::http::Credential;
+use postern_channels::http::{ClientIdentity, Credential, TlsProfile, TrustedRoots};
 use postern_core::contract::{ChannelSpec, ToolContract};
 use serde_json::Value;
 
@@ -13,7 +13,30 @@ use crate::error::GatewayError;
 pub struct ToolEntry {
     pub contract: Arc<ToolContract>,
     validator: jsonschema::Validator,
+    /// The header the tool's credential puts on its requests.
     pub credential: Option<Credential>,
+    /// Whom the tool's `https://` requests trust and which client certificate they show;
+    /// `None` is the webpki roots without a client certificate.
+    pub tls: Option<Arc<TlsProfile>>,
+}
+
+/// A configured credential, read: what it puts on a request.
+#[derive(Clone, Debug, Default)]
+pub struct ResolvedCredential {
+    /// The header (bearer, basic, header kinds); `None` for `mtls`.
+    pub header: Option<Credential>,
+    /// The client certificate and key shown in TLS handshakes, if the credential has one.
+    pub client_identity: Option<ClientIdentity>,
+}
+
+/// What a configuration's references point to, read by the binary before the registry is
+/// built (the gateway reads no files).
+#[derive(Clone, Debug, Default)]
+pub struct Resolved {
+    /// By credential name.
+    pub credentials: HashMap<String, ResolvedCredential>,
+    /// By `http.ca_file` as written in the config.
+    pub ca_files: HashMap<String, TrustedRoots>,
 }
 
 impl ToolEntry {
@@ -48,13 +71,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// `credentials` holds the resolved credential for each name the config declares.
-    pub fn new(
-        contracts: &[ToolContract],
-        credentials: &HashMap<String, Credential>,
-    ) -> Result<Registry, GatewayError> {
+    /// Every tool of `contracts`, with the credentials and CA files in `resolved`. One TLS
+    /// profile is built per distinct (CA file, client certificate), so tools that share both
+    /// share one connection pool.
+    pub fn new(contracts: &[ToolContract], resolved: &Resolved) -> Result<Registry, GatewayError> {
         let mut tools = HashMap::new();
         let mut order = Vec::new();
+        let mut profiles = TlsProfiles::default();
         for c in contracts {
             let validator = jsonschema::validator_for(&c.input_schema).map_err(|e| {
                 GatewayError::Internal(format!(
@@ -62,6 +85,7 @@ impl Registry {
                     c.name
                 ))
             })?;
+            let (mut credential, mut tls) = (None, None);
             if let ChannelSpec::Http(h) = &c.channel {
                 let templates = std::iter::once(&h.request)
                     .chain(&c.recovery.status_query)
@@ -70,19 +94,23 @@ impl Registry {
                     postern_channels::http::check_template(&request.url)
                         .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
                 }
-            }
-            let credential = match &c.channel {
-                ChannelSpec::Http(h) => match &h.credential {
-                    Some(name) => Some(credentials.get(name).cloned().ok_or_else(|| {
-                        GatewayError::Internal(format!(
-                            "tool {}: credential {name} was not resolved",
-                            c.name
-                        ))
-                    })?),
+                let resolved_credential = match &h.credential {
+                    Some(name) => Some((
+                        name.as_str(),
+                        resolved.credentials.get(name).ok_or_else(|| {
+                            GatewayError::Internal(format!(
+                                "tool {}: credential {name} was not resolved",
+                                c.name
+                            ))
+                        })?,
+                    )),
                     None => None,
-                },
-                _ => None,
-            };
+                };
+                credential = resolved_credential.and_then(|(_, r)| r.header.clone());
+                tls = profiles
+                    .for_tool(h.ca_file.as_deref(), resolved_credential, resolved)
+                    .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
+            }
             order.push(c.name.clone());
             tools.insert(
                 c.name.clone(),
@@ -90,6 +118,7 @@ impl Registry {
                     contract: Arc::new(c.clone()),
                     validator,
                     credential,
+                    tls,
                 },
             );
         }
@@ -103,6 +132,48 @@ impl Registry {
     /// Tools in config order.
     pub fn iter(&self) -> impl Iterator<Item = &ToolEntry> {
         self.order.iter().filter_map(|n| self.tools.get(n))
+    }
+}
+
+/// The TLS profiles built so far, by (CA file, name of the credential whose client certificate
+/// is shown).
+#[derive(Default)]
+struct TlsProfiles {
+    built: HashMap<(Option<String>, Option<String>), Arc<TlsProfile>>,
+}
+
+impl TlsProfiles {
+    /// The profile for a tool with this CA file and credential; `None` when it has neither
+    /// (the channel's shared webpki profile).
+    fn for_tool(
+        &mut self,
+        ca_file: Option<&str>,
+        credential: Option<(&str, &ResolvedCredential)>,
+        resolved: &Resolved,
+    ) -> Result<Option<Arc<TlsProfile>>, String> {
+        let identity = credential.and_then(|(name, r)| Some((name, r.client_identity.as_ref()?)));
+        if ca_file.is_none() && identity.is_none() {
+            return Ok(None);
+        }
+        let key = (
+            ca_file.map(str::to_string),
+            identity.map(|(name, _)| name.to_string()),
+        );
+        if let Some(profile) = self.built.get(&key) {
+            return Ok(Some(profile.clone()));
+        }
+        let roots = match ca_file {
+            Some(file) => resolved
+                .ca_files
+                .get(file)
+                .ok_or_else(|| format!("http.ca_file {file} was not read"))?,
+            None => &TrustedRoots::WebPki,
+        };
+        let profile = TlsProfile::new(roots, identity.map(|(_, id)| id))
+            .map(Arc::new)
+            .map_err(|e| e.to_string())?;
+        self.built.insert(key, profile.clone());
+        Ok(Some(profile))
     }
 }
 

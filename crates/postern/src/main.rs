@@ -10,6 +10,7 @@ mod demo;
 mod fingerprint;
 mod init;
 mod keys;
+mod resolve;
 mod secrets;
 mod serve;
 

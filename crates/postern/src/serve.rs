@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use postern_audit::SigningKey;
-use postern_channels::http::{Credential, Secret};
+use postern_channels::http::ConnectionReuse;
 use postern_core::config::Config;
 use postern_core::FingerprintKey;
 use postern_gateway::front::listener::{ListenerLimits, PlainTcp};
@@ -71,16 +71,8 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
             }
         }
     }
-    let mut credentials = HashMap::new();
-    for (name, c) in &config.credentials {
-        let secret = Secret::new(
-            secrets::resolve(&c.secret, &dir).with_context(|| format!("credential {name}"))?,
-        );
-        if let Ok(cred) = Credential::from_kind(&c.kind, secret) {
-            credentials.insert(name.clone(), cred);
-        }
-    }
-    let registry = Registry::new(&config.tools, &credentials)?;
+    let resolved = crate::resolve::resolve(&config, &dir)?;
+    let registry = Registry::new(&config.tools, &resolved)?;
     let store = resolve_store_path(&config.gateway.store, &dir);
     if let Some(file) = store.strip_prefix("sqlite://") {
         let file = file.split('?').next().unwrap_or(file);
@@ -96,8 +88,30 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     for id in &recovered.marked_unknown {
         eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
     }
-    let gateway = Arc::new(Gateway::new(config, registry, key, Arc::new(ledger))?);
+    let reuse = connection_reuse()?;
+    let gateway = Arc::new(Gateway::new(
+        config,
+        registry,
+        key,
+        Arc::new(ledger),
+        reuse,
+    )?);
     Ok(Assembled { gateway, tokens })
+}
+
+/// The variable that turns connection reuse to targets off. For measuring what reuse saves
+/// (`bench/gateway-load --https`), not a setting: reuse is what the gateway does.
+pub const NO_CONNECTION_REUSE_VAR: &str = "POSTERN_MEASURE_WITHOUT_CONNECTION_REUSE";
+
+fn connection_reuse() -> Result<ConnectionReuse> {
+    match std::env::var(NO_CONNECTION_REUSE_VAR).as_deref() {
+        Err(_) | Ok("" | "0") => Ok(ConnectionReuse::Pooled),
+        Ok("1") => {
+            eprintln!("postern: {NO_CONNECTION_REUSE_VAR}=1: a new connection (and TLS handshake) for every request to a target");
+            Ok(ConnectionReuse::FreshEveryRequest)
+        }
+        Ok(other) => bail!("{NO_CONNECTION_REUSE_VAR}={other:?}: expected 1 or 0"),
+    }
 }
 
 /// A relative SQLite path is relative to the config file.

@@ -47,7 +47,7 @@ pub enum Credential {
 
 impl Credential {
     /// The HTTP credential for a configured credential kind and its resolved secret. An
-    /// `ssh_key` credential is not an HTTP credential.
+    /// `ssh_key` credential is not an HTTP credential, and an `mtls` one adds no header.
     pub fn from_kind(kind: &CredentialKind, secret: Secret) -> Result<Credential, ChannelError> {
         match kind {
             CredentialKind::Bearer => Ok(Credential::Bearer(secret)),
@@ -61,6 +61,9 @@ impl Credential {
             }),
             CredentialKind::SshKey => Err(ChannelError::Credential {
                 reason: "an ssh_key credential cannot be used on an HTTP request".to_string(),
+            }),
+            CredentialKind::Mtls => Err(ChannelError::Credential {
+                reason: "an mtls credential puts no header on a request: its client certificate is shown in the TLS handshake (see ClientIdentity)".to_string(),
             }),
         }
     }

@@ -89,7 +89,7 @@ pub fn check_template(template: &str) -> Result<(), ChannelError> {
     };
     let a = render(template, &mut neutral('a'))?;
     let b = render(template, &mut neutral('b'))?;
-    let origin = |u: &str| reqwest::Url::parse(u).map(|u| u.origin());
+    let origin = |u: &str| ::url::Url::parse(u).map(|u| u.origin());
     match (origin(&a), origin(&b)) {
         (Ok(x), Ok(y)) if x == y => Ok(()),
         _ => Err(ChannelError::PlaceholderInOrigin {
@@ -101,7 +101,7 @@ pub fn check_template(template: &str) -> Result<(), ChannelError> {
 /// Whether `rendered` has the origin of `shape` and the same path segments, none of them made
 /// `.`, `..` or empty by a value.
 fn same_place(shape: &str, rendered: &str) -> bool {
-    let (Ok(s), Ok(r)) = (reqwest::Url::parse(shape), reqwest::Url::parse(rendered)) else {
+    let (Ok(s), Ok(r)) = (::url::Url::parse(shape), ::url::Url::parse(rendered)) else {
         return false;
     };
     if s.origin() != r.origin() {

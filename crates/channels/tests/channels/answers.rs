@@ -11,7 +11,7 @@ const EXE: &str = "exe_01jz8k3m4n5p6q7r8s9t0v1w2x";
 #[tokio::test]
 async fn created_is_applied_with_body_and_the_execution_id_as_idempotency_key() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/status/201"));
     req.body = Some(br#"{"amount":42}"#.to_vec());
     req.idempotency = Some(("Idempotency-Key".to_string(), EXE.to_string()));
@@ -36,7 +36,7 @@ async fn created_is_applied_with_body_and_the_execution_id_as_idempotency_key() 
 #[tokio::test]
 async fn the_same_dispatch_twice_carries_the_same_key() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("PUT", server.url("/things/1"));
     req.body = Some(b"{}".to_vec());
     req.idempotency = Some(("Idempotency-Key".to_string(), EXE.to_string()));
@@ -54,7 +54,7 @@ async fn the_same_dispatch_twice_carries_the_same_key() {
 #[tokio::test]
 async fn the_idempotency_header_name_is_the_configured_one_and_absent_without_a_key() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/a"));
     req.idempotency = Some(("X-Request-Key".to_string(), EXE.to_string()));
     answered(channel.dispatch(req).await);
@@ -74,7 +74,7 @@ async fn the_idempotency_header_name_is_the_configured_one_and_absent_without_a_
 #[tokio::test]
 async fn credentials_arrive_as_configured() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let credentials = [
         Credential::Bearer(Secret::new("tok_123")),
         Credential::Basic {
@@ -102,7 +102,7 @@ async fn credentials_arrive_as_configured() {
 #[tokio::test]
 async fn status_codes_map_to_verdicts_by_default() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let cases = [
         (200, AnswerVerdict::Applied),
         (204, AnswerVerdict::Applied),
@@ -130,7 +130,7 @@ async fn status_codes_map_to_verdicts_by_default() {
 #[tokio::test]
 async fn overridden_status_codes_take_the_tool_s_verdict() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/status/409"));
     req.outcome_rules = OutcomeRules::new()
         .with(409, AnswerVerdict::Applied)
@@ -169,7 +169,7 @@ fn the_default_rules_cover_every_class_of_status() {
 #[tokio::test]
 async fn redirects_are_answers_and_are_not_followed() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let answer = answered(
         channel
             .dispatch(dispatch("POST", server.url("/redirect")))
@@ -185,7 +185,7 @@ async fn redirects_are_answers_and_are_not_followed() {
 #[tokio::test]
 async fn only_headers_of_interest_are_kept() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let answer = answered(channel.dispatch(dispatch("GET", server.url("/x"))).await);
     let names: Vec<_> = answer.headers.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["content-type"]);
@@ -194,7 +194,7 @@ async fn only_headers_of_interest_are_kept() {
 #[tokio::test]
 async fn a_body_over_the_cap_is_truncated_and_its_full_size_counted() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("GET", server.url("/big/100000"));
     req.max_response_bytes = 1000;
     let answer = answered(channel.dispatch(req.clone()).await);
@@ -213,7 +213,7 @@ async fn a_body_over_the_cap_is_truncated_and_its_full_size_counted() {
 #[tokio::test]
 async fn probe_sends_the_same_request() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let url = server.url("/invoices?idempotency_key=exe_1");
     match channel.probe(dispatch("GET", url)).await {
         HttpOutcome::Answered(a) => assert_eq!(a.verdict, AnswerVerdict::Applied),

@@ -5,4 +5,7 @@ mod answers;
 mod failures;
 mod redaction;
 mod render;
+mod reuse;
 mod support;
+mod tls;
+mod tls_servers;

@@ -14,7 +14,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[tokio::test]
 async fn an_echoed_bearer_token_is_redacted_in_body_and_headers() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/echo-auth"));
     req.credential = Some(Credential::Bearer(Secret::new(TOKEN)));
     let outcome = channel.dispatch(req).await;
@@ -41,7 +41,7 @@ async fn an_echoed_bearer_token_is_redacted_in_body_and_headers() {
 #[tokio::test]
 async fn basic_auth_is_redacted_as_password_and_as_base64_token() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let password = Secret::new("hunter2-pw");
     let token = basic_token("alice", &password);
 
@@ -70,7 +70,7 @@ async fn basic_auth_is_redacted_as_password_and_as_base64_token() {
 #[tokio::test]
 async fn a_header_credential_is_redacted() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/echo-body"));
     req.credential = Some(Credential::Header {
         name: "X-Api-Key".to_string(),
@@ -85,7 +85,7 @@ async fn a_header_credential_is_redacted() {
 #[tokio::test]
 async fn a_secret_straddling_the_cap_does_not_leak_in_part() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let mut req = dispatch("POST", server.url("/echo-body"));
     req.credential = Some(Credential::Bearer(Secret::new(TOKEN)));
     // The secret starts 5 bytes before the cap.
@@ -155,7 +155,7 @@ fn credentials_come_from_configured_kinds() {
 
 #[tokio::test]
 async fn not_sent_and_unknown_reasons_never_carry_the_secret() {
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
@@ -172,7 +172,7 @@ async fn not_sent_and_unknown_reasons_never_carry_the_secret() {
 #[tokio::test]
 async fn every_encoded_form_of_every_secret_is_redacted() {
     let server = TestServer::start().await;
-    let channel = HttpChannel::new().unwrap();
+    let channel = HttpChannel::new();
     let token = "tok/with+odd=chars é\"q\\";
     let card = "4111-1111 1111/1111";
     for (credential, also) in [
@@ -282,7 +282,7 @@ proptest::proptest! {
             req.credential = Some(Credential::Bearer(Secret::new(secret.clone())));
         }
         req.body = Some(body);
-        let channel = HttpChannel::new().unwrap();
+        let channel = HttpChannel::new();
         let answer = answered(rt.block_on(channel.dispatch(req)));
         for form in &forms {
             proptest::prop_assert!(!contains(&answer.body, form), "{:?} survived", String::from_utf8_lossy(form));

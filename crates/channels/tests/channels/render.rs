@@ -127,7 +127,7 @@ fn a_value_cannot_steer_the_path() {
     // Spellings that decode to dots are sent encoded, as data: `%` itself is escaped.
     for value in ["%2e%2e", "%2E", ".%2e", "...", "a..b", ". ."] {
         let url = render_url(template, &args(json!({ "id": value })), "exe_1").unwrap();
-        let parsed = reqwest::Url::parse(&url).unwrap();
+        let parsed = url::Url::parse(&url).unwrap();
         assert_eq!(
             parsed.path_segments().unwrap().count(),
             4,
@@ -196,7 +196,7 @@ proptest::proptest! {
         let template = "http://127.0.0.1:9/v1/{a}/mid/{b}{a}/end?q={b}";
         let arguments = args(json!({"a": a, "b": b}));
         if let Ok(url) = render_url(template, &arguments, "exe_1") {
-            let parsed = reqwest::Url::parse(&url).unwrap();
+            let parsed = url::Url::parse(&url).unwrap();
             proptest::prop_assert_eq!(parsed.host_str(), Some("127.0.0.1"));
             proptest::prop_assert_eq!(parsed.port(), Some(9));
             proptest::prop_assert_eq!(parsed.path_segments().unwrap().count(), 5, "{}", url);

@@ -36,7 +36,10 @@ struct AppState {
 /// `/echo-body` answers 200 with the request body; `/redirect` answers 303 to `/landed`; anything else answers 200 `{"ok":true}`.
 pub struct TestServer {
     pub addr: SocketAddr,
+    scheme: &'static str,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// TLS handshakes that failed (always 0 for plain http).
+    failed_handshakes: Arc<AtomicUsize>,
 }
 
 impl TestServer {
@@ -47,11 +50,37 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        TestServer { addr, seen }
+        TestServer {
+            addr,
+            scheme: "http",
+            seen,
+            failed_handshakes: Arc::default(),
+        }
+    }
+
+    /// The same server behind TLS with `config`; its URLs are `https://127.0.0.1:PORT`.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> TestServer {
+        let state = AppState::default();
+        let seen = state.seen.clone();
+        let app = Router::new().fallback(handle).with_state(state);
+        let listener = postern_testkit::TlsListener::bind(config).await.unwrap();
+        let addr = axum::serve::Listener::local_addr(&listener).unwrap();
+        let failed_handshakes = listener.failed_handshakes();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        TestServer {
+            addr,
+            scheme: "https",
+            seen,
+            failed_handshakes,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    pub fn failed_handshakes(&self) -> usize {
+        self.failed_handshakes.load(Ordering::SeqCst)
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -194,7 +223,7 @@ async fn misbehave(mut stream: TcpStream, after: AfterRead, count: Arc<AtomicUsi
 }
 
 /// Reads one request: the head up to the blank line, then `content-length` body bytes.
-async fn read_request(stream: &mut TcpStream) {
+pub async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {

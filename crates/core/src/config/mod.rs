@@ -96,17 +96,38 @@ pub struct Actor {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CredentialKind {
     Bearer,
-    Basic { username: String },
-    Header { name: String },
+    Basic {
+        username: String,
+    },
+    Header {
+        name: String,
+    },
     SshKey,
+    /// A TLS client certificate alone (mTLS), no header.
+    Mtls,
 }
 
 #[derive(Clone, Debug)]
 pub struct Credential {
     pub name: String,
     pub kind: CredentialKind,
-    pub secret: SecretRef,
+    /// The token, password, header value or SSH key; `None` only for [`CredentialKind::Mtls`],
+    /// whose secret is its client key.
+    pub secret: Option<SecretRef>,
+    /// The client certificate shown in every TLS handshake of the tools that use this
+    /// credential: always for `mtls`, optionally for `bearer`, `basic` and `header`.
+    pub client_certificate: Option<ClientCertificate>,
     pub approval: Approval,
+}
+
+/// A TLS client certificate and its private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The PEM certificate chain, leaf first (relative to the config file). Not a secret.
+    pub certificate: String,
+    /// The PEM private key (a secret reference: a file readable by its owner only, or an
+    /// environment variable).
+    pub key: SecretRef,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,31 +223,8 @@ impl Config {
 
         let mut credentials = BTreeMap::new();
         for (name, c) in raw.credential {
-            let kind = match (c.kind.as_str(), c.username, c.header) {
-                ("bearer", None, None) => CredentialKind::Bearer,
-                ("basic", Some(username), None) => CredentialKind::Basic { username },
-                ("header", None, Some(name)) => CredentialKind::Header { name },
-                ("ssh_key", None, None) => CredentialKind::SshKey,
-                (kind, _, _) => {
-                    return Err(at(
-                        0,
-                        format!(
-                            "credential.{name}: kind {kind:?} with these fields is not valid: bearer (no extra fields), basic (username), header (header), ssh_key (no extra fields)"
-                        ),
-                    ))
-                }
-            };
-            let approval = parse_approval(c.approval.as_deref())
-                .map_err(|m| at(0, format!("credential.{name}.approval: {m}")))?;
-            credentials.insert(
-                name.clone(),
-                Credential {
-                    name,
-                    kind,
-                    secret: c.secret,
-                    approval,
-                },
-            );
+            let credential = build_credential(&name, c).map_err(|m| at(0, m))?;
+            credentials.insert(name, credential);
         }
 
         let mut upstreams = BTreeMap::new();
@@ -320,6 +318,83 @@ impl Config {
     }
 }
 
+/// TLS settings only where TLS happens: a CA file or a client certificate on a tool whose
+/// request is plain `http://` would be silently unused, so it is refused.
+fn check_tls_fields(
+    h: &raw::RawHttp,
+    credentials: &BTreeMap<String, Credential>,
+) -> Result<(), (&'static str, String)> {
+    let https = h.url.starts_with("https://");
+    if h.ca_file.as_deref() == Some("") {
+        return Err((
+            "http.ca_file",
+            "is empty; name a PEM file of CA certificates".into(),
+        ));
+    }
+    if h.ca_file.is_some() && !https {
+        return Err((
+            "http.ca_file",
+            "the url is not https://, so no certificate would ever be checked against it".into(),
+        ));
+    }
+    let credential = h.credential.as_ref().and_then(|c| credentials.get(c));
+    if let Some(c) = credential.filter(|c| c.client_certificate.is_some()) {
+        if !https {
+            return Err((
+                "http.credential",
+                format!(
+                    "{:?} has a client certificate, but the url is not https:// (mTLS needs TLS)",
+                    c.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A `[credential.NAME]` table: its kind, the fields that kind takes, and its client
+/// certificate if it has one.
+fn build_credential(name: &str, c: raw::RawCredential) -> Result<Credential, String> {
+    let client_certificate = match (c.client_certificate, c.client_key) {
+        (Some(certificate), Some(key)) => Some(ClientCertificate { certificate, key }),
+        (None, None) => None,
+        _ => {
+            return Err(format!(
+                "credential.{name}: client_certificate and client_key go together (the certificate's PEM file and its private key)"
+            ))
+        }
+    };
+    let kind = match (c.kind.as_str(), c.username, c.header) {
+        ("bearer", None, None) => CredentialKind::Bearer,
+        ("basic", Some(username), None) => CredentialKind::Basic { username },
+        ("header", None, Some(name)) => CredentialKind::Header { name },
+        ("ssh_key", None, None) if client_certificate.is_none() => CredentialKind::SshKey,
+        ("mtls", None, None) if c.secret.is_none() && client_certificate.is_some() => {
+            CredentialKind::Mtls
+        }
+        (kind, _, _) => {
+            return Err(format!(
+                "credential.{name}: kind {kind:?} with these fields is not valid: bearer (secret), basic (secret, username), header (secret, header), ssh_key (secret), mtls (client_certificate, client_key; no secret); bearer, basic and header may add client_certificate and client_key for mTLS"
+            ))
+        }
+    };
+    if kind != CredentialKind::Mtls && c.secret.is_none() {
+        return Err(format!(
+            "credential.{name}: kind {:?} needs a secret = {{ env = \"…\" }} or {{ file = \"…\" }}",
+            c.kind
+        ));
+    }
+    let approval = parse_approval(c.approval.as_deref())
+        .map_err(|m| format!("credential.{name}.approval: {m}"))?;
+    Ok(Credential {
+        name: name.to_string(),
+        kind,
+        secret: c.secret,
+        client_certificate,
+        approval,
+    })
+}
+
 fn parse_approval(value: Option<&str>) -> Result<Approval, String> {
     match value {
         None | Some("session") => Ok(Approval::Session),
@@ -358,6 +433,7 @@ fn build_tool(
             if let Some(c) = &h.credential {
                 known_credential(c)?;
             }
+            check_tls_fields(&h, credentials).map_err(|(f, m)| field(f, m))?;
             let method = h.method.to_ascii_uppercase();
             let body = match h.body.as_deref() {
                 Some("arguments") => HttpBody::Arguments,
@@ -382,6 +458,7 @@ fn build_tool(
                     .unwrap_or(Duration::from_secs(5)),
                 response_timeout: dur(&h.response_timeout, "http.response_timeout")?
                     .unwrap_or(Duration::from_secs(30)),
+                ca_file: h.ca_file,
             }))
         }
         (None, Some(s), None) => {

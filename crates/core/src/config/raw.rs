@@ -55,9 +55,11 @@ pub(super) struct RawActor {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCredential {
     pub kind: String,
-    pub secret: SecretRef,
+    pub secret: Option<SecretRef>,
     pub username: Option<String>,
     pub header: Option<String>,
+    pub client_certificate: Option<String>,
+    pub client_key: Option<SecretRef>,
     pub approval: Option<String>,
 }
 
@@ -100,6 +102,7 @@ pub(super) struct RawHttp {
     pub idempotency_header: Option<String>,
     pub connect_timeout: Option<String>,
     pub response_timeout: Option<String>,
+    pub ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -214,3 +214,75 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
     let err = parse_err(&format!("{GATEWAY}max_connections = -1\n"));
     assert!(err.message.contains("invalid value"), "{err}");
 }
+
+/// Issue 13: `http.ca_file` and credentials' client certificates.
+#[test]
+fn tls_fields_parse_and_mtls_credentials_are_complete() {
+    let text = format!(
+        "{GATEWAY}
+[credential.bank]
+kind = \"bearer\"
+secret = {{ env = \"BANK_TOKEN\" }}
+client_certificate = \"certs/client.pem\"
+client_key = {{ file = \"certs/client.key\" }}
+
+[credential.cert_only]
+kind = \"mtls\"
+client_certificate = \"certs/client.pem\"
+client_key = {{ env = \"CLIENT_KEY_PEM\" }}
+
+[[tool]]
+name = \"pay\"
+class = \"idempotent_write\"
+match_window = \"1m\"
+http = {{ method = \"POST\", url = \"https://bank.example/pay\", credential = \"bank\", ca_file = \"certs/bank-ca.pem\" }}
+"
+    );
+    let c = Config::parse(&text, "tls.toml").unwrap();
+    let bank = &c.credentials["bank"];
+    let cert = bank.client_certificate.as_ref().unwrap();
+    assert_eq!(cert.certificate, "certs/client.pem");
+    assert_eq!(cert.key, SecretRef::File("certs/client.key".into()));
+    assert_eq!(bank.secret, Some(SecretRef::Env("BANK_TOKEN".into())));
+    let only = &c.credentials["cert_only"];
+    assert_eq!(only.kind, postern_core::config::CredentialKind::Mtls);
+    assert_eq!(only.secret, None);
+    let postern_core::contract::ChannelSpec::Http(h) = &c.tool("pay").unwrap().channel else {
+        panic!("an http tool");
+    };
+    assert_eq!(h.ca_file.as_deref(), Some("certs/bank-ca.pem"));
+}
+
+#[test]
+fn incomplete_or_misplaced_tls_fields_are_refused() {
+    let credential =
+        |body: &str| parse_err(&format!("{GATEWAY}[credential.c]\n{body}\n")).to_string();
+    let cases = [
+        ("kind = \"mtls\"\nclient_certificate = \"c.pem\"", "client_certificate and client_key go together"),
+        ("kind = \"mtls\"\nsecret = { env = \"S\" }\nclient_certificate = \"c.pem\"\nclient_key = { env = \"K\" }", "kind \"mtls\" with these fields is not valid"),
+        ("kind = \"mtls\"", "kind \"mtls\" with these fields is not valid"),
+        ("kind = \"ssh_key\"\nsecret = { env = \"S\" }\nclient_certificate = \"c.pem\"\nclient_key = { env = \"K\" }", "kind \"ssh_key\" with these fields is not valid"),
+        ("kind = \"bearer\"", "kind \"bearer\" needs a secret"),
+    ];
+    for (body, expected) in cases {
+        let err = credential(body);
+        assert!(
+            err.contains(expected),
+            "for\n{body}\nexpected {expected:?}\ngot {err}"
+        );
+    }
+
+    let with_cert = "[credential.m]\nkind = \"mtls\"\nclient_certificate = \"c.pem\"\nclient_key = { env = \"K\" }\n";
+    let tool = |http: &str| {
+        parse_err(&format!("{GATEWAY}{with_cert}[[tool]]\nname = \"t\"\nclass = \"idempotent_write\"\nmatch_window = \"1m\"\nhttp = {{ method = \"POST\", {http} }}\n")).to_string()
+    };
+    let err = tool("url = \"http://127.0.0.1:9/x\", ca_file = \"ca.pem\"");
+    assert!(
+        err.contains("tool \"t\": http.ca_file: the url is not https://"),
+        "{err}"
+    );
+    let err = tool("url = \"http://127.0.0.1:9/x\", credential = \"m\"");
+    assert!(err.contains("tool \"t\": http.credential: \"m\" has a client certificate, but the url is not https://"), "{err}");
+    let err = tool("url = \"https://127.0.0.1:9/x\", ca_file = \"\"");
+    assert!(err.contains("http.ca_file: is empty"), "{err}");
+}

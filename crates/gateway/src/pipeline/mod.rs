@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postern_channels::http::{
-    render_url, render_url_for_record, AnswerVerdict, HttpChannel, HttpDispatch, HttpOutcome,
-    HttpSender, OutcomeRules, Secret,
+    render_url, render_url_for_record, AnswerVerdict, ConnectionReuse, HttpChannel, HttpDispatch,
+    HttpOutcome, HttpSender, OutcomeRules, Secret,
 };
 use postern_core::config::Config;
 use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
@@ -111,17 +111,21 @@ pub fn now() -> Timestamp {
 }
 
 impl Gateway {
+    /// A gateway dialling through a real [`HttpChannel`] with the given connection reuse
+    /// (always [`ConnectionReuse::Pooled`], but to measure what reuse saves). Refuses a
+    /// configuration that promises what this build does not do.
     pub fn new(
         config: Config,
         registry: Registry,
         key: FingerprintKey,
         ledger: Arc<Ledger>,
+        reuse: ConnectionReuse,
     ) -> Result<Gateway, GatewayError> {
         let unkept = unkept_promises(&config);
         if !unkept.is_empty() {
             return Err(GatewayError::Unenforced(unkept));
         }
-        let http = HttpChannel::new().map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let http = HttpChannel::with_reuse(reuse);
         Ok(Gateway::with_sender(
             config,
             registry,
@@ -458,6 +462,9 @@ impl Gateway {
         let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
         let mut d = HttpDispatch::new(req.method.clone(), url);
         d.credential = entry.credential.clone();
+        // The status query and precondition of a tool go out under the same trust and client
+        // certificate as its action.
+        d.tls = entry.tls.clone();
         // The call's own secrets never come back in what the target answers.
         d.also_redact = entry
             .contract
@@ -492,10 +499,12 @@ impl Gateway {
     ) -> Result<CallReport, GatewayError> {
         let id = dispatched.id;
         let mut unsettled = false;
+        let mut failed_because = None;
         let (event, status, response) = match outcome {
             HttpOutcome::NotSent { reason } => {
                 let event = dispatched.lifecycle.nothing_sent_event();
                 let detail = if event == EventKind::Failed {
+                    failed_because = Some(reason.clone());
                     json!({"reason": reason})
                 } else {
                     // A re-send that could not connect: this attempt sent nothing, the earlier
@@ -553,6 +562,13 @@ impl Gateway {
         let mut report = self.report(&s, attempt, status, response);
         if unsettled {
             report.next_step = Some(unsettled_next_step(id));
+        }
+        if let Some(reason) = failed_because {
+            // The agent sees why (a refused connection, a certificate not trusted), not only
+            // that nothing was sent: calling again will not help until that is fixed.
+            report.next_step = Some(format!(
+                "nothing reached the target ({reason}); it is safe to call again once that is fixed"
+            ));
         }
         Ok(report)
     }

@@ -21,7 +21,7 @@
 //!
 //! It runs with a fixed seed, and once more with a random seed printed before it starts.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, 
 use postern_core::config::Config;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::{EventKind, ExecutionId, FingerprintKey};
-use postern_gateway::{Cancellation, Gateway, Registry, ToolCall};
+use postern_gateway::{Cancellation, Gateway, Registry, Resolved, ToolCall};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestRunner};
@@ -343,7 +343,7 @@ impl Run {
             .await
             .unwrap()
             .0;
-        let registry = Registry::new(&self.config.tools, &HashMap::new()).unwrap();
+        let registry = Registry::new(&self.config.tools, &Resolved::default()).unwrap();
         let sender: Arc<dyn HttpSender> = self.target.clone();
         self.gateway = Some(Gateway::with_sender(
             self.config.clone(),

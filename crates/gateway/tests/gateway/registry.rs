@@ -1,10 +1,8 @@
 //! The registry's schema errors name paths and rules, never an argument's value (issue 12: an
 //! error at the root used to print the whole arguments object, secret fields included).
 
-use std::collections::HashMap;
-
 use postern_core::config::Config;
-use postern_gateway::Registry;
+use postern_gateway::{Registry, Resolved};
 use serde_json::json;
 
 const CONFIG: &str = r#"
@@ -23,7 +21,7 @@ http = { method = "POST", url = "http://127.0.0.1:9/charges" }
 #[test]
 fn schema_errors_never_echo_values() {
     let config = Config::parse(CONFIG, "registry.toml").unwrap();
-    let registry = Registry::new(&config.tools, &HashMap::new()).unwrap();
+    let registry = Registry::new(&config.tools, &Resolved::default()).unwrap();
     let entry = registry.get("charge").unwrap();
     let secret = "4111111111111111";
     let errors = entry

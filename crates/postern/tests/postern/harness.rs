@@ -285,6 +285,24 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// `postern activity <args> --json --store …`, parsed.
+pub fn activity(dir: &Path, args: &[&str]) -> Value {
+    let store = format!("sqlite://{}", dir.join("ledger.db").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .arg("activity")
+        .args(args)
+        .args(["--json", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "postern activity {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// How many POSTs (creations) reached the target.
 pub fn posts(target: &postern_gateway::demo_target::InvoiceApi) -> usize {
     target

@@ -5,23 +5,28 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
 use serde_json::{json, Value};
 use tokio::net::{TcpSocket, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::harness::{config, eventually, execution, posts, Dir, Mcp, Served, BILLING_TOKEN};
+use crate::harness::{
+    activity, config, eventually, execution, posts, Dir, Mcp, Served, BILLING_TOKEN,
+};
 
-/// A TCP relay in front of the target. Stopping it drops its listener, so new connections are
-/// refused (the HTTP channel's `NotSent`: provably nothing left) while the target itself keeps
-/// its state; listening again rebinds the same port, as a redeployed target would.
+/// A TCP relay in front of the target. Stopping it drops its listener and cuts the connections
+/// it relays, as a target going down would, so new connections are refused (the HTTP channel's
+/// `NotSent`: provably nothing left) while the target itself keeps its state; listening again
+/// rebinds the same port, as a redeployed target would.
 struct Relay {
     addr: SocketAddr,
     upstream: SocketAddr,
     accepting: Option<JoinHandle<()>>,
+    /// The relayed connections, cut on `stop` (the gateway keeps connections for reuse).
+    relayed: Arc<Mutex<Vec<AbortHandle>>>,
 }
 
 impl Relay {
@@ -30,6 +35,7 @@ impl Relay {
             addr: "127.0.0.1:0".parse().unwrap(),
             upstream,
             accepting: None,
+            relayed: Arc::default(),
         };
         relay.listen();
         relay
@@ -44,23 +50,31 @@ impl Relay {
         let listener = socket.listen(64).unwrap();
         self.addr = listener.local_addr().unwrap();
         let upstream = self.upstream;
+        let relayed = self.relayed.clone();
         self.accepting = Some(tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
-                tokio::spawn(async move {
+                let relay = tokio::spawn(async move {
                     if let Ok(mut outbound) = TcpStream::connect(upstream).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
                 });
+                relayed.lock().unwrap().push(relay.abort_handle());
             }
         }));
     }
 
-    /// Stops listening; connections already relayed carry on.
+    /// Stops listening and cuts the connections it relays.
     async fn stop(&mut self) {
         let task = self.accepting.take().expect("listening");
         task.abort();
         // The listener is closed once the aborted task has been dropped, which awaiting shows.
         let _ = task.await;
+        for relay in self.relayed.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+        // The gateway's connection tasks see the close at once; this leaves them the time to
+        // drop those connections from its pool before the test's next call.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
             TcpStream::connect(self.addr).await.is_err(),
             "the relay still accepts connections"
@@ -116,24 +130,6 @@ fn assert_still_unknown(resp: &Value, id: &str) {
     assert!(next.contains("do not start a new action"), "{resp}");
     assert!(next.contains(&format!("execution_status({id})")), "{resp}");
     assert!(!resp.to_string().contains("safe to call again"), "{resp}");
-}
-
-/// `postern activity <args> --json --store …`, parsed.
-fn activity(dir: &Path, args: &[&str]) -> Value {
-    let store = format!("sqlite://{}", dir.join("ledger.db").display());
-    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .arg("activity")
-        .args(args)
-        .args(["--json", "--store", &store])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "postern activity {args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The execution's recorded event names; asserts there is exactly one execution and no

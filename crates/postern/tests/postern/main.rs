@@ -21,3 +21,4 @@ mod stdio;
 mod storage;
 mod targets;
 mod tasks;
+mod tls_targets;

@@ -1,0 +1,84 @@
+//! Reading what a configuration refers to — credentials' secrets, client certificates, tools'
+//! CA files — into the [`Resolved`] the gateway's registry is built from. Every error names the
+//! credential or tool and the file (or variable), never a secret's content.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use postern_channels::http::{ClientIdentity, Credential, Secret, TrustedRoots};
+use postern_core::config::{ClientCertificate, Config, SecretRef};
+use postern_core::contract::ChannelSpec;
+use postern_gateway::{Resolved, ResolvedCredential};
+
+use crate::secrets;
+
+/// Reads every credential and every tool's `http.ca_file`. Relative paths are relative to
+/// `dir`, the config file's directory.
+pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
+    let mut resolved = Resolved::default();
+    for (name, c) in &config.credentials {
+        // Every secret is read now, used or not, so a missing one is said at start-up.
+        let secret = match &c.secret {
+            Some(secret) => Some(Secret::new(
+                secrets::resolve(secret, dir).with_context(|| format!("credential {name}"))?,
+            )),
+            None => None,
+        };
+        // Only bearer, basic and header credentials put a header on an HTTP request.
+        let header = secret.and_then(|s| Credential::from_kind(&c.kind, s).ok());
+        let client_identity = match &c.client_certificate {
+            Some(cert) => {
+                Some(client_identity(cert, dir).with_context(|| format!("credential {name}"))?)
+            }
+            None => None,
+        };
+        resolved.credentials.insert(
+            name.clone(),
+            ResolvedCredential {
+                header,
+                client_identity,
+            },
+        );
+    }
+    for tool in &config.tools {
+        let ChannelSpec::Http(h) = &tool.channel else {
+            continue;
+        };
+        let Some(file) = &h.ca_file else { continue };
+        if resolved.ca_files.contains_key(file) {
+            continue;
+        }
+        let roots = ca_file(file, dir).with_context(|| format!("tool {:?}", tool.name))?;
+        resolved.ca_files.insert(file.clone(), roots);
+    }
+    Ok(resolved)
+}
+
+/// The CAs of a tool's `http.ca_file`: a PEM file holding at least one certificate.
+fn ca_file(file: &str, dir: &Path) -> Result<TrustedRoots> {
+    let path = dir.join(file);
+    let pem =
+        std::fs::read(&path).with_context(|| format!("reading http.ca_file {}", path.display()))?;
+    TrustedRoots::from_pem(&pem).with_context(|| format!("http.ca_file {}", path.display()))
+}
+
+/// A credential's client certificate and key. The certificate is public; the key is a secret
+/// (a key file readable by others is refused, as for every secret file).
+fn client_identity(cert: &ClientCertificate, dir: &Path) -> Result<ClientIdentity> {
+    let cert_path = dir.join(&cert.certificate);
+    let chain = std::fs::read(&cert_path)
+        .with_context(|| format!("reading client_certificate {}", cert_path.display()))?;
+    let key_name = match &cert.key {
+        SecretRef::File(file) => dir.join(file).display().to_string(),
+        other => other.to_string(),
+    };
+    let key = Secret::new(
+        secrets::resolve(&cert.key, dir).with_context(|| format!("client_key {key_name}"))?,
+    );
+    ClientIdentity::from_pem(&chain, &key).with_context(|| {
+        format!(
+            "client_certificate {} with client_key {key_name}",
+            cert_path.display()
+        )
+    })
+}
