@@ -9,7 +9,7 @@
 //! `--https` adds the target-transport comparison (`tls.rs`): plain http and https to the same
 //! API, with and without connection reuse, at concurrency 1 and 64.
 //!
-//! `--soak MINUTES [--concurrency C]` runs the retention soak instead (see `soak.rs`).
+//! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
 //! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
 //! asks for the sessionless protocol.
@@ -376,7 +376,15 @@ fn main() {
     if let Some(minutes) = arg("--soak") {
         let served = Served::start_with(&postern, &dir, config(&api.url(""), "1m", None), &[]);
         let concurrency = arg("--concurrency").map_or(8, |c| c.parse().unwrap());
-        soak::run(&rt, &served, &dir, minutes.parse().unwrap(), concurrency);
+        let rate = arg("--rate").map(|r| r.parse().unwrap());
+        soak::run(
+            &rt,
+            &served,
+            &dir,
+            minutes.parse().unwrap(),
+            concurrency,
+            rate,
+        );
         return;
     }
     let served = Served::start(&postern, &dir, &api.url(""));

@@ -4,7 +4,11 @@
 //! the late samples are compared with the early steady ones, measured in the same run.
 //!
 //!     cargo build --release -p postern && cargo run --release -p postern-gateway-load -- \
-//!         --soak 30 [--concurrency 8]
+//!         --soak 30 [--concurrency 8] [--rate CALLS_PER_SECOND]
+//!
+//! With `--rate`, the workers together offer that many calls per second (as long as the
+//! gateway keeps up), so the store's working set does not follow the machine's other load; a
+//! rate the gateway cannot keep up with is reported.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -46,13 +50,15 @@ fn mean(samples: &[&Sample], f: impl Fn(&Sample) -> u64) -> f64 {
     samples.iter().map(|s| f(s) as f64).sum::<f64>() / samples.len().max(1) as f64
 }
 
-/// Runs the soak for `minutes` at `concurrency` and prints the samples and the verdict.
+/// Runs the soak for `minutes` at `concurrency` (offering `rate` calls/s in all, if given)
+/// and prints the samples and the verdict.
 pub fn run(
     rt: &tokio::runtime::Runtime,
     served: &Served,
     dir: &Path,
     minutes: f64,
     concurrency: usize,
+    rate: Option<f64>,
 ) {
     let pid = served.child.id();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -62,8 +68,15 @@ pub fn run(
             let (calls, stop, url) = (calls.clone(), stop.clone(), served.url.clone());
             rt.spawn(async move {
                 let mut client = Client::connect(Some(WITH_SESSION), &url).await;
+                // Each worker's share of the offered rate: a call every `every`, on a fixed
+                // schedule (a late call does not shift the ones after it).
+                let every = rate.map(|r| Duration::from_secs_f64(concurrency as f64 / r));
+                let start = tokio::time::Instant::now();
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    if let Some(every) = every {
+                        tokio::time::sleep_until(start + every * i as u32).await;
+                    }
                     i += 1;
                     client.call(&format!("soak-w{w}-{i}"), i).await;
                     calls.fetch_add(1, Ordering::Relaxed);
@@ -71,7 +84,10 @@ pub fn run(
             })
         })
         .collect();
-    println!("retention soak — {minutes} min at concurrency {concurrency}, [gateway] retention = \"1m\"; a sample every 30 s");
+    let offered = rate.map_or("as fast as it answers".to_string(), |r| {
+        format!("{r} calls/s offered")
+    });
+    println!("retention soak — {minutes} min at concurrency {concurrency}, {offered}, [gateway] retention = \"1m\"; a sample every 30 s");
     println!("minute    calls   calls/s   store MiB   RSS MiB");
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -121,9 +137,22 @@ pub fn run(
         "gateway RSS, last fifth vs second fifth of the run: {rss:.3}× (goal: within ±10 %) — {}",
         verdict(rss)
     );
+    let done = calls.load(Ordering::Relaxed);
+    let seconds = started.elapsed().as_secs_f64();
     println!(
-        "{} calls in {:.1} min, each a new durable execution",
-        calls.load(Ordering::Relaxed),
-        started.elapsed().as_secs_f64() / 60.0
+        "{done} calls in {:.1} min, each a new durable execution",
+        seconds / 60.0
     );
+    if let Some(r) = rate {
+        let kept_up = done as f64 / seconds / r;
+        println!(
+            "the gateway answered {:.1} % of the offered rate{}",
+            kept_up * 100.0,
+            if kept_up < 0.95 {
+                " — it could not keep up: the load was not the one asked for"
+            } else {
+                ""
+            }
+        );
+    }
 }
