@@ -23,7 +23,8 @@ CREATE TABLE executions (
 CREATE INDEX executions_state ON executions (state);
 CREATE INDEX executions_accepted ON executions (accepted_at);
 
--- The append-only event log, hash-chained per writer chain. Never updated, never deleted.
+-- The append-only event log, hash-chained per writer chain. Never updated; deleted only by
+-- retention, whole executions at a time, leaving signed pruned ranges (migration 0006).
 CREATE TABLE events (
     chain TEXT NOT NULL,
     seq BIGINT NOT NULL,

@@ -78,7 +78,6 @@ impl<C: WriteConn> Writer<C> {
             for (sql, values) in deletes {
                 self.conn.exec(sql, values).await?;
             }
-            self.touched.push(*id);
             if let Some(recall) = &mut self.recall {
                 recall.forget(*id);
             }

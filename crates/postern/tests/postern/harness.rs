@@ -274,6 +274,14 @@ pub fn execution(response: &Value) -> &Value {
     &response["result"]["structuredContent"]["execution"]
 }
 
+/// The execution id of a successful response.
+pub fn execution_id(response: &Value) -> String {
+    execution(response)["execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no execution id in {response}"))
+        .to_string()
+}
+
 /// Waits until `f` holds (bounded), polling.
 pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..200 {

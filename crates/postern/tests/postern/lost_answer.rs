@@ -14,7 +14,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::harness::{
-    activity, config, eventually, execution, posts, Dir, Mcp, Served, BILLING_TOKEN,
+    activity, config, eventually, execution, execution_id, posts, Dir, Mcp, Served, BILLING_TOKEN,
 };
 
 /// A TCP relay in front of the target. Stopping it drops its listener and cuts the connections
@@ -104,13 +104,6 @@ async fn invoice(mcp: &Mcp, tool: &str, customer: &str) -> Value {
     .await
 }
 
-fn id_of(resp: &Value) -> String {
-    execution(resp)["execution_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no execution id in {resp}"))
-        .to_string()
-}
-
 /// The answer the agent must get while the target cannot be reached: not an error, the same
 /// execution, still unknown, and told to repeat the identical call rather than start anew.
 fn assert_still_unknown(resp: &Value, id: &str) {
@@ -179,7 +172,7 @@ async fn a_lost_answer_then_an_outage_never_becomes_a_second_invoice() {
     target.state.set_mode(Mode::HangOnce);
     let first = invoice(&mcp, "create_invoice", customer).await;
     assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
-    let id = id_of(&first);
+    let id = execution_id(&first);
     assert_eq!(target.state.count_for(customer), 1, "the target applied it");
 
     relay.stop().await;
@@ -221,7 +214,7 @@ async fn a_500_then_an_outage_stays_unknown() {
     target.state.set_mode(Mode::Fail500);
     let first = invoice(&mcp, "create_invoice_resend", customer).await;
     assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
-    let id = id_of(&first);
+    let id = execution_id(&first);
 
     relay.stop().await;
     let during = invoice(&mcp, "create_invoice_resend", customer).await;

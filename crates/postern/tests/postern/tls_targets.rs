@@ -13,7 +13,8 @@ use postern_testkit::{Issued, TestCa, TlsListener, Validity};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    activity, execution, posts, prepare, write_private, Dir, Mcp, Served, BILLING_TOKEN,
+    activity, execution, execution_id, posts, prepare, write_private, Dir, Mcp, Served,
+    BILLING_TOKEN,
 };
 
 const API_TOKEN: &str = "invoices-api-token-0123456789";
@@ -84,11 +85,28 @@ async fn call(mcp: &Mcp, tool: &str, customer: &str) -> Value {
     .await
 }
 
-fn id_of(resp: &Value) -> String {
-    execution(resp)["execution_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no execution id in {resp}"))
-        .to_string()
+/// A gateway whose `create_invoice` posts to an https invoice API with a certificate from a
+/// test CA the tool trusts (`ca_file`).
+async fn https_gateway(tag: &str) -> (InvoiceApiHandle, Dir, Served) {
+    let ca = TestCa::new("Postern test CA");
+    let api = tls_api(
+        ca.server_cert(LOOPBACK, Validity::Current).server_config(),
+        true,
+    )
+    .await;
+    let dir = Dir::new(tag);
+    let text = config(
+        "",
+        &[(
+            "create_invoice",
+            base(&api),
+            ", ca_file = \"ca.pem\"",
+            "invoices",
+        )],
+    );
+    prepare_dir(&dir.0, &text, &ca);
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    (api, dir, served)
 }
 
 /// The recorded event names of execution `id`.
@@ -103,29 +121,12 @@ fn events(dir: &Path, id: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_target_with_its_ca_configured_completes() {
-    let ca = TestCa::new("Postern test CA");
-    let api = tls_api(
-        ca.server_cert(LOOPBACK, Validity::Current).server_config(),
-        true,
-    )
-    .await;
-    let dir = Dir::new("tls-ok");
-    let text = config(
-        "",
-        &[(
-            "create_invoice",
-            base(&api),
-            ", ca_file = \"ca.pem\"",
-            "invoices",
-        )],
-    );
-    prepare_dir(&dir.0, &text, &ca);
-    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let (api, _dir, served) = https_gateway("tls-ok").await;
     let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
 
     let resp = call(&mcp, "create_invoice", "tls-co").await;
     assert_eq!(execution(&resp)["state"], "completed", "{resp}");
-    let id = id_of(&resp);
+    let id = execution_id(&resp);
     let seen = api.state.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].method, "POST");
@@ -187,7 +188,7 @@ async fn a_handshake_that_fails_is_failed_and_nothing_is_sent() {
         );
         assert!(next.contains(reason), "{tool}: {next}");
         assert!(api.state.requests().is_empty(), "{tool}: nothing sent");
-        let names = events(&dir.0, &id_of(&resp));
+        let names = events(&dir.0, &execution_id(&resp));
         assert_eq!(
             names.last().map(String::as_str),
             Some("failed"),
@@ -199,30 +200,13 @@ async fn a_handshake_that_fails_is_failed_and_nothing_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_after_the_request_is_unknown_and_a_status_query_over_https_recovers_it() {
-    let ca = TestCa::new("Postern test CA");
-    let api = tls_api(
-        ca.server_cert(LOOPBACK, Validity::Current).server_config(),
-        true,
-    )
-    .await;
-    let dir = Dir::new("tls-cut");
-    let text = config(
-        "",
-        &[(
-            "create_invoice",
-            base(&api),
-            ", ca_file = \"ca.pem\"",
-            "invoices",
-        )],
-    );
-    prepare_dir(&dir.0, &text, &ca);
-    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let (api, dir, served) = https_gateway("tls-cut").await;
     let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
 
     api.state.set_mode(Mode::DropAfterCreate);
     let first = call(&mcp, "create_invoice", "cut-co").await;
     assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
-    let id = id_of(&first);
+    let id = execution_id(&first);
     assert_eq!(api.state.count_for("cut-co"), 1, "the target applied it");
 
     api.state.set_mode(Mode::Normal);
