@@ -339,6 +339,7 @@ async fn run(
 }
 
 fn main() {
+    postern_channels::http::install_default_provider();
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| {
         args.iter()

@@ -44,8 +44,20 @@ impl McpClient {
         token: &str,
         client_name: &str,
     ) -> Result<McpClient, ClientError> {
+        // reqwest is built with rustls (for `postern connect`) and takes the default provider.
+        postern_channels::http::install_default_provider();
+        McpClient::connect_with(reqwest::Client::builder().build()?, url, token, client_name).await
+    }
+
+    /// As [`McpClient::connect`], over `http` (a client that trusts a private CA, say).
+    pub async fn connect_with(
+        http: reqwest::Client,
+        url: &str,
+        token: &str,
+        client_name: &str,
+    ) -> Result<McpClient, ClientError> {
         let mut client = McpClient {
-            http: reqwest::Client::builder().build()?,
+            http,
             url: url.to_string(),
             token: token.to_string(),
             session: String::new(),

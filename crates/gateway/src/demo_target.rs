@@ -28,6 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+
+use crate::front::listener::tls::TlsHandshake;
+use crate::front::listener::Handshake;
 use tokio::sync::watch;
 
 /// One invoice the API created.
@@ -125,6 +128,14 @@ impl InvoiceApi {
     async fn serve(token: Option<String>) -> io::Result<InvoiceApiHandle> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         Self::serve_on(listener, token)
+    }
+
+    /// Starts the API on `127.0.0.1:0` behind TLS (`postern demo`'s https scene), without
+    /// authentication. Its handle's [`InvoiceApiHandle::url`] says `http://`; build an
+    /// `https://` URL from its address.
+    pub async fn start_tls(handshake: TlsHandshake) -> io::Result<InvoiceApiHandle> {
+        let tcp = TcpListener::bind("127.0.0.1:0").await?;
+        Self::serve_on(TlsAccepting { tcp, handshake }, None)
     }
 
     /// Starts the API on `listener` (e.g. one that speaks TLS), with an optional bearer token.
@@ -332,6 +343,38 @@ async fn show(State(api): State<InvoiceApi>, Path(id): Path<String>) -> Response
 /// without a byte of response.
 #[derive(Clone, Debug, Default)]
 struct Kill(Arc<AtomicBool>);
+
+/// A TCP listener whose connections are TLS through the gateway's own [`TlsHandshake`], for
+/// `axum::serve`. Handshakes run one after another (enough for a demo); one that fails or takes
+/// over 10 s is dropped.
+struct TlsAccepting {
+    tcp: TcpListener,
+    handshake: TlsHandshake,
+}
+
+impl axum::serve::Listener for TlsAccepting {
+    type Io = <TlsHandshake as Handshake>::Io;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            };
+            let handshake = self.handshake.handshake(tcp);
+            if let Ok(Ok((tls, _peer))) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), handshake).await
+            {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
 
 impl Kill {
     fn fire(&self) {

@@ -51,12 +51,16 @@ pub(crate) const REFUSED_META: &str = "io.postern.connect/refused";
 
 #[derive(Args)]
 pub struct ConnectArgs {
-    /// The remote gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp (without a path, /mcp
-    /// is used).
+    /// The remote gateway's MCP endpoint, e.g. https://gateway.example:8750/mcp or
+    /// http://127.0.0.1:8750/mcp (without a path, /mcp is used).
     pub url: String,
     /// Refused: anything after the URL (a token pasted there would be echoed by a parse error).
     #[arg(hide = true)]
     pub extra: Vec<String>,
+    /// With an https:// URL: a PEM file of the CA(s) that signed the gateway's certificate,
+    /// trusted instead of the built-in (webpki) roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
     /// The environment variable that holds the bearer token.
     #[arg(long, value_name = "NAME", default_value = "POSTERN_TOKEN")]
     pub token_env: String,
@@ -470,7 +474,7 @@ async fn connect(
         .auth_header(remote.token.clone())
         .reinit_on_expired_session(true);
     config.retry_config = Arc::new(NeverRetry::default());
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = StreamableHttpClientTransport::with_client(remote.http.clone(), config);
     let info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("postern-connect", env!("CARGO_PKG_VERSION")),

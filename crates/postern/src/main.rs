@@ -64,6 +64,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // reqwest (`connect`'s and the demo's client) takes rustls' process-wide provider.
+    postern_channels::http::install_default_provider();
     let result = match cli.command {
         Command::Demo => demo::run(),
         Command::Init(a) => init::init(&a).map(|()| 0),

@@ -8,9 +8,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use postern_audit::SigningKey;
 use postern_channels::http::ConnectionReuse;
-use postern_core::config::Config;
+use postern_core::config::{Config, ListenerTls};
 use postern_core::FingerprintKey;
-use postern_gateway::front::listener::{ListenerLimits, PlainTcp};
+use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
+use postern_gateway::front::listener::{Handshake, ListenerLimits, PlainTcp};
 use postern_gateway::{Gateway, Registry};
 use postern_ledger::{Ledger, LedgerOptions};
 
@@ -163,18 +164,29 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             .await
             .with_context(|| format!("binding {listen}"))?;
         let addr = listener.local_addr()?;
-        println!("postern listening on http://{addr}/mcp");
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let app =
-            postern_gateway::front::router(gateway.clone(), assembled.tokens, shutdown.clone());
-        let limits = ListenerLimits::of(&gateway.config().gateway);
-        postern_gateway::front::listener::serve(listener, PlainTcp, app, limits, async move {
-            stop_signal().await;
-            // Open streams (a session's GET stream, a live replay) end now instead of holding
-            // the stop until their clients leave.
-            shutdown.cancel();
-        })
-        .await;
+        match &gateway.config().gateway.tls {
+            Some(files) => {
+                let files = ListenerFiles::of(files, &crate::config_dir(&a.config));
+                let identity = files.read()?;
+                eprintln!("postern: TLS {}", files.describe(&identity));
+                let asks = gateway
+                    .config()
+                    .actors
+                    .iter()
+                    .any(|a| a.client_cert_fingerprint.is_some());
+                let handshake = TlsHandshake::new(identity, asks);
+                reload_on_sighup(files, handshake.clone());
+                println!("postern listening on https://{addr}/mcp");
+                serve_http(listener, handshake, &gateway, assembled.tokens).await;
+            }
+            None => {
+                if !addr.ip().is_loopback() {
+                    eprintln!("{}", plain_http_warning(addr));
+                }
+                println!("postern listening on http://{addr}/mcp");
+                serve_http(listener, PlainTcp, &gateway, assembled.tokens).await;
+            }
+        }
         // Executions finishing in the background (MCP tasks) get to record their end.
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
@@ -188,6 +200,110 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         }
         Ok(0)
     })
+}
+
+/// Serves MCP on `listener` until SIGINT or SIGTERM.
+async fn serve_http<H: Handshake>(
+    listener: tokio::net::TcpListener,
+    handshake: H,
+    gateway: &Arc<Gateway>,
+    tokens: HashMap<String, String>,
+) {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let app = postern_gateway::front::router(gateway.clone(), tokens, shutdown.clone());
+    let limits = ListenerLimits::of(&gateway.config().gateway);
+    postern_gateway::front::listener::serve(listener, handshake, app, limits, async move {
+        stop_signal().await;
+        // Open streams (a session's GET stream, a live replay) end now instead of holding
+        // the stop until their clients leave.
+        shutdown.cancel();
+    })
+    .await;
+}
+
+/// Said at start-up when the listener is plain HTTP on an address other machines can reach.
+fn plain_http_warning(addr: std::net::SocketAddr) -> String {
+    format!(
+        "postern: WARNING: listening on {addr} over plain HTTP, reachable from other machines: \
+         every actor's bearer token and every call and answer cross the network unencrypted. \
+         Set [gateway] tls = {{ cert = \"…\", key = \"…\" }}, or listen on 127.0.0.1 behind a \
+         TLS-terminating proxy."
+    )
+}
+
+/// The listener's certificate and key files, resolved against the config's directory.
+struct ListenerFiles {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl ListenerFiles {
+    fn of(tls: &ListenerTls, dir: &Path) -> ListenerFiles {
+        ListenerFiles {
+            cert: dir.join(&tls.cert),
+            key: dir.join(&tls.key),
+        }
+    }
+
+    /// Reads and checks both files; every error names the file it is about.
+    fn read(&self) -> Result<ServerIdentity> {
+        let cert = std::fs::read(&self.cert).with_context(|| {
+            format!(
+                "reading the TLS certificate {} ([gateway] tls.cert)",
+                self.cert.display()
+            )
+        })?;
+        let key = crate::keys::read_private(&self.key, "the TLS key ([gateway] tls.key)")?;
+        ServerIdentity::from_pem(&cert, key.as_bytes(), crate::now()).map_err(|e| {
+            use postern_gateway::front::listener::tls::ListenerTlsError as E;
+            let file = match e {
+                E::BadKey | E::KeyMismatch => &self.key,
+                _ => &self.cert,
+            };
+            anyhow::anyhow!("[gateway] tls: {}: {e}", file.display())
+        })
+    }
+
+    fn describe(&self, identity: &ServerIdentity) -> String {
+        let validity = identity.validity();
+        format!(
+            "certificate {} ({}), valid until {}",
+            self.cert.display(),
+            identity.fingerprint(),
+            validity.not_after
+        )
+    }
+}
+
+/// Replaces the listener's certificate on every SIGHUP with what the files hold then; a pair
+/// that does not load (a key for another certificate, an expired certificate) is refused and
+/// the current certificate kept. Open connections are never touched.
+fn reload_on_sighup(files: ListenerFiles, handshake: TlsHandshake) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Registered before the listening line is printed, so a SIGHUP sent once the gateway
+        // says it listens reloads rather than kills it.
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+            eprintln!(
+                "postern: cannot listen for SIGHUP: the TLS certificate will not be reloaded"
+            );
+            return;
+        };
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                match files.read() {
+                Ok(identity) => {
+                    eprintln!("postern: SIGHUP: reloaded the TLS {}", files.describe(&identity));
+                    handshake.replace(identity);
+                }
+                Err(e) => eprintln!(
+                    "postern: SIGHUP: kept the current TLS certificate, the new one is refused: {e:#}"
+                ),
+            }
+            }
+        });
+    }
 }
 
 /// Signs the chain's head every `[gateway] checkpoint_every`, so a cut of the log's tail is

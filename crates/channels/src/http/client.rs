@@ -82,7 +82,7 @@ fn build(connect_timeout: Duration, tls: &TlsProfile, reuse: ConnectionReuse) ->
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     // Built from the config as it is (hyper-rustls' builder would clear its ALPN list).
-    let https = HttpsConnector::from((tcp, tls.config()));
+    let https = HttpsConnector::from((tcp, tls.rustls_config()));
     let connector = TimedConnector {
         inner: https,
         timeout: connect_timeout,

@@ -30,7 +30,7 @@ pub use client::{ConnectionReuse, POOL_IDLE_TIMEOUT};
 pub use credential::{basic_token, secret_forms, Credential, Secret};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
 pub use redact::REDACTED;
-pub use tls::{ClientIdentity, TlsProfile, TrustedRoots};
+pub use tls::{install_default_provider, ClientIdentity, TlsProfile, TrustedRoots};
 pub use url::{
     check_template, percent_encode, render_url, render_url_for_record, EXECUTION_ID_PLACEHOLDER,
 };

@@ -134,9 +134,18 @@ impl TlsProfile {
         self.id
     }
 
-    pub(crate) fn config(&self) -> Arc<ClientConfig> {
+    /// The rustls configuration, for clients outside the channel (`postern connect`'s).
+    pub fn rustls_config(&self) -> Arc<ClientConfig> {
         self.config.clone()
     }
+}
+
+/// Makes ring the process's default rustls provider, for clients that take the default rather
+/// than a configuration of ours (reqwest's, which is built with rustls but no provider of its
+/// own: without a default it panics when a client is built). Idempotent; every binary and test
+/// that builds a reqwest client calls it first.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 fn provider() -> Arc<CryptoProvider> {

@@ -4,6 +4,7 @@
 
 mod raw;
 mod secret;
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use secret::SecretRef;
+pub use tls::{CertificateFingerprint, ListenerTls};
 
 use crate::class::{ActionClass, RecoveryMethod};
 use crate::contract::{
@@ -76,6 +78,9 @@ pub struct GatewaySettings {
     pub header_read_timeout: Duration,
     /// How long a kept-alive connection may stay open with no request in flight.
     pub idle_timeout: Duration,
+    /// The listener speaks TLS with this certificate (HTTP/1.1 and HTTP/2 by ALPN); `None`:
+    /// plain HTTP.
+    pub tls: Option<ListenerTls>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +93,10 @@ pub enum SessionApproval {
 pub struct Actor {
     pub name: String,
     pub token: Option<SecretRef>,
+    /// The client certificate the actor presents in the TLS handshake (needs `[gateway] tls`).
+    /// An actor is authenticated by every credential it has: its token, its certificate, or
+    /// both on the same request.
+    pub client_cert_fingerprint: Option<CertificateFingerprint>,
     pub session_approval: SessionApproval,
     /// Tools the actor may call; `None` means all.
     pub tools: Option<BTreeSet<String>>,
@@ -211,6 +220,20 @@ impl Config {
                 "gateway.header_read_timeout",
             )?,
             idle_timeout: positive_dur(&g.idle_timeout, "2m", "gateway.idle_timeout")?,
+            tls: match g.tls {
+                Some(t) if t.cert.is_empty() || t.key.is_empty() => {
+                    return Err(at(
+                        0,
+                        "gateway.tls: cert and key name PEM files (relative to this file)"
+                            .to_string(),
+                    ))
+                }
+                Some(t) => Some(ListenerTls {
+                    cert: t.cert,
+                    key: t.key,
+                }),
+                None => None,
+            },
             checkpoint_every: dur(&g.checkpoint_every, "1m", 0, "gateway.checkpoint_every")
                 .and_then(|d| {
                     if d < Duration::from_secs(1) {
@@ -292,9 +315,34 @@ impl Config {
                     Some(list.into_iter().collect())
                 }
             };
+            let client_cert_fingerprint = match a.client_cert_fingerprint.as_deref() {
+                None => None,
+                Some(_) if gateway.tls.is_none() => {
+                    return Err(at(
+                        offset,
+                        format!("actor {name:?}: client_cert_fingerprint needs [gateway] tls (a client certificate is only ever shown in a TLS handshake)"),
+                    ))
+                }
+                Some(text) => {
+                    let fingerprint = CertificateFingerprint::parse(text).map_err(|m| {
+                        at(offset, format!("actor {name:?}: client_cert_fingerprint: {m}"))
+                    })?;
+                    if let Some(other) = actors
+                        .iter()
+                        .find(|x| x.client_cert_fingerprint == Some(fingerprint))
+                    {
+                        return Err(at(
+                            offset,
+                            format!("actors {:?} and {name:?} have the same client_cert_fingerprint: each actor needs its own certificate", other.name),
+                        ));
+                    }
+                    Some(fingerprint)
+                }
+            };
             actors.push(Actor {
                 name,
                 token: a.token,
+                client_cert_fingerprint,
                 session_approval,
                 tools: allowed,
             });

@@ -40,6 +40,14 @@ pub(super) struct RawGateway {
     pub max_connections: Option<u32>,
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub tls: Option<RawListenerTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListenerTls {
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +55,7 @@ pub(super) struct RawGateway {
 pub(super) struct RawActor {
     pub name: Spanned<String>,
     pub token: Option<SecretRef>,
+    pub client_cert_fingerprint: Option<String>,
     pub session_approval: Option<String>,
     pub tools: Option<Vec<String>>,
 }

@@ -23,14 +23,17 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
+mod auth;
 mod delivery;
 mod limits;
 pub mod listener;
 mod streams;
 mod tasks;
 
+use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use limits::{ActorLimits, Held};
+use listener::Peer;
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 
@@ -60,8 +63,7 @@ struct Disconnected(CancellationToken);
 struct FrontState {
     gateway: Arc<Gateway>,
     streams: Arc<DurableStreams>,
-    /// bearer token → actor
-    tokens: HashMap<String, String>,
+    credentials: ActorCredentials,
     max_body: usize,
     limits: ActorLimits,
 }
@@ -95,9 +97,16 @@ pub fn router(
         .with_allowed_hosts(hosts);
     // DNS-rebinding protection: a request that carries an Origin (a browser) must come from a
     // loopback page or a configured origin; a rebound foreign page never passes. Agents send none.
-    let mut origins: Vec<String> = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
-        .map(String::from)
-        .to_vec();
+    let mut origins: Vec<String> = [
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+        "http://[::1]:*",
+        "https://localhost:*",
+        "https://127.0.0.1:*",
+        "https://[::1]:*",
+    ]
+    .map(String::from)
+    .to_vec();
     origins.extend(gateway.config().gateway.allowed_origins.iter().cloned());
     config = config
         .with_allowed_origins(origins)
@@ -110,10 +119,11 @@ pub fn router(
     let handler = PosternMcp::new(gateway.clone(), None);
     let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(handler.clone()), sessions, config);
+    let credentials = ActorCredentials::new(tokens, &gateway.config().actors);
     let state = Arc::new(FrontState {
         gateway,
         streams,
-        tokens,
+        credentials,
         max_body,
         limits,
     });
@@ -139,23 +149,13 @@ fn jsonrpc_error(
         .into_response()
 }
 
-/// The actor whose token this is, compared in constant time against every token (a hash-map
-/// lookup would let response times hint at a token's prefix).
-fn actor_of(tokens: &HashMap<String, String>, presented: &str) -> Option<String> {
-    use subtle::ConstantTimeEq;
-    let mut found = None;
-    for (token, actor) in tokens {
-        if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
-            found = Some(actor.clone());
-        }
-    }
-    found
-}
-
 /// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
 /// fully written.
 async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> Response {
-    let actor = match authenticate(&st.tokens, req.headers()) {
+    let actor = match st
+        .credentials
+        .authenticate(req.headers(), req.extensions().get::<Peer>())
+    {
         Ok(actor) => actor,
         Err(refused) => return refused.into_response(),
     };
@@ -186,48 +186,6 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         Err(refusal) => return refusal.response(read.request_id()),
     };
     forward(&st, next, parts, read, held, session, actor).await
-}
-
-/// Why a request carries no usable bearer token.
-enum Unauthenticated {
-    /// Which one would count is the proxy's guess against ours: refused instead.
-    SeveralTokens,
-    MissingOrUnknown,
-}
-
-impl IntoResponse for Unauthenticated {
-    fn into_response(self) -> Response {
-        match self {
-            Unauthenticated::SeveralTokens => (
-                StatusCode::BAD_REQUEST,
-                "several Authorization headers: send exactly one",
-            )
-                .into_response(),
-            Unauthenticated::MissingOrUnknown => (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer realm=\"postern\"")],
-                "missing or unknown bearer token",
-            )
-                .into_response(),
-        }
-    }
-}
-
-/// The actor whose bearer token the request carries.
-fn authenticate(
-    tokens: &HashMap<String, String>,
-    headers: &http::HeaderMap,
-) -> Result<String, Unauthenticated> {
-    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
-        return Err(Unauthenticated::SeveralTokens);
-    }
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .and_then(|t| actor_of(tokens, t))
-        .ok_or(Unauthenticated::MissingOrUnknown)
 }
 
 /// 404 unless the session and the stream to resume (`Last-Event-ID`) belong to `actor`.

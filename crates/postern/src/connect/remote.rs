@@ -2,13 +2,16 @@
 //! message here ever repeats a value that may be a token: URLs are shown masked, and a
 //! `--token-env` value that does not look like a variable name is not shown at all.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::ConnectArgs;
 
 pub(super) struct Remote {
     pub url: String,
     pub token: String,
+    /// The HTTP client every session uses: for an `https://` URL it trusts the webpki roots, or
+    /// instead the CAs of `--ca-file`, and always verifies the gateway's host name.
+    pub http: reqwest::Client,
 }
 
 /// Checks the arguments and the environment: the endpoint URL and the token.
@@ -33,6 +36,7 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
         );
     }
     let url = endpoint(&a.url)?;
+    let http = http_client(&url, a.ca_file.as_deref())?;
     let token = match std::env::var(&a.token_env) {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         Ok(_) => bail!("the environment variable {var} is empty: put the bearer token for {url} in it"),
@@ -44,7 +48,38 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
             bail!("the environment variable {var} is not valid UTF-8")
         }
     };
-    Ok(Remote { url, token })
+    Ok(Remote { url, token, http })
+}
+
+/// The client for `url`. Pooling is off as in rmcp's own client (a pooled connection whose
+/// last SSE body was not read to its end stalls the next request), and redirects are not
+/// followed: a gateway never sends one, and following it would carry the token elsewhere.
+fn http_client(url: &str, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client> {
+    use postern_channels::http::{TlsProfile, TrustedRoots};
+    let builder = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .redirect(reqwest::redirect::Policy::none());
+    let builder = match (url.starts_with("https://"), ca_file) {
+        (false, None) => builder,
+        (false, Some(_)) => bail!(
+            "--ca-file names the CA that signed the gateway's TLS certificate, but the URL is \
+             http://, where no certificate is checked; use https://"
+        ),
+        (true, ca_file) => {
+            let roots = match ca_file {
+                None => TrustedRoots::WebPki,
+                Some(path) => {
+                    let pem = std::fs::read(path)
+                        .with_context(|| format!("reading --ca-file {}", path.display()))?;
+                    TrustedRoots::from_pem(&pem)
+                        .with_context(|| format!("--ca-file {}", path.display()))?
+                }
+            };
+            let profile = TlsProfile::new(&roots, None)?;
+            builder.tls_backend_preconfigured(profile.rustls_config().as_ref().clone())
+        }
+    };
+    builder.build().context("building the HTTP client")
 }
 
 /// An environment variable's name as the shell writes it.
@@ -73,7 +108,7 @@ pub(super) fn masked(text: &str) -> String {
     let text = text.trim();
     let Some((scheme, rest)) = text.split_once("://") else {
         // Not a URL at all (perhaps the token itself, given in its place): nothing is shown.
-        return "(the value given, not shown: it is not an http:// URL)".to_string();
+        return "(the value given, not shown: it is not an http(s):// URL)".to_string();
     };
     let scheme = format!("{scheme}://");
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -109,14 +144,13 @@ fn endpoint(text: &str) -> Result<String> {
     let mut url = reqwest::Url::parse(text.trim()).map_err(|e| {
         anyhow::anyhow!("invalid URL {shown}: {e}; expected the gateway's MCP endpoint, e.g. http://127.0.0.1:8710/mcp")
     })?;
-    match url.scheme() {
-        "http" => {}
-        "https" => bail!(
-            "{shown}: this build of postern has no TLS client; reach the gateway over http (a \
-             loopback address, an SSH tunnel or a local TLS-terminating proxy)"
+    let https = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => bail!(
+            "{shown}: unsupported scheme {other:?}; expected https://host:port/mcp (or http:// on loopback)"
         ),
-        other => bail!("{shown}: unsupported scheme {other:?}; expected http://host:port/mcp"),
-    }
+    };
     let Some(host) = url.host_str().map(str::to_string) else {
         bail!("{shown}: the URL names no host; expected http://host:port/mcp");
     };
@@ -134,7 +168,7 @@ fn endpoint(text: &str) -> Result<String> {
             .trim_matches(['[', ']'])
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
-    if !loopback {
+    if !loopback && !https {
         eprintln!(
             "postern connect: warning: {host} is not a loopback address and http is not \
              encrypted: the bearer token and every call cross the network in clear text"

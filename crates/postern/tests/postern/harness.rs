@@ -239,6 +239,17 @@ impl Drop for Served {
 /// The raw MCP client of `postern demo`, unwrapped for tests.
 pub struct Mcp(McpClient);
 
+/// reqwest is built with rustls and no provider of its own (for `postern connect https://`): it
+/// takes the process's default, which is installed first.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    postern_channels::http::install_default_provider();
+    reqwest::Client::builder()
+}
+
+pub fn http_client() -> reqwest::Client {
+    http_builder().build().expect("an HTTP client")
+}
+
 pub fn sse_message(body: &str) -> Value {
     response_message(body).unwrap_or_else(|| panic!("no JSON-RPC response in {body:?}"))
 }
@@ -248,6 +259,17 @@ impl Mcp {
         Mcp(McpClient::connect(url, token, "postern-tests")
             .await
             .unwrap())
+    }
+
+    /// Over `http`, a client of the test's choosing (one that trusts a test CA, say).
+    pub async fn connect_with(
+        http: reqwest::Client,
+        url: &str,
+        token: &str,
+    ) -> Result<Mcp, ClientError> {
+        McpClient::connect_with(http, url, token, "postern-tests")
+            .await
+            .map(Mcp)
     }
 
     /// POSTs a raw body; with a timeout, the connection is cut when it fires.

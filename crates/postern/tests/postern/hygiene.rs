@@ -20,7 +20,7 @@ async fn post(
     body: String,
     headers: &[(&str, &str)],
 ) -> (StatusCode, reqwest::header::HeaderMap, String) {
-    let mut req = reqwest::Client::new()
+    let mut req = crate::harness::http_client()
         .post(url)
         .header("authorization", format!("Bearer {BILLING_TOKEN}"))
         .header("content-type", "application/json")
@@ -123,7 +123,7 @@ async fn a_graceful_stop_does_not_wait_for_open_streams() {
     )
     .await;
     assert!(status.is_success(), "{status}");
-    let stream = reqwest::Client::new()
+    let stream = crate::harness::http_client()
         .get(&url)
         .header("authorization", format!("Bearer {BILLING_TOKEN}"))
         .header("accept", "text/event-stream")
@@ -160,7 +160,7 @@ async fn several_authorization_headers_are_refused() {
     // One header with the right token still works; a wrong one is 401.
     let (status, _, _) = post(&url, initialize(), &[]).await;
     assert_eq!(status, StatusCode::OK);
-    let bad = reqwest::Client::new()
+    let bad = crate::harness::http_client()
         .post(&url)
         .header("authorization", "Bearer not-a-token-0123456789")
         .header("content-type", "application/json")
@@ -189,7 +189,7 @@ async fn a_session_belongs_to_the_actor_that_opened_it() {
         let session = session.clone();
         let list = list.clone();
         async move {
-            reqwest::Client::new()
+            crate::harness::http_client()
                 .post(&url)
                 .header("authorization", format!("Bearer {token}"))
                 .header("content-type", "application/json")
@@ -209,7 +209,7 @@ async fn a_session_belongs_to_the_actor_that_opened_it() {
     );
     assert_eq!(as_actor(BILLING_TOKEN).await, StatusCode::OK);
     // The session's standalone stream, resumed by the other actor: refused too.
-    let common = reqwest::Client::new()
+    let common = crate::harness::http_client()
         .get(&url)
         .header(
             "authorization",
@@ -227,7 +227,7 @@ async fn a_session_belongs_to_the_actor_that_opened_it() {
     served.stop();
     let restarted = Served::spawn(&dir.0, &addr);
     let url = format!("http://{}/mcp", restarted.addr());
-    let status = reqwest::Client::new()
+    let status = crate::harness::http_client()
         .post(&url)
         .header(
             "authorization",

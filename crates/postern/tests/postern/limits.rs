@@ -390,7 +390,7 @@ async fn streams_over_the_cap_are_refused() {
     let mcp = McpClient::connect(&served.url, BILLING_TOKEN, "postern-tests")
         .await
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = crate::harness::http_client();
     let open_stream = || {
         http.get(&served.url)
             .header("authorization", format!("Bearer {BILLING_TOKEN}"))

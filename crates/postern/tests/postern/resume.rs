@@ -38,7 +38,7 @@ async fn setup(tag: &str) -> (InvoiceApiHandle, Dir, Served, String) {
 
 fn http() -> reqwest::Client {
     // No pooling: dropping a response closes its connection, as a lost network would.
-    reqwest::Client::builder()
+    crate::harness::http_builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap()

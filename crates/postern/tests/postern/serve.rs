@@ -360,7 +360,7 @@ async fn bad_input_is_refused_before_anything_is_recorded() {
         .unwrap()
         .contains("unknown tool \"delete_everything\""));
 
-    let http = reqwest::Client::new();
+    let http = crate::harness::http_client();
     let body = mcp.request(
         "create_invoice",
         json!({"customer": "acme", "amount": 1}),
@@ -414,6 +414,7 @@ async fn rmcp_client_lists_and_calls() {
     use rmcp::ServiceExt;
 
     let (target, _dir, served) = setup("rmcp").await;
+    postern_channels::http::install_default_provider();
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(served.url.clone())
             .auth_header(BILLING_TOKEN),

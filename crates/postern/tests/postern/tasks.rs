@@ -63,7 +63,7 @@ struct Client {
 impl Client {
     fn new(url: &str, token: &'static str, tasks: bool) -> Client {
         Client {
-            http: reqwest::Client::new(),
+            http: crate::harness::http_client(),
             url: url.to_string(),
             token,
             tasks,

@@ -49,6 +49,7 @@ pub struct Timeouts {
 /// this call counts against it.
 pub async fn serve_connection<I>(
     io: I,
+    peer: super::Peer,
     app: Router,
     timeouts: Timeouts,
     accepted_at: Instant,
@@ -59,8 +60,9 @@ pub async fn serve_connection<I>(
     let activity = Arc::new(Activity::new(accepted_at));
     let service = {
         let activity = activity.clone();
-        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             let in_flight = InFlight::start(&activity, request.version());
+            request.extensions_mut().insert(peer);
             let app = app.clone();
             async move {
                 let response = app.oneshot(request.map(Body::new)).await?;
@@ -400,6 +402,7 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(4096);
         let connection = tokio::spawn(serve_connection(
             server,
+            super::super::Peer::default(),
             app(),
             timeouts,
             Instant::now(),
@@ -431,6 +434,7 @@ mod tests {
         let (client_io, server) = tokio::io::duplex(65536);
         let connection = tokio::spawn(serve_connection(
             server,
+            super::super::Peer::default(),
             app(),
             timeouts,
             Instant::now(),
@@ -473,6 +477,7 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(4096);
         let connection = tokio::spawn(serve_connection(
             server,
+            super::super::Peer::default(),
             app(),
             timeouts,
             Instant::now(),

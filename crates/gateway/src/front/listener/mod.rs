@@ -10,6 +10,7 @@
 //! is closed unanswered.
 
 mod connection;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -56,13 +57,24 @@ impl ListenerLimits {
     }
 }
 
-/// Turns an accepted TCP connection into the stream HTTP is spoken over: the TCP stream itself
-/// for plain HTTP ([`PlainTcp`]). A TLS acceptor's handshake goes here; it runs under the
-/// header-read timeout of the request it precedes.
+/// Turns an accepted TCP connection into the stream HTTP is spoken over, and says who is at the
+/// other end: the TCP stream itself for plain HTTP ([`PlainTcp`]), a TLS session for
+/// [`tls::TlsHandshake`]. It runs under the header-read timeout of the request it precedes.
 pub trait Handshake: Clone + Send + Sync + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
-    fn handshake(&self, tcp: TcpStream) -> impl Future<Output = io::Result<Self::Io>> + Send;
+    fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> impl Future<Output = io::Result<(Self::Io, Peer)>> + Send;
+}
+
+/// What the handshake proved about the client; every request of the connection carries it as
+/// an extension, for the front's authentication.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// The fingerprint of the client certificate the client proved it holds the key of.
+    pub client_certificate: Option<postern_core::config::CertificateFingerprint>,
 }
 
 /// Plain HTTP: no handshake.
@@ -72,8 +84,11 @@ pub struct PlainTcp;
 impl Handshake for PlainTcp {
     type Io = TcpStream;
 
-    fn handshake(&self, tcp: TcpStream) -> impl Future<Output = io::Result<TcpStream>> + Send {
-        std::future::ready(Ok(tcp))
+    fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> impl Future<Output = io::Result<(TcpStream, Peer)>> + Send {
+        std::future::ready(Ok((tcp, Peer::default())))
     }
 }
 
@@ -117,12 +132,12 @@ pub async fn serve<H: Handshake>(
         connections.spawn(async move {
             let _slot = slot;
             let first_headers_due = accepted_at + limits.timeouts.header_read;
-            let Ok(Ok(io)) =
+            let Ok(Ok((io, peer))) =
                 tokio::time::timeout_at(first_headers_due, handshake.handshake(tcp)).await
             else {
                 return;
             };
-            serve_connection(io, app, limits.timeouts, accepted_at, stopping).await;
+            serve_connection(io, peer, app, limits.timeouts, accepted_at, stopping).await;
         });
     }
     drop(listener);
@@ -159,7 +174,7 @@ fn refuse<H: Handshake>(
     tokio::spawn(async move {
         let _permit = permit;
         let _ = tokio::time::timeout(limits.timeouts.header_read, async {
-            let io = handshake.handshake(tcp).await?;
+            let (io, _peer) = handshake.handshake(tcp).await?;
             answer_full(io, limits.max_connections).await;
             Ok::<_, io::Error>(())
         })

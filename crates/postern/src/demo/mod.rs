@@ -16,9 +16,12 @@ use serde_json::{json, Value};
 
 use crate::keys::{random_32, write_secret};
 
+mod https;
+
 const TOKEN_FILE: &str = "agent.token";
 
-fn config(target: &str) -> String {
+fn config(target: &str, tls_target: &str) -> String {
+    let tls_tools = https::tools(tls_target);
     format!(
         r#"[gateway]
 store = "sqlite://ledger.db"
@@ -51,7 +54,7 @@ name = "list_invoices"
 description = "List invoices"
 class = "read_only"
 http = {{ method = "GET", url = "{target}/invoices" }}
-"#
+{tls_tools}"#
     )
 }
 
@@ -160,7 +163,7 @@ pub fn run() -> Result<i32> {
     rt.block_on(demo())
 }
 
-fn write_files(dir: &Path, target: &str) -> Result<String> {
+fn write_files(dir: &Path, target: &str, tls_target: &str) -> Result<String> {
     let token = format!("demo-{}", hex::encode(random_32()?));
     write_secret(&dir.join("fp.key"), &hex::encode(random_32()?))?;
     write_secret(
@@ -168,7 +171,7 @@ fn write_files(dir: &Path, target: &str) -> Result<String> {
         &postern_audit::SigningKey::from_bytes(random_32()?).to_hex(),
     )?;
     write_secret(&dir.join(TOKEN_FILE), &token)?;
-    std::fs::write(dir.join("postern.toml"), config(target))?;
+    std::fs::write(dir.join("postern.toml"), config(target, tls_target))?;
     Ok(token)
 }
 
@@ -179,7 +182,9 @@ async fn demo() -> Result<i32> {
         .await
         .context("starting the demo invoice API")?;
     let target_url = format!("http://{}", api.addr);
-    let token = write_files(&dir, &target_url)?;
+    let tls_api = https::start_api(&dir).await?;
+    let tls_target_url = format!("https://{}", tls_api.addr);
+    let token = write_files(&dir, &target_url, &tls_target_url)?;
     let assembled = crate::serve::assemble(&dir.join("postern.toml")).await?;
     let ledger = assembled.gateway.ledger().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -211,7 +216,8 @@ async fn demo() -> Result<i32> {
         dir.join("ledger.db").display()
     ));
     line("tools: create_invoice (idempotent_write, 10 min match window, status query)");
-    line("       send_wire (irreversible), list_invoices (read_only)");
+    line("       send_wire (irreversible), list_invoices (read_only),");
+    line("       create_invoice_tls and create_invoice_public_roots (the same API over https)");
     let client = McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?;
     let d = Demo {
         client,
@@ -373,7 +379,14 @@ async fn demo() -> Result<i32> {
     d.call("list_invoices", json!({}), json!({}), "").await?;
     d.call("list_invoices", json!({}), json!({}), "").await?;
 
-    heading(9, "The audit chain, verified offline.");
+    let tls = Demo {
+        client: McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?,
+        ledger: ledger.clone(),
+        target: tls_api.state.clone(),
+    };
+    https::scene(9, &tls, &tls_target_url).await?;
+
+    heading(10, "The audit chain, verified offline.");
     let public =
         postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
             .verifying_key();

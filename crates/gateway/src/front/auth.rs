@@ -1,0 +1,212 @@
+//! Who is calling: an HTTP request's actor, from its bearer token, the client certificate of
+//! its TLS connection ([`Peer`]), or both.
+//!
+//! An actor is authenticated by every credential it has configured: an actor with a token and
+//! no `client_cert_fingerprint` by its token (on any connection); one with only a fingerprint
+//! by its certificate; one with both only by the two together. A token and a certificate that
+//! name different actors are refused rather than one of them chosen.
+
+use std::collections::HashMap;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use postern_core::config::{Actor, CertificateFingerprint};
+
+use super::listener::Peer;
+
+/// The credentials the front accepts: bearer tokens and pinned client certificates.
+pub(super) struct ActorCredentials {
+    /// bearer token → actor
+    tokens: HashMap<String, String>,
+    /// client certificate → actor, and whether that actor also has a token
+    certificates: HashMap<CertificateFingerprint, (String, bool)>,
+    /// actors that must also present their client certificate
+    pinned: HashMap<String, CertificateFingerprint>,
+}
+
+impl ActorCredentials {
+    pub(super) fn new(tokens: HashMap<String, String>, actors: &[Actor]) -> ActorCredentials {
+        let mut certificates = HashMap::new();
+        let mut pinned = HashMap::new();
+        for actor in actors {
+            if let Some(fingerprint) = actor.client_cert_fingerprint {
+                let has_token = tokens.values().any(|a| a == &actor.name);
+                certificates.insert(fingerprint, (actor.name.clone(), has_token));
+                pinned.insert(actor.name.clone(), fingerprint);
+            }
+        }
+        ActorCredentials {
+            tokens,
+            certificates,
+            pinned,
+        }
+    }
+
+    /// The actor the request's credentials prove, or why there is none.
+    pub(super) fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        peer: Option<&Peer>,
+    ) -> Result<String, Unauthenticated> {
+        if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+            return Err(Unauthenticated::SeveralTokens);
+        }
+        let presented = peer.and_then(|p| p.client_certificate);
+        let by_certificate = presented.and_then(|f| self.certificates.get(&f));
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match token {
+            Some(token) => {
+                let actor = self
+                    .actor_of(token)
+                    .ok_or(Unauthenticated::MissingOrUnknown)?;
+                if let Some(pin) = self.pinned.get(&actor) {
+                    if presented != Some(*pin) {
+                        return Err(Unauthenticated::CertificateRequired);
+                    }
+                }
+                match by_certificate {
+                    Some((other, _)) if other != &actor => Err(Unauthenticated::Mismatch),
+                    _ => Ok(actor),
+                }
+            }
+            None => match by_certificate {
+                Some((actor, false)) => Ok(actor.clone()),
+                Some((_, true)) => Err(Unauthenticated::MissingOrUnknown),
+                None => Err(Unauthenticated::MissingOrUnknown),
+            },
+        }
+    }
+
+    /// The actor whose token this is, compared in constant time against every token (a hash-map
+    /// lookup would let response times hint at a token's prefix).
+    fn actor_of(&self, presented: &str) -> Option<String> {
+        use subtle::ConstantTimeEq;
+        let mut found = None;
+        for (token, actor) in &self.tokens {
+            if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
+                found = Some(actor.clone());
+            }
+        }
+        found
+    }
+}
+
+/// Why a request is not authenticated.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Unauthenticated {
+    /// Which one would count is the proxy's guess against ours: refused instead.
+    SeveralTokens,
+    MissingOrUnknown,
+    /// The token's actor is pinned to a client certificate this connection did not present.
+    CertificateRequired,
+    /// The token and the client certificate belong to different actors.
+    Mismatch,
+}
+
+impl IntoResponse for Unauthenticated {
+    fn into_response(self) -> Response {
+        let unauthorized = |message: &'static str| {
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"postern\"")],
+                message,
+            )
+                .into_response()
+        };
+        match self {
+            Unauthenticated::SeveralTokens => (
+                StatusCode::BAD_REQUEST,
+                "several Authorization headers: send exactly one",
+            )
+                .into_response(),
+            Unauthenticated::MissingOrUnknown => unauthorized("missing or unknown bearer token"),
+            Unauthenticated::CertificateRequired => unauthorized(
+                "this actor authenticates with its token and its client certificate: connect with the certificate its client_cert_fingerprint names",
+            ),
+            Unauthenticated::Mismatch => unauthorized(
+                "the bearer token and the client certificate belong to different actors",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use postern_core::config::SessionApproval;
+
+    fn actor(name: &str, pin: Option<u8>) -> Actor {
+        Actor {
+            name: name.to_string(),
+            token: None,
+            client_cert_fingerprint: pin.map(|b| CertificateFingerprint([b; 32])),
+            session_approval: SessionApproval::Auto,
+            tools: None,
+        }
+    }
+
+    fn credentials() -> ActorCredentials {
+        let tokens = HashMap::from([
+            ("token-of-only-token-actor".to_string(), "t".to_string()),
+            ("token-of-both-actor-xxxxxx".to_string(), "both".to_string()),
+        ]);
+        ActorCredentials::new(
+            tokens,
+            &[
+                actor("t", None),
+                actor("cert", Some(1)),
+                actor("both", Some(2)),
+            ],
+        )
+    }
+
+    fn headers(token: Option<&str>) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        if let Some(t) = token {
+            h.insert(
+                header::AUTHORIZATION,
+                format!("Bearer {t}").parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn peer(b: Option<u8>) -> Peer {
+        Peer {
+            client_certificate: b.map(|b| CertificateFingerprint([b; 32])),
+        }
+    }
+
+    #[test]
+    fn every_configured_credential_is_required_and_none_other_decides() {
+        use Unauthenticated::*;
+        let c = credentials();
+        let auth = |token, cert| c.authenticate(&headers(token), Some(&peer(cert)));
+        let token_only = Some("token-of-only-token-actor");
+        let both = Some("token-of-both-actor-xxxxxx");
+        // A token actor, with or without an unrelated certificate.
+        assert_eq!(auth(token_only, None), Ok("t".into()));
+        assert_eq!(auth(token_only, Some(9)), Ok("t".into()));
+        // A certificate-only actor.
+        assert_eq!(auth(None, Some(1)), Ok("cert".into()));
+        assert_eq!(auth(None, Some(9)), Err(MissingOrUnknown));
+        assert_eq!(auth(None, None), Err(MissingOrUnknown));
+        // An actor with both: neither alone.
+        assert_eq!(auth(both, Some(2)), Ok("both".into()));
+        assert_eq!(auth(both, None), Err(CertificateRequired));
+        assert_eq!(auth(both, Some(1)), Err(CertificateRequired));
+        assert_eq!(auth(None, Some(2)), Err(MissingOrUnknown));
+        // A token and a certificate of different actors.
+        assert_eq!(auth(token_only, Some(1)), Err(Mismatch));
+        assert_eq!(
+            auth(Some("nope-nope-nope-nope"), Some(1)),
+            Err(MissingOrUnknown)
+        );
+        // Without TLS there is no peer certificate at all.
+        assert_eq!(c.authenticate(&headers(token_only), None), Ok("t".into()));
+    }
+}
