@@ -88,11 +88,18 @@ impl McpClient {
         Ok(client)
     }
 
+    /// With the bearer token; with none, an actor authenticated by its client certificate alone.
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if self.token.is_empty() {
+            req
+        } else {
+            req.header("authorization", format!("Bearer {}", self.token))
+        }
+    }
+
     fn post(&self, body: &str) -> reqwest::RequestBuilder {
         let mut req = self
-            .http
-            .post(&self.url)
-            .header("authorization", format!("Bearer {}", self.token))
+            .authorized(self.http.post(&self.url))
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .body(body.to_string());
@@ -112,9 +119,7 @@ impl McpClient {
     /// Ends the session (`DELETE`); the HTTP status of the answer.
     pub async fn close(&self) -> Result<u16, ClientError> {
         let resp = self
-            .http
-            .delete(&self.url)
-            .header("authorization", format!("Bearer {}", self.token))
+            .authorized(self.http.delete(&self.url))
             .header("mcp-session-id", &self.session)
             .header("mcp-protocol-version", "2025-06-18")
             .send()
@@ -186,9 +191,7 @@ impl McpClient {
     /// ids of the replayed events.
     pub async fn resume(&self, last_event_id: &str) -> Result<(Value, Vec<String>), ClientError> {
         let resp = self
-            .http
-            .get(&self.url)
-            .header("authorization", format!("Bearer {}", self.token))
+            .authorized(self.http.get(&self.url))
             .header("accept", "text/event-stream")
             .header("mcp-session-id", &self.session)
             .header("mcp-protocol-version", "2025-06-18")

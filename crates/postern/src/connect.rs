@@ -166,6 +166,13 @@ impl Bridge {
                     "{} refused the token (HTTP 401): check the token in the environment",
                     remote.url
                 ),
+                // Not a passing fault: trying again would only repeat it.
+                Ok(Err(e)) if init_chain(&e).contains("invalid peer certificate") => bail!(
+                    "{} presented a TLS certificate this bridge does not trust ({}); if a \
+                     private CA signed it, name that CA's PEM file with --ca-file",
+                    remote.url,
+                    init_chain(&e)
+                ),
                 Ok(Err(e)) if Instant::now() + pause >= deadline => {
                     bail!(
                         "cannot open an MCP session with {}: {}",

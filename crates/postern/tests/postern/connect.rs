@@ -590,12 +590,30 @@ async fn missing_or_misplaced_tokens_and_bad_urls_are_refused_clearly() {
     for (bad, says) in [
         ("not a url", "invalid URL"),
         ("ftp://127.0.0.1/mcp", "unsupported scheme"),
-        ("https://127.0.0.1/mcp", "no TLS client"),
     ] {
         let (code, err) = run_bridge(&[bad], &[("POSTERN_TOKEN", BILLING_TOKEN)]);
         assert_eq!(code, 2, "{bad}: {err}");
         assert!(err.contains(says), "{bad}: {err}");
     }
+    // --ca-file is for https only, and must hold a certificate.
+    let (code, err) = run_bridge(
+        &[url, "--ca-file", "/dev/null"],
+        &[("POSTERN_TOKEN", BILLING_TOKEN)],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--ca-file") && err.contains("use https://"),
+        "{err}"
+    );
+    let (code, err) = run_bridge(
+        &["https://127.0.0.1:9/mcp", "--ca-file", "/dev/null"],
+        &[("POSTERN_TOKEN", BILLING_TOKEN)],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--ca-file /dev/null") && err.contains("no PEM certificate"),
+        "{err}"
+    );
     let (_target, _dir, served) = setup("connect-token", |t| t).await;
     let (code, err) = run_bridge(
         &[&served.url],
@@ -603,4 +621,32 @@ async fn missing_or_misplaced_tokens_and_bad_urls_are_refused_clearly() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("refused the token (HTTP 401)"), "{err}");
+}
+
+/// `postern connect https://` with `--ca-file`: the bridge verifies the gateway's certificate
+/// against the CA and calls through it; without the CA (the webpki roots only) it refuses the
+/// gateway's certificate and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_gateway_is_reached_with_its_ca_and_refused_without() {
+    let gw = crate::tls_listener::tls_gateway("connect-https", |t| t).await;
+    let ca = gw.ca_file.to_str().unwrap().to_string();
+    let mut agent = Lines::start(&gw.served.url, &["--ca-file", &ca]).await;
+    let answer = agent
+        .ask(&call_line(
+            1,
+            json!({"customer": "tls-bridge", "amount": 3}),
+            "",
+        ))
+        .await;
+    let ex = &answer["result"]["structuredContent"]["execution"];
+    assert_eq!(ex["state"], "completed", "{answer}");
+    assert_eq!(gw.target.state.count_for("tls-bridge"), 1);
+    let (code, err) = run_bridge(&[&gw.served.url], &[("POSTERN_TOKEN", BILLING_TOKEN)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("does not trust")
+            && err.contains("UnknownIssuer")
+            && err.contains("--ca-file"),
+        "{err}"
+    );
 }

@@ -173,9 +173,15 @@ impl Served {
         }
     }
 
+    /// The process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `127.0.0.1:PORT`, the address it listens on.
     pub fn addr(&self) -> &str {
         self.url
+            .trim_start_matches("https://")
             .trim_start_matches("http://")
             .trim_end_matches("/mcp")
     }

@@ -16,11 +16,25 @@ use crate::harness::{config, Dir, Served, BILLING_TOKEN};
 const ARGS: &str = r#"{"customer":"inspector","amount":5}"#;
 
 async fn run_inspector(era: &str) {
-    let clients = NodeClients::require();
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new(&format!("inspector-{era}"));
     let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
     let proxy = Proxy::start(&served.url, None).await;
+    inspect_and_call(era, &dir, &proxy.url, None, &target).await;
+    check_protocol(era, &proxy.seen());
+}
+
+/// Lists the tools and calls `create_invoice` twice (two Inspector processes, two
+/// connections): one execution, one invoice. `ca_file`: the CA Node.js is told to trust
+/// (`NODE_EXTRA_CA_CERTS`, as a user would tell any Node program).
+async fn inspect_and_call(
+    era: &str,
+    dir: &Dir,
+    url: &str,
+    ca_file: Option<&std::path::Path>,
+    target: &postern_gateway::demo_target::InvoiceApiHandle,
+) {
+    let clients = NodeClients::require();
     // The Inspector keeps a catalog and settings under $HOME: a throw-away one.
     let home = dir.0.join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -31,19 +45,16 @@ async fn run_inspector(era: &str) {
 
     let inspect = |args: &[&str]| {
         let mut c = clients.node(&launcher);
-        c.args([
-            "--cli",
-            &proxy.url,
-            "--protocol-era",
-            era,
-            "--header",
-            &bearer,
-        ])
-        .args(["--format", "json", "--connect-timeout", "30000"])
-        .args(args)
-        .env("HOME", &home)
-        .env_remove("MCP_CATALOG_PATH")
-        .env_remove("MCP_CLIENT_CONFIG_PATH");
+        c.args(["--cli", url, "--protocol-era", era, "--header", &bearer])
+            .args(["--format", "json", "--connect-timeout", "30000"])
+            .args(args)
+            .env("HOME", &home)
+            .env_remove("MCP_CATALOG_PATH")
+            .env_remove("MCP_CLIENT_CONFIG_PATH")
+            .env_remove("NODE_EXTRA_CA_CERTS");
+        if let Some(ca) = ca_file {
+            c.env("NODE_EXTRA_CA_CERTS", ca);
+        }
         c
     };
     let run = |args: &'static [&'static str]| {
@@ -101,9 +112,10 @@ async fn run_inspector(era: &str) {
     assert_eq!(ex2["execution_id"], id.as_str(), "{again}");
     assert_eq!(ex2["attempt"], "recovered", "{again}");
     assert_eq!(target.state.count_for("inspector"), 1);
+}
 
-    // The protocol actually spoken, as the proxy saw it.
-    let seen = proxy.seen();
+/// The protocol actually spoken, as the proxy saw it.
+fn check_protocol(era: &str, seen: &[crate::foreign::Seen]) {
     let posts: Vec<_> = seen.iter().filter(|s| s.method == "POST").collect();
     assert!(!posts.is_empty(), "{seen:?}");
     match era {
@@ -149,6 +161,15 @@ async fn run_inspector(era: &str) {
             );
         }
         other => panic!("unknown era {other}"),
+    }
+}
+
+/// Over TLS (issue 13): the Inspector verifies the gateway's certificate against the test CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_cli_lists_and_calls_over_tls() {
+    for era in ["legacy", "modern"] {
+        let gw = crate::tls_listener::tls_gateway(&format!("inspector-tls-{era}"), |t| t).await;
+        inspect_and_call(era, &gw.dir, &gw.served.url, Some(&gw.ca_file), &gw.target).await;
     }
 }
 

@@ -3,6 +3,7 @@
 //! `postern serve` in front of the real invoice API, in both of the SDK's connection modes: the
 //! legacy `initialize` handshake and the stateless MCP 2026-07-28 protocol.
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use postern_gateway::demo_target::InvoiceApi;
@@ -40,22 +41,49 @@ pub(crate) async fn require_sdk() {
     }
 }
 
-async fn run_sdk(mode: &str) {
+/// How the SDK reaches the gateway.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Http,
+    /// `[gateway] tls` with a test CA the SDK is told to trust by `SSL_CERT_FILE`, as a user
+    /// would tell any Python program.
+    Tls,
+}
+
+async fn run_sdk(mode: &str, over: Over) {
     require_sdk().await;
-    let target = InvoiceApi::start().await.unwrap();
-    let dir = Dir::new(&format!("python-sdk-{mode}"));
-    let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+    // The directory lives as long as the gateway that uses it.
+    let (target, served, ca_file, _dir): (_, Served, Option<PathBuf>, Dir) = match over {
+        Over::Http => {
+            let target = InvoiceApi::start().await.unwrap();
+            let dir = Dir::new(&format!("python-sdk-{mode}"));
+            let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));
+            (target, served, None, dir)
+        }
+        Over::Tls => {
+            let gw =
+                crate::tls_listener::tls_gateway(&format!("python-sdk-tls-{mode}"), |t| t).await;
+            (gw.target, gw.served, Some(gw.ca_file), gw.dir)
+        }
+    };
+    assert_eq!(served.url.starts_with("https://"), over == Over::Tls);
 
     let script = repo_root().join("tests/interop/python_sdk.py");
-    // The invoice API runs on this runtime: the client runs on a blocking thread beside it.
-    let out: Output = output(python3(&[
+    let mut command = python3(&[
         script.to_str().unwrap(),
         "--mode",
         mode,
         &served.url,
         BILLING_TOKEN,
-    ]))
-    .await;
+    ]);
+    command
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR");
+    if let Some(ca) = &ca_file {
+        command.env("SSL_CERT_FILE", ca);
+    }
+    // The invoice API runs on this runtime: the client runs on a blocking thread beside it.
+    let out: Output = output(command).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -85,11 +113,23 @@ async fn run_sdk(mode: &str) {
 /// The `initialize` handshake (protocol 2025-11-25) and a session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_lists_and_calls() {
-    run_sdk("legacy").await;
+    run_sdk("legacy", Over::Http).await;
+}
+
+/// The same over TLS (issue 13): the SDK verifies the gateway's certificate against the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lists_and_calls_over_tls() {
+    run_sdk("legacy", Over::Tls).await;
 }
 
 /// `server/discover`, then stateless requests (protocol 2026-07-28).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_lists_and_calls_at_2026_07_28() {
-    run_sdk("2026-07-28").await;
+    run_sdk("2026-07-28", Over::Http).await;
+}
+
+/// The stateless protocol over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lists_and_calls_at_2026_07_28_over_tls() {
+    run_sdk("2026-07-28", Over::Tls).await;
 }

@@ -21,4 +21,5 @@ mod stdio;
 mod storage;
 mod targets;
 mod tasks;
+mod tls_listener;
 mod tls_targets;
