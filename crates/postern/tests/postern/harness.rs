@@ -121,6 +121,31 @@ pub fn write_private(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// `postern serve` on the config in `dir` must exit 2 (an error) without serving; its stderr.
+pub fn serve_refuses(dir: &Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["serve", "-c", dir.join("postern.toml").to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            assert_eq!(status.code(), Some(2), "postern serve: {stderr}");
+            return stderr;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("postern serve started instead of refusing the config");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// The MCP URL a just-started `postern serve` prints as its first line.
 pub fn listening_url(child: &mut Child) -> String {
     let mut line = String::new();

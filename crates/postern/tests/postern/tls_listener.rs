@@ -333,40 +333,13 @@ async fn client_certificates_authenticate_pinned_actors() {
     assert_eq!(gw.target.state.count_for("robot-co"), 1);
 }
 
-/// `postern serve` with the config in `dir`: it must exit 2 without listening; its stderr.
-fn refused_start(dir: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .args([
-            "serve",
-            "-c",
-            dir.join("postern.toml").to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..400 {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-            assert_eq!(status.code(), Some(2), "{err}");
-            return err;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let _ = child.kill();
-    panic!("postern serve started although its TLS files are bad");
-}
-
 #[test]
 fn bad_listener_files_are_start_up_errors_naming_the_file() {
     let dir = Dir::new("tls-bad");
     crate::harness::prepare(&dir.0, &tls_config("http://127.0.0.1:9"));
     let ca = TestCa::new("bad files CA");
 
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("gw.pem") && err.contains("tls.cert"),
         "missing file: {err}"
@@ -374,7 +347,7 @@ fn bad_listener_files_are_start_up_errors_naming_the_file() {
 
     std::fs::write(dir.0.join("gw.pem"), "not a certificate\n").unwrap();
     write_private(&dir.0.join("gw.key"), &server_cert(&ca).key_pem);
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("gw.pem") && err.contains("no PEM certificate"),
         "empty: {err}"
@@ -382,7 +355,7 @@ fn bad_listener_files_are_start_up_errors_naming_the_file() {
 
     // A key of another certificate.
     std::fs::write(dir.0.join("gw.pem"), &server_cert(&ca).cert_pem).unwrap();
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("gw.key") && err.contains("does not match"),
         "mismatch: {err}"
@@ -392,7 +365,7 @@ fn bad_listener_files_are_start_up_errors_naming_the_file() {
     let expired = ca.server_cert(&["127.0.0.1"], Validity::Expired);
     std::fs::remove_file(dir.0.join("gw.key")).unwrap();
     expired.write_pem(&dir.0, "gw.pem", "gw.key");
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("gw.pem") && err.contains("expired at 2001-01-01"),
         "expired: {err}"
@@ -402,7 +375,7 @@ fn bad_listener_files_are_start_up_errors_naming_the_file() {
     server_cert(&ca).write_pem(&dir.0, "gw.pem", "gw.key");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.0.join("gw.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("gw.key") && err.contains("chmod 600"),
         "shared key: {err}"
@@ -418,7 +391,7 @@ fn a_pinned_client_certificate_without_tls_is_refused() {
         "ab".repeat(32)
     );
     crate::harness::prepare(&dir.0, &text);
-    let err = refused_start(&dir.0);
+    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("client_cert_fingerprint needs [gateway] tls"),
         "{err}"

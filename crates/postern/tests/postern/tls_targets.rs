@@ -5,8 +5,6 @@
 //! status query over https; mTLS shows the configured client certificate.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
 use postern_testkit::{Issued, TestCa, TlsListener, Validity};
@@ -293,31 +291,6 @@ client_key = { file = "client.key" }
     assert_eq!(api.state.count_for("no-cert-co"), 0, "nothing applied");
 }
 
-/// `postern serve` on the config in `dir` must exit with an error; its stderr.
-fn serve_refuses(dir: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .args(["serve", "-c", dir.join("postern.toml").to_str().unwrap()])
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-            assert!(!status.success(), "postern serve started: {stderr}");
-            return stderr;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("postern serve started instead of refusing the config");
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 /// `postern serve` with one https tool (`extra` fields in its `http` table, `credential`),
 /// after `setup` wrote its files: the stderr of the refused start-up.
 fn refused(
@@ -340,7 +313,7 @@ fn refused(
         &TestCa::new("Postern test CA"),
     );
     setup(&dir.0);
-    let stderr = serve_refuses(&dir.0);
+    let stderr = crate::harness::serve_refuses(&dir.0);
     assert!(
         !stderr.contains("PRIVATE KEY"),
         "{name}: key material printed: {stderr}"
@@ -418,7 +391,7 @@ fn a_ca_file_on_a_plain_http_tool_is_refused() {
         "invoices",
     )];
     prepare_dir(&dir.0, &config("", &tools), &TestCa::new("CA"));
-    let stderr = serve_refuses(&dir.0);
+    let stderr = crate::harness::serve_refuses(&dir.0);
     assert!(stderr.contains("http.ca_file"), "{stderr}");
     assert!(stderr.contains("not https://"), "{stderr}");
 }
