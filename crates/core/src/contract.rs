@@ -180,6 +180,9 @@ pub struct ToolContract {
     pub retention: Duration,
     pub recovery: RecoverySpec,
     pub approval: Approval,
+    /// How long a call of this tool waits for its per-use approval (`None`: the gateway's
+    /// `approval_ttl`). Set only where an approval is asked for.
+    pub approval_ttl: Option<Duration>,
     /// Declared long-running: served as an MCP task.
     pub long_running: bool,
 }
@@ -200,6 +203,7 @@ pub struct ToolContractDraft {
     pub status_query: Option<HttpRequestSpec>,
     pub precondition: Option<HttpRequestSpec>,
     pub approval: Approval,
+    pub approval_ttl: Option<Duration>,
     pub long_running: bool,
 }
 
@@ -333,6 +337,7 @@ impl ToolContractDraft {
                 precondition: self.precondition.clone(),
             },
             approval: self.approval,
+            approval_ttl: self.approval_ttl,
             long_running: self.long_running,
         })
     }

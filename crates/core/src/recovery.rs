@@ -221,19 +221,18 @@ fn by_state(prior: &PriorExecution, contract: &ToolContract) -> RecoveryDecision
         },
         State::Denied => ReturnDenial { execution_id },
         State::NeedsReview => ReturnReview { execution_id },
-        State::Resolved(Resolution::Applied) => ReturnResolution {
+        // An operator's resolution is what an identical retry is told, either way: after
+        // `not_applied` a new action needs a new operation key, as after a denial.
+        State::Resolved(resolution) => ReturnResolution {
             execution_id,
-            resolution: Resolution::Applied,
+            resolution,
         },
         State::OutcomeUnknown => RecoverUnknown {
             execution_id,
             status_query_first: contract.recovery.status_query.is_some(),
             fallback: unknown_fallback(contract),
         },
-        State::Resolved(Resolution::NotApplied)
-        | State::Failed
-        | State::Rejected
-        | State::Cancelled => New {
+        State::Failed | State::Rejected | State::Cancelled => New {
             reason: NewReason::PriorNotPerformed,
         },
     }

@@ -32,6 +32,15 @@ pub enum GatewayError {
     NotRecorded(postern_ledger::LedgerError),
     #[error("the configuration asks for what this build does not do: {}", .0.join("; "))]
     Unenforced(Vec<String>),
+    /// An operator's decision that was not recorded (nothing changed).
+    #[error("{0}")]
+    Decision(Box<crate::pipeline::DecisionError>),
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<crate::pipeline::DecisionError> for GatewayError {
+    fn from(e: crate::pipeline::DecisionError) -> GatewayError {
+        GatewayError::Decision(Box::new(e))
+    }
 }

@@ -7,6 +7,10 @@
 //! the core's recovery decision, never by the transport (JSON-RPC ids and sessions are evidence,
 //! not keys).
 //!
+//! Architecture invariant: a per-use approval is a state of the one execution it was asked
+//! for (bound to its fingerprint), never a transport-level prompt: an identical retry sees the
+//! same pending record, and only an operator (never an actor) records the decision.
+//!
 //! Architecture invariant: nothing is sent before `dispatched` is durable, and no answer is
 //! given before the target's answer is durable, or, when the store cannot take it, before the
 //! agent is told plainly that the request was sent and its outcome is not yet recorded (the
@@ -22,6 +26,6 @@ mod report;
 pub mod retention;
 
 pub use error::GatewayError;
-pub use pipeline::{now, Cancellation, Gateway, ToolCall};
+pub use pipeline::{now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, ToolCall};
 pub use registry::{Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

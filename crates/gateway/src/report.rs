@@ -41,6 +41,9 @@ pub struct CallReport {
     /// `execution_status`.
     pub response: Option<Value>,
     pub next_step: Option<String>,
+    /// For an execution a human decides on: the pending approval request (when it expires), or
+    /// the recorded decision (who, when, why).
+    pub decision: Option<Value>,
     /// True when the call itself failed in a way the agent should see as an error result
     /// (nothing was sent, or the target rejected it).
     pub is_error: bool,
@@ -70,6 +73,7 @@ impl CallReport {
                 "first_dispatched_at": self.first_dispatched_at.map(|t| t.to_string()),
                 "target_status": self.target_status,
                 "next_step": self.next_step,
+                "decision": self.decision,
             },
             "response": self.response,
         })
@@ -125,9 +129,11 @@ pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
         State::Dispatched | State::Accepted | State::Authorized => {
             Some(format!("in progress: check later with execution_status({id}); calling again with the same arguments attaches to it"))
         }
-        State::AwaitingApproval => Some(format!("awaiting approval of {id}; calling again does not create a second request")),
+        State::AwaitingApproval => Some(format!("awaiting an operator's approval: nothing has been sent. Check later with execution_status({id}) or repeat the identical call; that never makes a second approval request")),
         State::Failed => Some("nothing reached the target; it is safe to call again".to_string()),
-        State::Denied => Some("denied by an approver; it will not be performed".to_string()),
+        State::Denied => Some("denied: it will not be performed, and an identical call gets this denial; a new, separate action needs a new idempotencyKey".to_string()),
+        State::Resolved(postern_core::lifecycle::Resolution::NotApplied) => Some("resolved by an operator as not applied: nothing was done; to act anew, call again with a new idempotencyKey".to_string()),
+        State::Resolved(postern_core::lifecycle::Resolution::Applied) => Some("resolved by an operator as applied: the action happened; do not repeat it".to_string()),
         _ => None,
     }
 }

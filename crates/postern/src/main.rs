@@ -5,11 +5,13 @@
 
 mod activity;
 mod audit;
+mod client;
 mod connect;
 mod demo;
 mod fingerprint;
 mod init;
 mod keys;
+mod operator;
 mod resolve;
 mod secrets;
 mod serve;
@@ -60,6 +62,12 @@ enum Command {
     /// The hash-chained audit log: export it, verify it offline.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Per-use approvals on a running gateway (an operator's token): list, show, approve, deny.
+    #[command(subcommand)]
+    Approvals(operator::ApprovalsCommand),
+    /// Executions under review on a running gateway: list, resolve as applied or not applied.
+    #[command(subcommand)]
+    Review(operator::ReviewCommand),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +83,8 @@ fn main() -> ExitCode {
         Command::Connect(a) => connect::run(&a),
         Command::Activity(cmd) => activity::run(&cmd),
         Command::Audit(cmd) => audit::run(&cmd),
+        Command::Approvals(cmd) => operator::approvals(&cmd),
+        Command::Review(cmd) => operator::review(&cmd),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

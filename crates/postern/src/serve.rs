@@ -12,6 +12,7 @@ use postern_core::config::{Config, ListenerTls};
 use postern_core::FingerprintKey;
 use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
 use postern_gateway::front::listener::{Handshake, ListenerLimits, PlainTcp};
+use postern_gateway::front::Tokens;
 use postern_gateway::{Gateway, Registry};
 use postern_ledger::{Ledger, LedgerOptions};
 
@@ -36,8 +37,8 @@ pub struct ServeArgs {
 /// Everything `serve` and `demo` need, built from a config file.
 pub struct Assembled {
     pub gateway: Arc<Gateway>,
-    /// bearer token → actor
-    pub tokens: HashMap<String, String>,
+    /// bearer tokens → actors and operators
+    pub tokens: Tokens,
 }
 
 pub async fn assemble(config_path: &Path) -> Result<Assembled> {
@@ -72,6 +73,35 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
             }
         }
     }
+    let mut operators = HashMap::new();
+    for operator in &config.operators {
+        let token = secrets::resolve(&operator.token, &dir)
+            .with_context(|| format!("token of operator {}", operator.name))?;
+        if token.len() < 16 {
+            bail!(
+                "the token of operator {} is shorter than 16 characters; use a long random token",
+                operator.name
+            );
+        }
+        if let Some(actor) = tokens.get(&token) {
+            bail!(
+                "operator {} has the token of actor {actor}: an operator needs a token no actor \
+                 holds (an agent must never approve its own calls)",
+                operator.name
+            );
+        }
+        if let Some(other) = operators.insert(token, operator.name.clone()) {
+            bail!(
+                "operators {other} and {} have the same token: each operator needs its own (every \
+                 decision names who made it)",
+                operator.name
+            );
+        }
+    }
+    let tokens = Tokens {
+        actors: tokens,
+        operators,
+    };
     let resolved = crate::resolve::resolve(&config, &dir)?;
     let registry = Registry::new(&config.tools, &resolved)?;
     let store = resolve_store_path(&config.gateway.store, &dir);
@@ -137,6 +167,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             sign_periodically(&gateway);
         }
         postern_gateway::retention::keep_retention(&gateway);
+        expire_approvals_periodically(&gateway);
         if a.stdio {
             let actor = match &a.actor {
                 Some(name) => name.clone(),
@@ -207,7 +238,7 @@ async fn serve_http<H: Handshake>(
     listener: tokio::net::TcpListener,
     handshake: H,
     gateway: &Arc<Gateway>,
-    tokens: HashMap<String, String>,
+    tokens: Tokens,
 ) {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let app = postern_gateway::front::router(gateway.clone(), tokens, shutdown.clone());
@@ -315,6 +346,19 @@ fn sign_periodically(gateway: &Arc<Gateway>) {
         loop {
             tokio::time::sleep(every).await;
             sign_head(&gateway).await;
+        }
+    });
+}
+
+/// Records `denied (expired)` for approval requests past their expiry, every second.
+fn expire_approvals_periodically(gateway: &Arc<Gateway>) {
+    let gateway = gateway.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            if let Err(e) = gateway.expire_approvals().await {
+                eprintln!("postern: expiring approval requests failed (tried again in 1 s): {e}");
+            }
         }
     });
 }

@@ -36,6 +36,8 @@ pub struct ConfigError {
 pub struct Config {
     pub gateway: GatewaySettings,
     pub actors: Vec<Actor>,
+    /// The people who decide approvals and resolve reviews (never an actor).
+    pub operators: Vec<Operator>,
     pub credentials: BTreeMap<String, Credential>,
     pub upstreams: BTreeMap<String, Upstream>,
     pub tools: Vec<ToolContract>,
@@ -52,9 +54,9 @@ pub struct GatewaySettings {
     pub max_body_bytes: u64,
     /// Extra `Origin` values accepted besides loopback ones.
     pub allowed_origins: Vec<String>,
-    /// How long an approval request waits (set only when configured: approvals are not built,
-    /// so the gateway refuses a config that sets it).
-    pub approval_ttl: Option<Duration>,
+    /// How long a per-use approval request waits before it is denied as expired (a tool may
+    /// set its own).
+    pub approval_ttl: Duration,
     /// How long a call attached to an in-flight execution waits before answering "in progress".
     pub attach_wait: Duration,
     /// How often the head of the audit chain is signed (with `signing_key`), besides at every
@@ -81,6 +83,14 @@ pub struct GatewaySettings {
     /// The listener speaks TLS with this certificate (HTTP/1.1 and HTTP/2 by ALPN); `None`:
     /// plain HTTP.
     pub tls: Option<ListenerTls>,
+}
+
+/// A person who decides approvals and resolves reviews through the operator API (`/ops`),
+/// with a token of their own: an actor's token never decides anything.
+#[derive(Clone, Debug)]
+pub struct Operator {
+    pub name: String,
+    pub token: SecretRef,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,10 +207,7 @@ impl Config {
             retention: dur(&g.retention, "7d", 0, "gateway.retention")?,
             max_body_bytes: g.max_body_bytes.unwrap_or(1 << 20),
             allowed_origins: g.allowed_origins.unwrap_or_default(),
-            approval_ttl: match &g.approval_ttl {
-                Some(_) => Some(dur(&g.approval_ttl, "15m", 0, "gateway.approval_ttl")?),
-                None => None,
-            },
+            approval_ttl: positive_dur(&g.approval_ttl, "15m", "gateway.approval_ttl")?,
             attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
             max_calls_per_actor: count(g.max_calls_per_actor, 64, "gateway.max_calls_per_actor")?,
             max_sessions_per_actor: count(
@@ -348,9 +355,26 @@ impl Config {
             });
         }
 
+        let mut operators: Vec<Operator> = Vec::new();
+        for o in raw.operator {
+            let offset = o.name.span().start;
+            let name = o.name.into_inner();
+            if name.is_empty() || operators.iter().any(|x| x.name == name) {
+                return Err(at(
+                    offset,
+                    format!("operator {name:?} is empty or declared twice"),
+                ));
+            }
+            operators.push(Operator {
+                name,
+                token: o.token,
+            });
+        }
+
         Ok(Config {
             gateway,
             actors,
+            operators,
             credentials,
             upstreams,
             tools,
@@ -597,6 +621,13 @@ fn build_tool(
         }
     };
     let is_read = class.is_some_and(ActionClass::is_read_only);
+    let approval = parse_approval(t.approval.as_deref()).map_err(|m| field("approval", m))?;
+    let asks_approval = approval == Approval::EveryCall
+        || channel
+            .as_ref()
+            .and_then(ChannelSpec::credential_ref)
+            .and_then(|c| credentials.get(c))
+            .is_some_and(|c| c.approval == Approval::EveryCall);
     let draft = ToolContractDraft {
         name: name.clone(),
         description: t.description,
@@ -617,7 +648,22 @@ fn build_tool(
         recovery_method,
         status_query: recovery.status_query.map(request),
         precondition: recovery.precondition.map(request),
-        approval: parse_approval(t.approval.as_deref()).map_err(|m| field("approval", m))?,
+        approval,
+        approval_ttl: match &t.approval_ttl {
+            None => None,
+            Some(_) if !asks_approval => {
+                return Err(field(
+                    "approval_ttl",
+                    "neither the tool nor its credential asks for approval = \"every_call\", so nothing would ever wait for it".into(),
+                ))
+            }
+            Some(_) => match dur(&t.approval_ttl, "approval_ttl")? {
+                Some(d) if d.is_zero() => {
+                    return Err(field("approval_ttl", "must be longer than 0".into()))
+                }
+                other => other,
+            },
+        },
         long_running: t.long_running,
     };
     draft.validate().map_err(|e| e.to_string())

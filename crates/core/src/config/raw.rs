@@ -14,6 +14,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub actor: Vec<RawActor>,
     #[serde(default)]
+    pub operator: Vec<RawOperator>,
+    #[serde(default)]
     pub credential: BTreeMap<String, RawCredential>,
     #[serde(default)]
     pub upstream: BTreeMap<String, RawUpstream>,
@@ -62,6 +64,13 @@ pub(super) struct RawActor {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(super) struct RawOperator {
+    pub name: Spanned<String>,
+    pub token: SecretRef,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RawCredential {
     pub kind: String,
     pub secret: Option<SecretRef>,
@@ -93,6 +102,7 @@ pub(super) struct RawTool {
     pub non_semantic: Option<Vec<String>>,
     pub secret_fields: Option<Vec<String>>,
     pub approval: Option<String>,
+    pub approval_ttl: Option<String>,
     #[serde(default)]
     pub long_running: bool,
     pub http: Option<RawHttp>,

@@ -2,7 +2,7 @@
 //! operation-key case.
 
 use postern_core::class::ActionClass;
-use postern_core::lifecycle::{Lifecycle, Resolution, State, Verdict};
+use postern_core::lifecycle::{Lifecycle, State, Verdict};
 use postern_core::recovery::{
     decide, IncomingRequest, NewReason, PriorExecution, RecoveryDecision as D, UnknownFallback as F,
 };
@@ -76,14 +76,13 @@ fn expected(state: State, class: ActionClass, status_query: bool) -> D {
         },
         State::Denied => D::ReturnDenial { execution_id },
         State::NeedsReview => D::ReturnReview { execution_id },
-        State::Resolved(Resolution::Applied) => D::ReturnResolution {
+        // Both resolutions are what a retry is told (issue 14): after `not_applied` a new
+        // action needs a new operation key.
+        State::Resolved(resolution) => D::ReturnResolution {
             execution_id,
-            resolution: Resolution::Applied,
+            resolution,
         },
-        State::Resolved(Resolution::NotApplied)
-        | State::Failed
-        | State::Rejected
-        | State::Cancelled => D::New {
+        State::Failed | State::Rejected | State::Cancelled => D::New {
             reason: NewReason::PriorNotPerformed,
         },
         State::OutcomeUnknown => D::RecoverUnknown {

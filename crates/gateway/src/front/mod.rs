@@ -27,6 +27,7 @@ mod auth;
 mod delivery;
 mod limits;
 pub mod listener;
+mod ops;
 mod streams;
 mod tasks;
 
@@ -68,13 +69,21 @@ struct FrontState {
     limits: ActorLimits,
 }
 
-/// The HTTP application: `/mcp` and `/healthz`. `tokens` maps bearer tokens to actor names.
-/// Cancelling `shutdown` ends every open stream, so a graceful stop does not wait on clients.
-pub fn router(
-    gateway: Arc<Gateway>,
-    tokens: HashMap<String, String>,
-    shutdown: CancellationToken,
-) -> Router {
+/// The bearer tokens the front accepts, resolved from their secret references.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    /// token → actor (for `/mcp`)
+    pub actors: HashMap<String, String>,
+    /// token → operator (for `/ops`)
+    pub operators: HashMap<String, String>,
+}
+
+/// The HTTP application: `/mcp`, the operator API `/ops` and `/healthz`. Cancelling `shutdown`
+/// ends every open stream, so a graceful stop does not wait on clients.
+pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken) -> Router {
+    let actor_tokens: Vec<String> = tokens.actors.keys().cloned().collect();
+    let ops = ops::router(gateway.clone(), tokens.operators, actor_tokens);
+    let tokens = tokens.actors;
     let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
     let mut hosts: Vec<String> = vec![
         "localhost".into(),
@@ -130,6 +139,7 @@ pub fn router(
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn_with_state(state, guard))
+        .merge(ops)
         .route("/healthz", axum::routing::get(|| async { "ok" }))
 }
 
@@ -530,9 +540,10 @@ fn to_error(e: GatewayError) -> ErrorData {
             message,
             Some(json!({"sent": false, "store": e.fault().map(|f| f.to_string())})),
         ),
-        GatewayError::Ledger(_) | GatewayError::Internal(_) | GatewayError::Unenforced(_) => {
-            ErrorData::internal_error(message, None)
-        }
+        GatewayError::Ledger(_)
+        | GatewayError::Internal(_)
+        | GatewayError::Unenforced(_)
+        | GatewayError::Decision(_) => ErrorData::internal_error(message, None),
     }
 }
 

@@ -20,9 +20,11 @@ use postern_ledger::{
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
+mod approvals;
 mod promises;
 mod recovery;
 
+pub use approvals::{Decided, DecisionError, PendingDecision};
 pub use promises::unkept_promises;
 
 use crate::error::GatewayError;
@@ -100,6 +102,8 @@ pub struct Gateway {
     /// Task executions whose background run has not returned yet (a task reads `working`
     /// while its recovery is still going, whatever the record says so far).
     running: std::sync::Mutex<std::collections::HashSet<ExecutionId>>,
+    /// Arguments of calls waiting for an approval, so an approval sends them at once.
+    held: approvals::HeldCalls,
 }
 
 pub fn now() -> Timestamp {
@@ -151,6 +155,7 @@ impl Gateway {
             config,
             background: tokio_util::task::TaskTracker::new(),
             running: Default::default(),
+            held: Default::default(),
         }
     }
 
@@ -281,6 +286,7 @@ impl Gateway {
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
         let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
         let contract = entry.contract.clone();
+        let approval_ttl = self.approval_ttl(&contract);
         let record = ActionRecord::build(
             &contract,
             &call.actor,
@@ -289,14 +295,20 @@ impl Gateway {
             &self.key,
         )
         .map_err(|e| invalid(e.to_string()))?;
-        let mut request = AcceptRequest::new(record, &self.key, contract, now())
-            .map_err(|e| invalid(e.to_string()))?
+        let at = now();
+        let then = match approval_ttl {
+            // A per-use approval: nothing is authorized, let alone sent, until an operator says so.
+            Some(ttl) => vec![Gateway::approval_request(at, ttl)],
             // Authorized and dispatched share the accept's commit: one fsync, and still durable
             // before the first byte leaves.
-            .then(vec![
+            None => vec![
                 NewEvent::new(EventKind::Authorized),
                 NewEvent::new(EventKind::Dispatched).with_detail(target),
-            ]);
+            ],
+        };
+        let mut request = AcceptRequest::new(record, &self.key, contract, at)
+            .map_err(|e| invalid(e.to_string()))?
+            .then(then);
         for (what, key) in [
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
@@ -354,6 +366,10 @@ impl Gateway {
         match accepted {
             AcceptOutcome::Created(s) if s.lifecycle.state == State::Cancelled => {
                 Err(GatewayError::Cancelled)
+            }
+            AcceptOutcome::Created(s) if s.lifecycle.state == State::AwaitingApproval => {
+                self.hold_for_approval(s.id, call);
+                self.stored_report(s.id, Attempt::New).await
             }
             AcceptOutcome::Created(s) => self.send(entry, s, call, Attempt::New).await,
             AcceptOutcome::Existing {
@@ -627,6 +643,7 @@ impl Gateway {
             target_status,
             response,
             next_step: next_step(s.lifecycle.state, s.id),
+            decision: None,
             is_error,
         }
     }
@@ -649,7 +666,9 @@ impl Gateway {
             .find_map(|e| e.body.detail.get("target_status").and_then(Value::as_u64))
             .and_then(|s| u16::try_from(s).ok());
         let response = view.result.as_ref().map(|r| response_value(&r.body));
-        Ok(self.report(&view.summary, attempt, status, response))
+        let mut report = self.report(&view.summary, attempt, status, response);
+        report.decision = approvals::decision_of(&view);
+        Ok(report)
     }
 
     /// The built-in read-only tool: the record of an execution the actor owns.

@@ -10,19 +10,17 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
     use postern_core::config::SessionApproval;
     use postern_core::contract::Approval;
     let mut unkept = Vec::new();
-    if config.gateway.approval_ttl.is_some() {
-        unkept.push(
-            "[gateway] approval_ttl (approvals are not built yet; remove the key)".to_string(),
-        );
-    }
     for a in &config.actors {
         if a.session_approval == SessionApproval::Required {
             unkept.push(format!("actor {:?}: session_approval = \"required\" (session authorization is not built yet; remove the key)", a.name));
         }
     }
-    for (name, c) in &config.credentials {
-        if c.approval == Approval::EveryCall {
-            unkept.push(format!("credential {name:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)"));
+    // An approval nobody can give would hold every call until it expires.
+    if config.operators.is_empty() {
+        for (name, c) in &config.credentials {
+            if c.approval == Approval::EveryCall {
+                unkept.push(format!("credential {name:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls"));
+            }
         }
     }
     for name in config.upstreams.keys() {
@@ -31,8 +29,8 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
         ));
     }
     for t in &config.tools {
-        if t.approval == Approval::EveryCall {
-            unkept.push(format!("tool {:?}: approval = \"every_call\" (per-use approvals are not built yet; remove the key)", t.name));
+        if t.approval == Approval::EveryCall && config.operators.is_empty() {
+            unkept.push(format!("tool {:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls", t.name));
         }
         match &t.channel {
             ChannelSpec::Http(_) => {}

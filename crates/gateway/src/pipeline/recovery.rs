@@ -45,11 +45,13 @@ impl Gateway {
                     self.append(execution_id, NewEvent::new(EventKind::Authorized))
                         .await?;
                 }
-                match self
-                    .ledger
-                    .append(execution_id, NewEvent::new(EventKind::Dispatched), now())
-                    .await
-                {
+                // Where it goes, as every `dispatched` event records (this call's arguments
+                // have the execution's fingerprint, so the same target).
+                let target = self
+                    .target_of(entry, &call.arguments)
+                    .map_err(GatewayError::Internal)?;
+                let dispatched = NewEvent::new(EventKind::Dispatched).with_detail(target);
+                match self.ledger.append(execution_id, dispatched, now()).await {
                     Ok(s) => self.send(entry, s, call, Attempt::Attached).await,
                     // Someone else dispatched it meanwhile: join them.
                     Err(LedgerError::Transition { .. }) => self.attach(execution_id).await,
@@ -57,8 +59,18 @@ impl Gateway {
                 }
             }
             D::Attach { execution_id } => self.attach(execution_id).await,
-            D::AwaitApproval { execution_id, .. }
-            | D::ReturnDenial { execution_id }
+            D::AwaitApproval { execution_id, .. } => {
+                // The pending request, never a second one; its expiry is checked on the way,
+                // and this call's arguments are kept (after a restart they were lost) so an
+                // approval sends it at once.
+                if let Some(view) = self.ledger.execution(execution_id).await? {
+                    if !self.expire_if_due(&view).await? {
+                        self.hold_for_approval(execution_id, call);
+                    }
+                }
+                self.stored_report(execution_id, Attempt::Recovered).await
+            }
+            D::ReturnDenial { execution_id }
             | D::ReturnReview { execution_id }
             | D::ReturnResolution { execution_id, .. } => {
                 self.stored_report(execution_id, Attempt::Recovered).await

@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 
 use super::ConnectArgs;
+use crate::client::{is_variable_name, shown_variable};
 
 pub(super) struct Remote {
     pub url: String,
@@ -36,7 +37,12 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
         );
     }
     let url = endpoint(&a.url)?;
-    let http = http_client(&url, a.ca_file.as_deref())?;
+    // Pooling is off as in rmcp's own client (a pooled connection whose last SSE body was not
+    // read to its end stalls the next request).
+    let http = crate::client::http_builder(&url, a.ca_file.as_deref())?
+        .pool_max_idle_per_host(0)
+        .build()
+        .context("building the HTTP client")?;
     let token = match std::env::var(&a.token_env) {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         Ok(_) => bail!("the environment variable {var} is empty: put the bearer token for {url} in it"),
@@ -49,58 +55,6 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
         }
     };
     Ok(Remote { url, token, http })
-}
-
-/// The client for `url`. Pooling is off as in rmcp's own client (a pooled connection whose
-/// last SSE body was not read to its end stalls the next request), and redirects are not
-/// followed: a gateway never sends one, and following it would carry the token elsewhere.
-fn http_client(url: &str, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client> {
-    use postern_channels::http::{TlsProfile, TrustedRoots};
-    let builder = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .redirect(reqwest::redirect::Policy::none());
-    let builder = match (url.starts_with("https://"), ca_file) {
-        (false, None) => builder,
-        (false, Some(_)) => bail!(
-            "--ca-file names the CA that signed the gateway's TLS certificate, but the URL is \
-             http://, where no certificate is checked; use https://"
-        ),
-        (true, ca_file) => {
-            let roots = match ca_file {
-                None => TrustedRoots::WebPki,
-                Some(path) => {
-                    let pem = std::fs::read(path)
-                        .with_context(|| format!("reading --ca-file {}", path.display()))?;
-                    TrustedRoots::from_pem(&pem)
-                        .with_context(|| format!("--ca-file {}", path.display()))?
-                }
-            };
-            let profile = TlsProfile::new(&roots, None)?;
-            builder.tls_backend_preconfigured(profile.rustls_config().as_ref().clone())
-        }
-    };
-    builder.build().context("building the HTTP client")
-}
-
-/// An environment variable's name as the shell writes it.
-fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 64
-}
-
-/// The variable's name for a message, unless it might be a token given by mistake (a long name,
-/// or one with many digits, as random tokens have).
-fn shown_variable(name: &str) -> String {
-    let digits = name.chars().filter(char::is_ascii_digit).count();
-    if is_variable_name(name) && name.len() <= 40 && digits <= 4 {
-        name.to_string()
-    } else {
-        "named by --token-env (not shown: it looks like a token)".to_string()
-    }
 }
 
 /// `text` with anything that can carry a secret masked: userinfo, query values, the fragment.

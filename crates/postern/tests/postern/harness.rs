@@ -146,6 +146,19 @@ pub fn serve_refuses(dir: &Path) -> String {
     }
 }
 
+/// The audit public key of the gateway in `dir`, written beside its signing key.
+pub fn public_key_file(dir: &Path) -> PathBuf {
+    let public = dir.join("signing.pub");
+    let key = postern_audit::SigningKey::from_hex(
+        std::fs::read_to_string(dir.join("signing.key"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    std::fs::write(&public, key.verifying_key().to_string()).unwrap();
+    public
+}
+
 /// The MCP URL a just-started `postern serve` prints as its first line.
 pub fn listening_url(child: &mut Child) -> String {
     let mut line = String::new();

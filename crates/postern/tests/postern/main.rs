@@ -1,5 +1,6 @@
 //! The `postern` binary's one integration-test binary: runs the real executable.
 
+mod approvals;
 mod audit;
 mod audit_tail;
 mod bridge;

@@ -99,23 +99,10 @@ fn postern(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// The audit public key of the gateway in `dir`, written beside its signing key.
-fn public_key_file(dir: &Path) -> PathBuf {
-    let public = dir.join("signing.pub");
-    let key = postern_audit::SigningKey::from_hex(
-        std::fs::read_to_string(dir.join("signing.key"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
-    std::fs::write(&public, key.verifying_key().to_string()).unwrap();
-    public
-}
-
 /// After the gateway stopped: the store verifies and holds `n` executions, all completed.
 fn assert_store_intact(dir: &Path, n: usize) {
     let store = format!("sqlite://{}", dir.join("disk/ledger.db").display());
-    let public = public_key_file(dir);
+    let public = crate::harness::public_key_file(dir);
     let out = postern(&[
         "audit",
         "verify",
@@ -516,7 +503,7 @@ async fn the_gateway_prunes_past_retention_and_the_audit_chain_still_verifies() 
     );
     served.stop();
 
-    let public = public_key_file(&dir.0);
+    let public = crate::harness::public_key_file(&dir.0);
     let public = public.to_str().unwrap();
     let out = postern(&["audit", "verify", "--store", &store, "--public-key", public]);
     let text = String::from_utf8_lossy(&out.stdout);

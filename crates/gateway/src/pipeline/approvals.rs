@@ -1,0 +1,482 @@
+//! The human half of the pipeline (DESIGN §6), kept apart from de-duplication: per-use
+//! approvals and operators' resolutions of reviews.
+//!
+//! A call of a tool whose contract (or credential) says `approval = "every_call"` is accepted
+//! as `awaiting_approval` in the accept's commit, and answered at once with that state. The
+//! request is bound to the one execution and its fingerprint: an identical retry matches the
+//! execution (never a second request, also after a restart or on another replica), and a call
+//! with other arguments is another execution with its own request. An operator's approval names
+//! the execution and its fingerprint and is recorded `authorized` (with who, when and why);
+//! the transition table makes it single-use, and whichever decision the store records first
+//! wins (a second one finds the execution no longer awaiting). A request not decided within its
+//! `approval_ttl` is recorded `denied` with reason `expired`.
+//!
+//! After an approval the gateway dispatches at once when this process still holds the call's
+//! arguments (it keeps those of the calls it answered `awaiting_approval`, and of identical
+//! retries, in memory only: the ledger holds secret fields as keyed hashes, from which no
+//! request can be rebuilt). Otherwise (a restart in between, another replica) the execution
+//! stays `authorized` and the agent's next identical call sends it, as any `authorized`
+//! execution is continued.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postern_audit::ChainedEvent;
+use postern_core::contract::{Approval, ToolContract};
+use postern_core::lifecycle::{Resolution, State};
+use postern_core::{EventKind, ExecutionId, Timestamp};
+use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{now, Gateway, ToolCall};
+use crate::error::GatewayError;
+use crate::report::Attempt;
+
+/// The most calls whose arguments wait in memory for their approval; beyond it an approved
+/// execution is sent by the agent's next identical call instead.
+const MAX_HELD: usize = 10_000;
+
+/// Calls answered `awaiting_approval` whose arguments this process holds, so an approval can
+/// send them at once.
+#[derive(Default)]
+pub(crate) struct HeldCalls(Mutex<HashMap<ExecutionId, ToolCall>>);
+
+impl HeldCalls {
+    fn hold(&self, id: ExecutionId, call: &ToolCall) {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if held.len() < MAX_HELD || held.contains_key(&id) {
+            // The caller's cancellation belongs to its request, which has been answered.
+            let mut call = call.clone();
+            call.cancel = None;
+            held.insert(id, call);
+        }
+    }
+
+    fn take(&self, id: ExecutionId) -> Option<ToolCall> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
+    }
+}
+
+/// Why an operator's decision was not recorded. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum DecisionError {
+    #[error("no execution {0}")]
+    Unknown(String),
+    #[error("execution {id} is {state}, not awaiting approval{}", decided.as_ref().map(|d| format!(": already decided {d}")).unwrap_or_default())]
+    NotAwaiting {
+        id: ExecutionId,
+        state: &'static str,
+        decided: Option<Decided>,
+    },
+    #[error("the approval names fingerprint {given}, but execution {id} has {actual}: these are not the arguments shown for approval; nothing was approved")]
+    FingerprintMismatch {
+        id: ExecutionId,
+        given: String,
+        actual: String,
+    },
+    #[error("the approval request of {id} expired at {at}: it is now recorded denied (expired); the agent needs a new call")]
+    Expired { id: ExecutionId, at: Timestamp },
+    #[error("execution {id} is {state}, not needs_review{}", decided.as_ref().map(|d| format!(": already resolved {d}")).unwrap_or_default())]
+    NotUnderReview {
+        id: ExecutionId,
+        state: &'static str,
+        decided: Option<Decided>,
+    },
+}
+
+/// A recorded human decision: who, when, what and why.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Decided {
+    /// `approved`, `denied`, `resolved_applied`, `resolved_not_applied`.
+    pub decision: String,
+    /// The operator; `None` for an approval request that expired.
+    pub by: Option<String>,
+    pub at: String,
+    pub reason: Option<String>,
+}
+
+impl std::fmt::Display for Decided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "({}) by {} at {}",
+            self.decision,
+            self.by.as_deref().unwrap_or("nobody (expired)"),
+            self.at
+        )?;
+        if let Some(r) = &self.reason {
+            write!(f, ": {r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An execution as an operator decides on it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PendingDecision {
+    pub execution_id: String,
+    pub tool: String,
+    pub actor: String,
+    pub run_id: Option<String>,
+    /// The full fingerprint, which an approval must name.
+    pub fingerprint: String,
+    /// The canonical action record: secret fields appear only as keyed hashes.
+    pub record: Value,
+    pub state: &'static str,
+    /// When the approval was requested (or the review began).
+    pub since: String,
+    /// For an approval request: when it is denied as expired.
+    pub expires_at: Option<String>,
+    pub decided: Option<Decided>,
+}
+
+impl Gateway {
+    /// How long a call of this tool waits for its per-use approval, if it needs one.
+    pub(crate) fn approval_ttl(&self, contract: &ToolContract) -> Option<Duration> {
+        let credential = contract
+            .channel
+            .credential_ref()
+            .and_then(|c| self.config.credentials.get(c));
+        let asks = contract.approval == Approval::EveryCall
+            || credential.is_some_and(|c| c.approval == Approval::EveryCall);
+        asks.then(|| {
+            contract
+                .approval_ttl
+                .unwrap_or(self.config.gateway.approval_ttl)
+        })
+    }
+
+    /// The `approval_requested` event of a new execution that expires after `ttl`.
+    pub(crate) fn approval_request(at: Timestamp, ttl: Duration) -> NewEvent {
+        let expires = at.saturating_add(ttl);
+        NewEvent::new(EventKind::ApprovalRequested).with_detail(json!({
+            "expires_at": expires.to_string(),
+            "expires_at_ms": expires.millis(),
+            "decided_by": "an operator ([[operator]]: postern approvals approve)",
+        }))
+    }
+
+    /// Keeps the arguments of a call that waits for approval, so an approval can send it.
+    pub(crate) fn hold_for_approval(&self, id: ExecutionId, call: &ToolCall) {
+        self.held.hold(id, call);
+    }
+
+    /// Approves one execution awaiting approval, which the operator identified by its id and
+    /// fingerprint; sends it at once when this process holds its arguments.
+    pub async fn approve(
+        self: &Arc<Self>,
+        id: &str,
+        operator: &str,
+        fingerprint: &str,
+        reason: Option<String>,
+    ) -> Result<PendingDecision, GatewayError> {
+        let view = self.awaiting(id).await?;
+        let s = &view.summary;
+        if s.fingerprint.to_string() != fingerprint {
+            return Err(DecisionError::FingerprintMismatch {
+                id: s.id,
+                given: fingerprint.chars().take(80).collect(),
+                actual: s.fingerprint.to_string(),
+            }
+            .into());
+        }
+        let detail = json!({
+            "approved_by": operator,
+            "reason": reason,
+            "fingerprint": s.fingerprint.to_string(),
+        });
+        let approved = self
+            .decide(
+                s.id,
+                NewEvent::new(EventKind::Authorized).with_detail(detail),
+            )
+            .await?;
+        if let Some(call) = self.held.take(s.id) {
+            self.send_approved(approved, call).await?;
+        }
+        self.pending_decision(s.id).await
+    }
+
+    /// Denies one execution awaiting approval: final for that execution.
+    pub async fn deny(
+        &self,
+        id: &str,
+        operator: &str,
+        reason: Option<String>,
+    ) -> Result<PendingDecision, GatewayError> {
+        let view = self.awaiting(id).await?;
+        let detail = json!({"denied_by": operator, "reason": reason});
+        self.decide(
+            view.summary.id,
+            NewEvent::new(EventKind::Denied).with_detail(detail),
+        )
+        .await?;
+        self.held.take(view.summary.id);
+        self.pending_decision(view.summary.id).await
+    }
+
+    /// Records an operator's resolution of an execution under review.
+    pub async fn resolve_review(
+        &self,
+        id: &str,
+        operator: &str,
+        resolution: Resolution,
+        reason: String,
+    ) -> Result<PendingDecision, GatewayError> {
+        let view = self.view_of(id).await?;
+        let s = &view.summary;
+        if s.lifecycle.state != State::NeedsReview {
+            return Err(DecisionError::NotUnderReview {
+                id: s.id,
+                state: s.lifecycle.state.display_name(),
+                decided: decided(&view.events),
+            }
+            .into());
+        }
+        let detail = json!({"resolved_by": operator, "reason": reason});
+        let event = NewEvent::new(EventKind::Resolved(resolution)).with_detail(detail);
+        match self.ledger.append(s.id, event, now()).await {
+            Ok(_) => self.pending_decision(s.id).await,
+            Err(LedgerError::Transition { .. }) => {
+                let view = self.view_of(id).await?;
+                Err(DecisionError::NotUnderReview {
+                    id: view.summary.id,
+                    state: view.summary.lifecycle.state.display_name(),
+                    decided: decided(&view.events),
+                }
+                .into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Executions awaiting approval (`State::AwaitingApproval`) or review, newest first.
+    pub async fn pending(&self, state: State) -> Result<Vec<PendingDecision>, GatewayError> {
+        let filter = ListFilter {
+            state: Some(state.as_str().to_string()),
+            limit: 1000,
+            ..ListFilter::default()
+        };
+        let mut out = Vec::new();
+        for s in self.ledger.list(&filter).await? {
+            if let Ok(p) = self.pending_decision(s.id).await {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One execution as an operator sees it (any state).
+    pub async fn pending_decision(&self, id: ExecutionId) -> Result<PendingDecision, GatewayError> {
+        let view = self.view_of(&id.to_string()).await?;
+        Ok(decision_view(&view))
+    }
+
+    /// Records `denied (expired)` for every approval request past its expiry; returns how many.
+    pub async fn expire_approvals(&self) -> Result<usize, GatewayError> {
+        let filter = ListFilter {
+            state: Some(State::AwaitingApproval.as_str().to_string()),
+            limit: 1000,
+            ..ListFilter::default()
+        };
+        let mut expired = 0;
+        for s in self.ledger.list(&filter).await? {
+            if let Some(view) = self.ledger.execution(s.id).await? {
+                if self.expire_if_due(&view).await? {
+                    expired += 1;
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Denies the request as expired if it is; whether it did.
+    pub(crate) async fn expire_if_due(&self, view: &ExecutionView) -> Result<bool, GatewayError> {
+        let Some(at) = expires_at(&view.events) else {
+            return Ok(false);
+        };
+        if now() <= at || view.summary.lifecycle.state != State::AwaitingApproval {
+            return Ok(false);
+        }
+        let detail = json!({"reason": "expired", "expired_at": at.to_string()});
+        match self
+            .ledger
+            .append(
+                view.summary.id,
+                NewEvent::new(EventKind::Denied).with_detail(detail),
+                now(),
+            )
+            .await
+        {
+            // Decided meanwhile by someone else: not expired after all.
+            Ok(_) | Err(LedgerError::Transition { .. }) => {
+                self.held.take(view.summary.id);
+                Ok(true)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The execution `id`, which must be awaiting approval (and not expired).
+    async fn awaiting(&self, id: &str) -> Result<ExecutionView, GatewayError> {
+        let view = self.view_of(id).await?;
+        let s = &view.summary;
+        if s.lifecycle.state != State::AwaitingApproval {
+            return Err(DecisionError::NotAwaiting {
+                id: s.id,
+                state: s.lifecycle.state.display_name(),
+                decided: decided(&view.events),
+            }
+            .into());
+        }
+        if self.expire_if_due(&view).await? {
+            let at = expires_at(&view.events).unwrap_or(s.state_since);
+            return Err(DecisionError::Expired { id: s.id, at }.into());
+        }
+        Ok(view)
+    }
+
+    async fn view_of(&self, id: &str) -> Result<ExecutionView, GatewayError> {
+        let unknown = || DecisionError::Unknown(id.chars().take(64).collect());
+        let parsed: ExecutionId = id.parse().map_err(|_| unknown())?;
+        self.ledger
+            .execution(parsed)
+            .await?
+            .ok_or_else(|| unknown().into())
+    }
+
+    /// Appends an approval's decision; a decision recorded first by someone else wins.
+    async fn decide(
+        &self,
+        id: ExecutionId,
+        event: NewEvent,
+    ) -> Result<ExecutionSummary, GatewayError> {
+        match self.ledger.append(id, event, now()).await {
+            Ok(s) => Ok(s),
+            Err(LedgerError::Transition { .. }) => {
+                let view = self.view_of(&id.to_string()).await?;
+                Err(DecisionError::NotAwaiting {
+                    id,
+                    state: view.summary.lifecycle.state.display_name(),
+                    decided: decided(&view.events),
+                }
+                .into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Dispatches an approved execution with the arguments held for it (durable `dispatched`
+    /// before the approval is answered) and sends it in the background.
+    async fn send_approved(
+        self: &Arc<Self>,
+        approved: ExecutionSummary,
+        call: ToolCall,
+    ) -> Result<(), GatewayError> {
+        let Some(entry) = self.registry.get(&call.tool) else {
+            return Ok(());
+        };
+        let target = self
+            .target_of(entry, &call.arguments)
+            .map_err(GatewayError::Internal)?;
+        let dispatched = self
+            .ledger
+            .append(
+                approved.id,
+                NewEvent::new(EventKind::Dispatched).with_detail(target),
+                now(),
+            )
+            .await;
+        let dispatched = match dispatched {
+            Ok(s) => s,
+            // An identical call continued it meanwhile: it is theirs to send.
+            Err(LedgerError::Transition { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let gateway = self.clone();
+        self.background.spawn(async move {
+            if let Some(entry) = gateway.registry.get(&call.tool) {
+                let _ = gateway.send(entry, dispatched, &call, Attempt::New).await;
+            }
+        });
+        Ok(())
+    }
+}
+
+/// When the execution's approval request expires, from its `approval_requested` event.
+fn expires_at(events: &[ChainedEvent]) -> Option<Timestamp> {
+    events
+        .iter()
+        .find(|e| e.body.event == EventKind::ApprovalRequested)
+        .and_then(|e| e.body.detail.get("expires_at_ms"))
+        .and_then(Value::as_i64)
+        .map(Timestamp)
+}
+
+/// The last human decision in the events, if any.
+pub(crate) fn decided(events: &[ChainedEvent]) -> Option<Decided> {
+    events.iter().rev().find_map(|e| {
+        let d = &e.body.detail;
+        let text = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
+        let (decision, by) = match e.body.event {
+            EventKind::Authorized if d.get("approved_by").is_some() => {
+                ("approved", text("approved_by"))
+            }
+            EventKind::Denied => ("denied", text("denied_by")),
+            EventKind::Resolved(Resolution::Applied) => ("resolved_applied", text("resolved_by")),
+            EventKind::Resolved(Resolution::NotApplied) => {
+                ("resolved_not_applied", text("resolved_by"))
+            }
+            _ => return None,
+        };
+        Some(Decided {
+            decision: decision.to_string(),
+            by,
+            at: e.body.at.to_string(),
+            reason: text("reason"),
+        })
+    })
+}
+
+fn decision_view(view: &ExecutionView) -> PendingDecision {
+    let s = &view.summary;
+    PendingDecision {
+        execution_id: s.id.to_string(),
+        tool: s.tool.clone(),
+        actor: s.actor.clone(),
+        run_id: s.run_id.clone(),
+        fingerprint: s.fingerprint.to_string(),
+        record: view.record.clone(),
+        state: s.lifecycle.state.display_name(),
+        since: view
+            .events
+            .iter()
+            .find(|e| {
+                matches!(
+                    e.body.event,
+                    EventKind::ApprovalRequested | EventKind::ReviewRequired
+                )
+            })
+            .map_or(s.state_since, |e| e.body.at)
+            .to_string(),
+        expires_at: expires_at(&view.events).map(|t| t.to_string()),
+        decided: decided(&view.events),
+    }
+}
+
+/// What a call's answer says of a human decision: the pending request, or the decision.
+pub(crate) fn decision_of(view: &ExecutionView) -> Option<Value> {
+    let state = view.summary.lifecycle.state;
+    if state == State::AwaitingApproval {
+        let p = decision_view(view);
+        return Some(json!({
+            "awaiting": "approval",
+            "requested_at": p.since,
+            "expires_at": p.expires_at,
+            "decided_by": "an operator",
+        }));
+    }
+    decided(&view.events).map(|d| json!(d))
+}

@@ -1,0 +1,324 @@
+//! The operators' verbs, `postern approvals …` and `postern review …`: clients of the running
+//! gateway's operator API (`/ops`, README "Approvals and reviews"), so a decision is recorded by
+//! the gateway that holds the waiting call and wakes it at once. The operator's token comes from
+//! the environment (`$POSTERN_OPERATOR_TOKEN`, or `--token-env NAME`), never from the command
+//! line.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::client::{is_variable_name, shown_variable};
+
+#[derive(Args, Clone)]
+pub struct GatewayArgs {
+    /// The gateway's address (its /ops API is on the MCP listener).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "POSTERN_GATEWAY",
+        default_value = "http://127.0.0.1:8750"
+    )]
+    pub gateway: String,
+    /// With an https:// gateway: the PEM file of the CA that signed its certificate, trusted
+    /// instead of the built-in roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// The environment variable that holds the operator's bearer token.
+    #[arg(long, value_name = "NAME", default_value = "POSTERN_OPERATOR_TOKEN")]
+    pub token_env: String,
+    /// Print the gateway's JSON answer instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum ApprovalsCommand {
+    /// Calls awaiting an approval, newest first.
+    List(GatewayArgs),
+    /// One execution's approval request (what would be sent, by whom, until when) or decision.
+    Show {
+        execution: String,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+    /// Approves the call: the gateway sends it. The approval is bound to the fingerprint shown
+    /// by `show`, so arguments other than the ones shown can never be approved.
+    Approve {
+        execution: String,
+        /// Why (recorded in the audit chain).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+    /// Denies the call: final for that execution (an identical retry gets the denial).
+    Deny {
+        execution: String,
+        /// Why (recorded in the audit chain, and told to the agent).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ReviewCommand {
+    /// Executions under review (an unknown outcome nothing can settle), newest first.
+    List(GatewayArgs),
+    /// Records what a human found: the action was applied, or it was not.
+    Resolve {
+        execution: String,
+        /// The action happened (an identical retry is told so; nothing is sent again).
+        #[arg(
+            long,
+            conflicts_with = "not_applied",
+            required_unless_present = "not_applied"
+        )]
+        applied: bool,
+        /// The action did not happen (the agent may act anew with a new idempotencyKey).
+        #[arg(long)]
+        not_applied: bool,
+        /// What was checked, and where (required; recorded in the audit chain).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+}
+
+/// One client of the operator API.
+struct Ops {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    json: bool,
+}
+
+impl Ops {
+    fn new(a: &GatewayArgs) -> Result<Ops> {
+        let var = shown_variable(&a.token_env);
+        if !is_variable_name(&a.token_env) {
+            bail!("--token-env takes the NAME of an environment variable, not the token itself; the value given is not shown");
+        }
+        let token = match std::env::var(&a.token_env) {
+            Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+            _ => bail!("no operator token: set the environment variable {var} to an [[operator]]'s token (or name another with --token-env)"),
+        };
+        let base = a
+            .gateway
+            .trim_end_matches('/')
+            .trim_end_matches("/mcp")
+            .to_string();
+        if !base.starts_with("http://") && !base.starts_with("https://") {
+            bail!("--gateway {base:?}: expected http(s)://host:port");
+        }
+        let http = crate::client::http_builder(&base, a.ca_file.as_deref())?
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Ops {
+            http,
+            base,
+            token,
+            json: a.json,
+        })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        let req = self.http.get(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        let req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        self.send(req).await
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value> {
+        let resp = req
+            .header("authorization", format!("Bearer {}", self.token))
+            .send()
+            .await
+            .with_context(|| format!("reaching the gateway at {}", self.base))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if !status.is_success() {
+            let why = value["error"]
+                .as_str()
+                .map_or(value.to_string(), str::to_string);
+            bail!("the gateway refused (HTTP {}): {why}", status.as_u16());
+        }
+        Ok(value)
+    }
+
+    fn print(&self, value: &Value, text: impl FnOnce(&Value)) {
+        if self.json {
+            println!("{value:#}");
+        } else {
+            text(value);
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
+    runtime()?.block_on(async {
+        match cmd {
+            ApprovalsCommand::List(a) => {
+                let ops = Ops::new(a)?;
+                let v = ops.get("/ops/approvals").await?;
+                ops.print(&v, |v| {
+                    print_list(&v["approvals"], "no call awaits approval")
+                });
+            }
+            ApprovalsCommand::Show { execution, gateway } => {
+                let ops = Ops::new(gateway)?;
+                let v = ops.get(&format!("/ops/approvals/{execution}")).await?;
+                ops.print(&v, print_one);
+            }
+            ApprovalsCommand::Approve {
+                execution,
+                reason,
+                gateway,
+            } => {
+                let ops = Ops::new(gateway)?;
+                // What is approved is what was shown: the approval carries its fingerprint.
+                let shown = ops.get(&format!("/ops/approvals/{execution}")).await?;
+                let fingerprint = shown["fingerprint"].as_str().unwrap_or_default();
+                let v = ops
+                    .post(
+                        &format!("/ops/approvals/{execution}/approve"),
+                        json!({"fingerprint": fingerprint, "reason": reason}),
+                    )
+                    .await?;
+                ops.print(&v, |v| {
+                    print_one(&shown);
+                    println!("approved: {} is {}", execution, text(&v["state"]));
+                });
+            }
+            ApprovalsCommand::Deny {
+                execution,
+                reason,
+                gateway,
+            } => {
+                let ops = Ops::new(gateway)?;
+                let v = ops
+                    .post(
+                        &format!("/ops/approvals/{execution}/deny"),
+                        json!({"reason": reason}),
+                    )
+                    .await?;
+                ops.print(&v, |v| {
+                    println!("denied: {} is {}", execution, text(&v["state"]))
+                });
+            }
+        }
+        Ok(0)
+    })
+}
+
+pub fn review(cmd: &ReviewCommand) -> Result<i32> {
+    runtime()?.block_on(async {
+        match cmd {
+            ReviewCommand::List(a) => {
+                let ops = Ops::new(a)?;
+                let v = ops.get("/ops/reviews").await?;
+                ops.print(&v, |v| {
+                    print_list(&v["reviews"], "no execution is under review")
+                });
+            }
+            ReviewCommand::Resolve {
+                execution,
+                applied,
+                not_applied: _,
+                reason,
+                gateway,
+            } => {
+                let ops = Ops::new(gateway)?;
+                let resolution = if *applied { "applied" } else { "not_applied" };
+                let v = ops
+                    .post(
+                        &format!("/ops/reviews/{execution}/resolve"),
+                        json!({"resolution": resolution, "reason": reason}),
+                    )
+                    .await?;
+                ops.print(&v, |v| {
+                    println!(
+                        "resolved: {} is {} ({resolution})",
+                        execution,
+                        text(&v["state"])
+                    )
+                });
+            }
+        }
+        Ok(0)
+    })
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("?")
+}
+
+fn print_list(items: &Value, none: &str) {
+    let items = items.as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        println!("{none}");
+    }
+    for p in items {
+        println!(
+            "{:<30} {:<20} {:<16} since {}{}",
+            text(&p["execution_id"]),
+            text(&p["tool"]),
+            text(&p["actor"]),
+            text(&p["since"]),
+            p["expires_at"]
+                .as_str()
+                .map(|e| format!(", expires {e}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+fn print_one(p: &Value) {
+    println!("execution    {}", text(&p["execution_id"]));
+    println!("state        {}", text(&p["state"]));
+    println!("tool         {}", text(&p["tool"]));
+    println!("actor        {}", text(&p["actor"]));
+    if let Some(run) = p["run_id"].as_str() {
+        println!("run          {run}");
+    }
+    println!("arguments    {}", p["record"]["arguments"]);
+    println!("fingerprint  {}", text(&p["fingerprint"]));
+    println!("since        {}", text(&p["since"]));
+    if let Some(e) = p["expires_at"].as_str() {
+        println!("expires      {e}");
+    }
+    if let Some(d) = p["decided"].as_object() {
+        println!(
+            "decided      {} by {} at {}{}",
+            d.get("decision").and_then(Value::as_str).unwrap_or("?"),
+            d.get("by")
+                .and_then(Value::as_str)
+                .unwrap_or("nobody (expired)"),
+            d.get("at").and_then(Value::as_str).unwrap_or("?"),
+            d.get("reason")
+                .and_then(Value::as_str)
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+    }
+}

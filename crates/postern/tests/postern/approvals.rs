@@ -1,0 +1,479 @@
+//! Human control (issue 14), end to end against a real `postern serve` and the real invoice
+//! API: per-use approvals bound to one execution and its fingerprint, decided by an operator
+//! through `postern approvals` (the operator API), denial and expiry, a `kill -9` while a call
+//! waits, review resolution, and the separation of actor and operator tokens.
+
+use std::process::Command;
+use std::time::Duration;
+
+use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use serde_json::{json, Value};
+
+use crate::harness::{
+    activity, config, eventually, execution, http_client, posts, public_key_file, write_private,
+    Dir, Mcp, Served, BILLING_TOKEN,
+};
+
+const ALICE_TOKEN: &str = "alice-operator-token-0123456789";
+
+/// The harness config with an operator and two tools that need a per-use approval.
+fn approval_config(target: &str) -> String {
+    format!(
+        r#"{}
+[[operator]]
+name = "alice"
+token = {{ file = "alice.token" }}
+
+[[tool]]
+name = "pay_invoice"
+description = "Pay an invoice (every call approved by an operator)"
+class = "idempotent_write"
+match_window = "10m"
+approval = "every_call"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempotency_key={{execution_id}}" }} }}
+
+[[tool]]
+name = "pay_quickly"
+description = "Pay an invoice (the approval must come within a second)"
+class = "idempotent_write"
+match_window = "10m"
+approval = "every_call"
+approval_ttl = "1s"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+"#,
+        config(target)
+    )
+}
+
+struct Setup {
+    target: InvoiceApiHandle,
+    dir: Dir,
+    served: Served,
+}
+
+async fn setup(tag: &str) -> Setup {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new(tag);
+    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+    let served = Served::start(&dir.0, &approval_config(&format!("http://{}", target.addr)));
+    Setup {
+        target,
+        dir,
+        served,
+    }
+}
+
+/// `postern ARGS` as operator alice against the gateway; (exit code, stdout, stderr).
+fn operator(served: &Served, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(args)
+        .args(["--gateway", &served.url])
+        .env("POSTERN_OPERATOR_TOKEN", ALICE_TOKEN)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// As [`operator`], expecting success and JSON (`--json`).
+fn operator_json(served: &Served, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (code, out, err) = operator(served, &args);
+    assert_eq!(code, 0, "postern {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn events(dir: &Dir, id: &str) -> Vec<Value> {
+    activity(&dir.0, &["show", id])["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn names(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn pay(customer: &str, amount: i64) -> Value {
+    json!({"customer": customer, "amount": amount})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_for_one_approval_and_is_sent_once_approved() {
+    let s = setup("approve").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let first = mcp.call("pay_invoice", pay("appr-co", 5), json!({})).await;
+    let ex = execution(&first);
+    assert_eq!(ex["state"], "awaiting_approval", "{first}");
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    assert!(ex["decision"]["expires_at"].is_string(), "{first}");
+    assert!(ex["next_step"]
+        .as_str()
+        .unwrap()
+        .contains("nothing has been sent"));
+    let id = ex["execution_id"].as_str().unwrap().to_string();
+    assert_eq!(posts(&s.target.state), 0);
+
+    // Five identical retries: the same execution, the same pending request.
+    for _ in 0..5 {
+        let again = mcp.call("pay_invoice", pay("appr-co", 5), json!({})).await;
+        assert_eq!(execution(&again)["execution_id"], id.as_str(), "{again}");
+        assert_eq!(execution(&again)["state"], "awaiting_approval");
+        assert_eq!(execution(&again)["attempt"], "recovered");
+    }
+    let listed = operator_json(&s.served, &["approvals", "list"]);
+    let pending = listed["approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{listed}");
+    assert_eq!(pending[0]["execution_id"], id.as_str());
+    assert_eq!(pending[0]["record"]["arguments"]["customer"], "appr-co");
+    let (code, shown, err) = operator(&s.served, &["approvals", "show", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        shown.contains("appr-co") && shown.contains("awaiting_approval"),
+        "{shown}"
+    );
+    assert_eq!(
+        posts(&s.target.state),
+        0,
+        "nothing is sent before the approval"
+    );
+
+    let (code, out, err) = operator(
+        &s.served,
+        &["approvals", "approve", &id, "--reason", "ticket 42"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("approved"), "{out}");
+    eventually("the approved call reaches the target", || {
+        posts(&s.target.state) == 1
+    })
+    .await;
+    let seen = s.target.state.requests();
+    assert_eq!(
+        seen.last().unwrap().idempotency_key.as_deref(),
+        Some(id.as_str())
+    );
+
+    // The agent's identical call gets the result; nothing is sent again.
+    let done = mcp.call("pay_invoice", pay("appr-co", 5), json!({})).await;
+    assert_eq!(execution(&done)["state"], "completed", "{done}");
+    assert_eq!(execution(&done)["execution_id"], id.as_str());
+    assert_eq!(execution(&done)["decision"]["by"], "alice", "{done}");
+    assert_eq!(posts(&s.target.state), 1);
+    let evs = events(&s.dir, &id);
+    let got = names(&evs);
+    assert_eq!(
+        &got[..5],
+        [
+            "accepted",
+            "approval_requested",
+            "authorized",
+            "dispatched",
+            "completed(applied)"
+        ],
+        "{got:?}"
+    );
+    assert_eq!(evs[2]["detail"]["approved_by"], "alice");
+    assert_eq!(evs[2]["detail"]["reason"], "ticket 42");
+
+    // Single use: a second approval is refused, naming the first.
+    let (code, _, err) = operator(&s.served, &["approvals", "approve", &id]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already decided (approved) by alice"), "{err}");
+
+    // Other arguments are another execution with its own request; a fingerprint other than
+    // the execution's is never approved.
+    let other = mcp.call("pay_invoice", pay("appr-co", 6), json!({})).await;
+    let other_id = execution(&other)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(other_id, id);
+    assert_eq!(execution(&other)["state"], "awaiting_approval");
+    let wrong = http_client()
+        .post(format!("{}/approve", approval_url(&s.served, &other_id)))
+        .bearer_auth(ALICE_TOKEN)
+        .json(&json!({"fingerprint": format!("hmac-sha256:{}", "0".repeat(64))}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 409);
+    assert!(wrong
+        .text()
+        .await
+        .unwrap()
+        .contains("not the arguments shown"));
+    assert_eq!(posts(&s.target.state), 1);
+
+    // The chain verifies, the operator's decision in it.
+    let public = public_key_file(&s.dir.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args([
+            "audit",
+            "verify",
+            "--store",
+            &s.served.store(),
+            "--public-key",
+        ])
+        .arg(&public)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn approval_url(served: &Served, id: &str) -> String {
+    format!("{}/ops/approvals/{id}", served.url.trim_end_matches("/mcp"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_is_final_and_an_unanswered_request_expires() {
+    let s = setup("deny").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let first = mcp.call("pay_invoice", pay("deny-co", 9), json!({})).await;
+    let id = execution(&first)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, _, err) = operator(
+        &s.served,
+        &["approvals", "deny", &id, "--reason", "not budgeted"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let again = mcp.call("pay_invoice", pay("deny-co", 9), json!({})).await;
+    let ex = execution(&again);
+    assert_eq!(ex["state"], "denied", "{again}");
+    assert_eq!(ex["execution_id"], id.as_str());
+    assert_eq!(ex["decision"]["by"], "alice");
+    assert_eq!(ex["decision"]["reason"], "not budgeted");
+    assert!(ex["next_step"]
+        .as_str()
+        .unwrap()
+        .contains("new idempotencyKey"));
+    let (code, _, err) = operator(&s.served, &["approvals", "approve", &id]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already decided (denied) by alice"), "{err}");
+
+    // Within a second or never: expired, recorded denied with reason `expired`.
+    let quick = mcp.call("pay_quickly", pay("late-co", 1), json!({})).await;
+    let quick_id = execution(&quick)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let late = operator_json(&s.served, &["approvals", "show", &quick_id]);
+    assert_eq!(late["state"], "denied", "{late}");
+    assert_eq!(late["decided"]["reason"], "expired");
+    assert!(late["decided"]["by"].is_null());
+    let (code, _, err) = operator(&s.served, &["approvals", "approve", &quick_id]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nobody (expired)"), "{err}");
+    assert_eq!(
+        posts(&s.target.state),
+        0,
+        "nothing denied or expired was sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_request_survives_kill_9_and_is_still_approvable() {
+    let s = setup("approve-crash").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let first = mcp.call("pay_invoice", pay("crash-co", 3), json!({})).await;
+    let id = execution(&first)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let listen = s.served.addr().to_string();
+    s.served.kill9();
+    let served = Served::spawn(&s.dir.0, &listen);
+    let listed = operator_json(&served, &["approvals", "list"]);
+    assert_eq!(
+        listed["approvals"][0]["execution_id"],
+        id.as_str(),
+        "{listed}"
+    );
+    let (code, _, err) = operator(&served, &["approvals", "approve", &id]);
+    assert_eq!(code, 0, "{err}");
+    // The restarted gateway no longer holds the arguments: the execution is authorized and
+    // the agent's identical call sends it, once.
+    let shown = operator_json(&served, &["approvals", "show", &id]);
+    assert_eq!(shown["state"], "authorized", "{shown}");
+    assert_eq!(posts(&s.target.state), 0);
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let done = mcp.call("pay_invoice", pay("crash-co", 3), json!({})).await;
+    assert_eq!(execution(&done)["state"], "completed", "{done}");
+    assert_eq!(execution(&done)["execution_id"], id.as_str());
+    assert_eq!(posts(&s.target.state), 1);
+    // A retry of a pending call after the restart hands its arguments back: approved, it is
+    // sent at once.
+    let second = mcp.call("pay_invoice", pay("crash-co", 4), json!({})).await;
+    let second_id = execution(&second)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let listen = served.addr().to_string();
+    served.kill9();
+    let served = Served::spawn(&s.dir.0, &listen);
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let retry = mcp.call("pay_invoice", pay("crash-co", 4), json!({})).await;
+    assert_eq!(execution(&retry)["execution_id"], second_id.as_str());
+    let (code, _, err) = operator(&served, &["approvals", "approve", &second_id]);
+    assert_eq!(code, 0, "{err}");
+    eventually("the retried call is sent on approval", || {
+        posts(&s.target.state) == 2
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_resolves_a_review_and_the_retry_is_told() {
+    let s = setup("review").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    s.target.state.set_mode(Mode::HangOnce);
+    let first = mcp.call("send_wire", pay("wire-co", 500), json!({})).await;
+    assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
+    let id = execution(&first)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let review = mcp.call("send_wire", pay("wire-co", 500), json!({})).await;
+    assert_eq!(execution(&review)["state"], "needs_review", "{review}");
+    let listed = operator_json(&s.served, &["review", "list"]);
+    assert_eq!(
+        listed["reviews"][0]["execution_id"],
+        id.as_str(),
+        "{listed}"
+    );
+
+    let (code, _, err) = operator(&s.served, &["review", "resolve", &id, "--not-applied"]);
+    assert_ne!(code, 0, "a resolution without a reason: {err}");
+    let (code, out, err) = operator(
+        &s.served,
+        &[
+            "review",
+            "resolve",
+            &id,
+            "--not-applied",
+            "--reason",
+            "the bank has no such transfer",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("not_applied"), "{out}");
+    let told = mcp.call("send_wire", pay("wire-co", 500), json!({})).await;
+    let ex = execution(&told);
+    assert_eq!(ex["state"], "resolved", "{told}");
+    assert_eq!(ex["outcome"], "not_applied");
+    assert_eq!(ex["execution_id"], id.as_str());
+    assert_eq!(ex["decision"]["by"], "alice");
+    assert!(ex["next_step"]
+        .as_str()
+        .unwrap()
+        .contains("new idempotencyKey"));
+    let (code, _, err) = operator(
+        &s.served,
+        &[
+            "review",
+            "resolve",
+            &id,
+            "--applied",
+            "--reason",
+            "changed my mind",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("already resolved"), "{err}");
+    let evs = events(&s.dir, &id);
+    let last = evs.last().unwrap();
+    assert_eq!(last["event"], "resolved(not_applied)", "{evs:?}");
+    assert_eq!(last["detail"]["resolved_by"], "alice");
+    let public = public_key_file(&s.dir.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args([
+            "audit",
+            "verify",
+            "--store",
+            &s.served.store(),
+            "--public-key",
+        ])
+        .arg(&public)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_and_operator_tokens_do_not_cross() {
+    let s = setup("ops-tokens").await;
+    let base = s.served.url.trim_end_matches("/mcp").to_string();
+    let get = |token: Option<&'static str>| {
+        let mut req = http_client().get(format!("{base}/ops/approvals"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    assert_eq!(
+        get(Some(BILLING_TOKEN)).await.unwrap().status().as_u16(),
+        403
+    );
+    assert_eq!(get(None).await.unwrap().status().as_u16(), 401);
+    assert_eq!(
+        get(Some("not-a-token-at-all-xxxx"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+    assert_eq!(get(Some(ALICE_TOKEN)).await.unwrap().status().as_u16(), 200);
+    // An operator's token opens no MCP session, so it can call no tool.
+    let refused = crate::harness::http_client()
+        .post(&s.served.url)
+        .bearer_auth(ALICE_TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    // The CLI refuses to run without a token, and says where it goes.
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["approvals", "list", "--gateway", &s.served.url])
+        .env_remove("POSTERN_OPERATOR_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("POSTERN_OPERATOR_TOKEN"));
+}
+
+#[test]
+fn an_approval_nobody_could_give_is_refused_at_start_up() {
+    let dir = Dir::new("approval-no-operator");
+    let text = approval_config("http://127.0.0.1:9");
+    let start = text.find("[[operator]]").unwrap();
+    let end = text.find("[[tool]]\nname = \"pay_invoice\"").unwrap();
+    let text = format!("{}{}", &text[..start], &text[end..]);
+    crate::harness::prepare(&dir.0, &text);
+    let err = crate::harness::serve_refuses(&dir.0);
+    assert!(err.contains("no [[operator]] is declared"), "{err}");
+}
