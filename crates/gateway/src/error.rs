@@ -32,6 +32,14 @@ pub enum GatewayError {
     NotRecorded(postern_ledger::LedgerError),
     #[error("the configuration asks for what this build does not do: {}", .0.join("; "))]
     Unenforced(Vec<String>),
+    #[error("actor {actor:?} is authorized per run (session_approval = \"required\"), and this call names no run of its own: call within an MCP session, or send _meta[\"io.postern/run\"]; nothing was recorded or sent")]
+    NoRun { actor: String },
+    #[error("run {run} was revoked by {by} at {at}: nothing was recorded or sent; a new run (a new MCP session) must be authorized again")]
+    RunRevoked {
+        run: String,
+        by: String,
+        at: postern_core::Timestamp,
+    },
     /// An operator's decision that was not recorded (nothing changed).
     #[error("{0}")]
     Decision(Box<crate::pipeline::DecisionError>),

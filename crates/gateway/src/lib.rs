@@ -26,6 +26,8 @@ mod report;
 pub mod retention;
 
 pub use error::GatewayError;
-pub use pipeline::{now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, ToolCall};
+pub use pipeline::{
+    now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, RunView, ToolCall,
+};
 pub use registry::{Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

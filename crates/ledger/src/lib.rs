@@ -50,7 +50,7 @@ pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
-    RecoveryReport, ResultBody, Run, StoredResult,
+    RecoveryReport, ResultBody, Run, RunDecision, StoredResult,
 };
 pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};
@@ -381,14 +381,46 @@ impl Ledger {
         self.store.list(filter).await
     }
 
+    /// Records an operator's decision about a run, if none of its kind is recorded yet (and,
+    /// to authorize, it is not revoked): whether this one was.
+    pub async fn decide_run(
+        &self,
+        id: &str,
+        decision: RunDecision,
+        by: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        let (id, by) = (id.to_string(), by.to_string());
+        self.call(|tx| Op::DecideRun(id, decision, by, at, tx))
+            .await
+    }
+
+    /// One run of the Sessions log.
+    pub async fn run(&self, id: &str) -> Result<Option<Run>, LedgerError> {
+        sqlx::query(&format!(
+            "SELECT {} FROM runs WHERE id = $1",
+            rows::RUN_COLUMNS
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(rows::run)
+        .transpose()
+    }
+
     /// Runs (the Sessions log), newest first.
     pub async fn runs(&self, limit: u32) -> Result<Vec<Run>, LedgerError> {
-        sqlx::query(&format!("SELECT id, actor, client_name, client_version, protocol_version, transport, started_at, ended_at FROM runs ORDER BY started_at DESC LIMIT {}", limit.max(1)))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::run)
-            .collect()
+        sqlx::query(&format!(
+            "SELECT {} FROM runs ORDER BY started_at DESC LIMIT {}",
+            rows::RUN_COLUMNS,
+            limit.max(1)
+        ))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::run)
+        .collect()
     }
 
     /// Every chain with its head position.

@@ -202,6 +202,35 @@ pub struct Run {
     pub transport: String,
     pub started_at: Timestamp,
     pub ended_at: Option<Timestamp>,
+    /// The operator who authorized the run (session authorization), and when.
+    pub authorized: Option<(String, Timestamp)>,
+    /// The operator who revoked it, and when: its next calls are refused.
+    pub revoked: Option<(String, Timestamp)>,
+}
+
+impl Run {
+    /// A run as first seen: not yet authorized or revoked.
+    pub fn new(id: String, actor: String, transport: String, started_at: Timestamp) -> Run {
+        Run {
+            id,
+            actor,
+            client_name: None,
+            client_version: None,
+            protocol_version: None,
+            transport,
+            started_at,
+            ended_at: None,
+            authorized: None,
+            revoked: None,
+        }
+    }
+}
+
+/// An operator's decision about a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunDecision {
+    Authorize,
+    Revoke,
 }
 
 /// What the recovery scan found on open.

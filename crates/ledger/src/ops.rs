@@ -6,7 +6,7 @@ use postern_core::{EventKind, ExecutionId, Timestamp};
 use tokio::sync::oneshot;
 
 use crate::error::{LedgerError, StorageFault};
-use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run};
+use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run, RunDecision};
 use crate::streams::StreamWrite;
 use crate::writer::Pruned;
 
@@ -25,6 +25,8 @@ pub(crate) enum Op {
     Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
     StartRun(Box<Run>, Reply<()>),
     EndRun(String, Timestamp, Reply<()>),
+    /// Records an operator's decision about a run (if not already recorded): whether it was.
+    DecideRun(String, RunDecision, String, Timestamp, Reply<bool>),
     /// Transport state for resumable streams (never waited on by an action).
     Stream(Vec<StreamWrite>, Reply<()>),
     /// Commits whatever is queued; replies once it is durable.
@@ -47,7 +49,7 @@ impl Op {
         match self {
             Op::Accept(_, tx) => drop(tx.send(Err(err()))),
             Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
-            Op::Abandoned(_, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Abandoned(_, _, _, tx) | Op::DecideRun(_, _, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
             Op::Prune(_, _, tx) => drop(tx.send(Err(err()))),
             Op::StartRun(_, tx)

@@ -139,6 +139,9 @@ pub(crate) fn result(row: &impl RowAccess) -> Result<StoredResult, LedgerError> 
     })
 }
 
+/// The columns [`run`] reads.
+pub(crate) const RUN_COLUMNS: &str = "id, actor, client_name, client_version, protocol_version, transport, started_at, ended_at, authorized_by, authorized_at, revoked_by, revoked_at";
+
 pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
     Ok(Run {
         id: get_str(row, "id")?,
@@ -149,6 +152,19 @@ pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
         transport: get_str(row, "transport")?,
         started_at: Timestamp(get_i64(row, "started_at")?),
         ended_at: get_opt_i64(row, "ended_at")?.map(Timestamp),
+        authorized: decision(row, "authorized_by", "authorized_at")?,
+        revoked: decision(row, "revoked_by", "revoked_at")?,
+    })
+}
+
+fn decision(
+    row: &impl RowAccess,
+    by: &str,
+    at: &str,
+) -> Result<Option<(String, Timestamp)>, LedgerError> {
+    Ok(match (get_opt_str(row, by)?, get_opt_i64(row, at)?) {
+        (Some(by), Some(at)) => Some((by, Timestamp(at))),
+        _ => None,
     })
 }
 

@@ -56,6 +56,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0006_pruned_ranges.sql"),
         postgres: include_str!("../migrations/postgres/0006_pruned_ranges.sql"),
     },
+    Migration {
+        version: 7,
+        name: "run authorization",
+        sqlite: include_str!("../migrations/sqlite/0007_run_authorization.sql"),
+        postgres: include_str!("../migrations/postgres/0007_run_authorization.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

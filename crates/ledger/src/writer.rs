@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::{LedgerError, StorageFault};
-use crate::model::{ExecutionSummary, NewEvent};
+use crate::model::{ExecutionSummary, NewEvent, RunDecision};
 use crate::ops::{Deferral, Done, Op};
 use crate::recall::Recall;
 use crate::rows;
@@ -314,6 +314,19 @@ impl<C: WriteConn> Writer<C> {
                 let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
                     .map(|_| ());
                 Done::Unit(tx, r)
+            }
+            Op::DecideRun(id, decision, by, at, tx) => {
+                // Set once: the condition makes the first decision the only one.
+                let sql = match decision {
+                    RunDecision::Authorize => "UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL",
+                    RunDecision::Revoke => "UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL",
+                };
+                let r = self
+                    .conn
+                    .exec(sql, params![&by, at.0, &id])
+                    .await
+                    .map(|n| n == 1);
+                Done::Abandoned(tx, r)
             }
             Op::EndRun(id, at, tx) => {
                 let r = self

@@ -65,6 +65,9 @@ enum Command {
     /// Per-use approvals on a running gateway (an operator's token): list, show, approve, deny.
     #[command(subcommand)]
     Approvals(operator::ApprovalsCommand),
+    /// Runs (the Sessions log) on a running gateway: list, authorize, revoke.
+    #[command(subcommand)]
+    Sessions(operator::SessionsCommand),
     /// Executions under review on a running gateway: list, resolve as applied or not applied.
     #[command(subcommand)]
     Review(operator::ReviewCommand),
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::Audit(cmd) => audit::run(&cmd),
         Command::Approvals(cmd) => operator::approvals(&cmd),
         Command::Review(cmd) => operator::review(&cmd),
+        Command::Sessions(cmd) => operator::sessions(&cmd),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

@@ -66,6 +66,25 @@ pub enum ApprovalsCommand {
 }
 
 #[derive(Subcommand)]
+pub enum SessionsCommand {
+    /// The Sessions log: runs, newest first, with their authorization.
+    List(GatewayArgs),
+    /// Authorizes a run once (for actors with session_approval = "required"): its waiting
+    /// calls are sent, its later calls go straight on.
+    Authorize {
+        run: String,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+    /// Revokes a run: its waiting calls are denied and its next calls refused.
+    Revoke {
+        run: String,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum ReviewCommand {
     /// Executions under review (an unknown outcome nothing can settle), newest first.
     List(GatewayArgs),
@@ -227,6 +246,47 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
                 });
             }
         }
+        Ok(0)
+    })
+}
+
+pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
+    runtime()?.block_on(async {
+        let (ops, path, verb) = match cmd {
+            SessionsCommand::List(a) => {
+                let ops = Ops::new(a)?;
+                let v = ops.get("/ops/runs").await?;
+                ops.print(&v, |v| {
+                    let runs = v["runs"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    if runs.is_empty() {
+                        println!("no runs yet");
+                    }
+                    for r in runs {
+                        println!(
+                            "{:<52} {:<16} {:<14} {}{}",
+                            text(&r["run_id"]),
+                            text(&r["actor"]),
+                            text(&r["authorization"]),
+                            text(&r["started_at"]),
+                            r["authorized_by"]
+                                .as_str()
+                                .or(r["revoked_by"].as_str())
+                                .map(|by| format!(" by {by}"))
+                                .unwrap_or_default()
+                        );
+                    }
+                });
+                return Ok(0);
+            }
+            SessionsCommand::Authorize { run, gateway } => (Ops::new(gateway)?, run, "authorize"),
+            SessionsCommand::Revoke { run, gateway } => (Ops::new(gateway)?, run, "revoke"),
+        };
+        let v = ops
+            .post(&format!("/ops/runs/{path}/{verb}"), json!({}))
+            .await?;
+        ops.print(&v, |v| {
+            println!("run {}: {}", text(&v["run_id"]), text(&v["authorization"]))
+        });
         Ok(0)
     })
 }

@@ -178,8 +178,13 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
                     }
                 },
             };
-            if gateway.config().actor(&actor).is_none() {
-                bail!("actor {actor:?} is not declared in the config");
+            match gateway.config().actor(&actor) {
+                None => bail!("actor {actor:?} is not declared in the config"),
+                Some(a) if a.session_approval == postern_core::config::SessionApproval::Required => bail!(
+                    "actor {actor:?} has session_approval = \"required\", but over --stdio there is no \
+                     operator API to authorize its run: serve it over HTTP, or set session_approval = \"auto\""
+                ),
+                Some(_) => {}
             }
             postern_gateway::front::serve_stdio(gateway.clone(), actor).await?;
             if signs {

@@ -495,6 +495,8 @@ impl PosternMcp {
                 },
                 started_at: now(),
                 ended_at: None,
+                authorized: None,
+                revoked: None,
             };
             let _ = self.gateway.ledger().start_run(run).await;
         }
@@ -535,6 +537,16 @@ fn to_error(e: GatewayError) -> ErrorData {
             ErrorData::invalid_params(message, None)
         }
         GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
+        GatewayError::NoRun { .. } => ErrorData::new(
+            ErrorCode(-32011),
+            message,
+            Some(json!({"sent": false, "recorded": false})),
+        ),
+        GatewayError::RunRevoked { run, .. } => ErrorData::new(
+            ErrorCode(-32011),
+            message,
+            Some(json!({"sent": false, "recorded": false, "run": run})),
+        ),
         GatewayError::NotRecorded(e) => ErrorData::new(
             ErrorCode(-32005),
             message,

@@ -10,6 +10,9 @@
 //! | `GET /ops/approvals/{id}` | one execution's `PendingDecision`, whatever its state |
 //! | `POST /ops/approvals/{id}/approve` `{"fingerprint", "reason"?}` | the decision recorded |
 //! | `POST /ops/approvals/{id}/deny` `{"reason"?}` | the decision recorded |
+//! | `GET /ops/runs` | `{"runs": [RunView…]}`, the Sessions log, newest first |
+//! | `POST /ops/runs/{id}/authorize` | the run authorized once; its waiting calls are sent |
+//! | `POST /ops/runs/{id}/revoke` | the run revoked: its waiting calls denied, its next refused |
 //! | `GET /ops/reviews` | `{"reviews": [PendingDecision…]}` under review |
 //! | `POST /ops/reviews/{id}/resolve` `{"resolution": "applied"\|"not_applied", "reason"}` | the resolution recorded |
 //!
@@ -60,6 +63,9 @@ pub(super) fn router(
         .route("/ops/approvals/{id}", get(approval))
         .route("/ops/approvals/{id}/approve", post(approve))
         .route("/ops/approvals/{id}/deny", post(deny))
+        .route("/ops/runs", get(runs))
+        .route("/ops/runs/{id}/authorize", post(authorize_run))
+        .route("/ops/runs/{id}/revoke", post(revoke_run))
         .route("/ops/reviews", get(reviews))
         .route("/ops/reviews/{id}/resolve", post(resolve))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -110,10 +116,12 @@ async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: N
 fn refused(e: GatewayError) -> Response {
     let status = match &e {
         GatewayError::Decision(d) => match d.as_ref() {
-            DecisionError::Unknown(_) => StatusCode::NOT_FOUND,
+            DecisionError::Unknown(_) | DecisionError::UnknownRun(_) => StatusCode::NOT_FOUND,
             DecisionError::Expired { .. } => StatusCode::GONE,
             DecisionError::NotAwaiting { .. }
             | DecisionError::NotUnderReview { .. }
+            | DecisionError::RunDecided { .. }
+            | DecisionError::RunNotAuthorized { .. }
             | DecisionError::FingerprintMismatch { .. } => StatusCode::CONFLICT,
         },
         GatewayError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -147,6 +155,26 @@ async fn approvals(State(st): State<Arc<OpsState>>) -> Response {
 async fn reviews(State(st): State<Arc<OpsState>>) -> Response {
     let pending = st.gateway.pending(LifecycleState::NeedsReview).await;
     answer(pending.map(|p| json!({"reviews": p})))
+}
+
+async fn runs(State(st): State<Arc<OpsState>>) -> Response {
+    answer(st.gateway.run_views(200).await.map(|r| json!({"runs": r})))
+}
+
+async fn authorize_run(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Response {
+    answer(st.gateway.authorize_run(&id, &operator).await)
+}
+
+async fn revoke_run(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Response {
+    answer(st.gateway.revoke_run(&id, &operator).await)
 }
 
 async fn approval(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {

@@ -78,6 +78,17 @@ pub enum DecisionError {
     },
     #[error("the approval request of {id} expired at {at}: it is now recorded denied (expired); the agent needs a new call")]
     Expired { id: ExecutionId, at: Timestamp },
+    #[error("execution {id} waits for its run {run} to be authorized first: postern sessions authorize {run}")]
+    RunNotAuthorized { id: ExecutionId, run: String },
+    #[error("no run {0} in the Sessions log")]
+    UnknownRun(String),
+    #[error("run {run} is already {what}{}", if by.is_empty() { String::new() } else { format!(" by {by} at {at}") })]
+    RunDecided {
+        run: String,
+        what: &'static str,
+        by: String,
+        at: Timestamp,
+    },
     #[error("execution {id} is {state}, not needs_review{}", decided.as_ref().map(|d| format!(": already resolved {d}")).unwrap_or_default())]
     NotUnderReview {
         id: ExecutionId,
@@ -148,13 +159,16 @@ impl Gateway {
         })
     }
 
-    /// The `approval_requested` event of a new execution that expires after `ttl`.
-    pub(crate) fn approval_request(at: Timestamp, ttl: Duration) -> NewEvent {
+    /// The `approval_requested` event of a new execution that waits for `waits` and expires
+    /// after `ttl`.
+    pub(crate) fn approval_request(at: Timestamp, ttl: Duration, waits: &Waits) -> NewEvent {
         let expires = at.saturating_add(ttl);
         NewEvent::new(EventKind::ApprovalRequested).with_detail(json!({
             "expires_at": expires.to_string(),
             "expires_at_ms": expires.millis(),
-            "decided_by": "an operator ([[operator]]: postern approvals approve)",
+            "waits_for_run": waits.run,
+            "waits_for_call": waits.call,
+            "decided_by": "an operator ([[operator]]: postern sessions authorize / postern approvals approve)",
         }))
     }
 
@@ -174,6 +188,16 @@ impl Gateway {
     ) -> Result<PendingDecision, GatewayError> {
         let view = self.awaiting(id).await?;
         let s = &view.summary;
+        if let Some(run) = waits_for(&view.events).run {
+            let authorized = self
+                .ledger
+                .run(&run)
+                .await?
+                .is_some_and(|r| r.authorized.is_some() && r.revoked.is_none());
+            if !authorized {
+                return Err(DecisionError::RunNotAuthorized { id: s.id, run }.into());
+            }
+        }
         if s.fingerprint.to_string() != fingerprint {
             return Err(DecisionError::FingerprintMismatch {
                 id: s.id,
@@ -274,8 +298,9 @@ impl Gateway {
         Ok(decision_view(&view))
     }
 
-    /// Records `denied (expired)` for every approval request past its expiry; returns how many.
-    pub async fn expire_approvals(&self) -> Result<usize, GatewayError> {
+    /// Records `denied (expired)` for every approval request past its expiry, and releases
+    /// calls whose run was authorized meanwhile; returns how many were expired.
+    pub async fn expire_approvals(self: &Arc<Self>) -> Result<usize, GatewayError> {
         let filter = ListFilter {
             state: Some(State::AwaitingApproval.as_str().to_string()),
             limit: 1000,
@@ -286,6 +311,8 @@ impl Gateway {
             if let Some(view) = self.ledger.execution(s.id).await? {
                 if self.expire_if_due(&view).await? {
                     expired += 1;
+                } else {
+                    self.release_if_authorized(&view).await?;
                 }
             }
         }
@@ -368,6 +395,17 @@ impl Gateway {
         }
     }
 
+    /// Sends an execution just authorized, if this process holds its arguments.
+    pub(super) async fn send_held(
+        self: &Arc<Self>,
+        approved: ExecutionSummary,
+    ) -> Result<(), GatewayError> {
+        match self.held.take(approved.id) {
+            Some(call) => self.send_approved(approved, call).await,
+            None => Ok(()),
+        }
+    }
+
     /// Dispatches an approved execution with the arguments held for it (durable `dispatched`
     /// before the approval is answered) and sends it in the background.
     async fn send_approved(
@@ -405,6 +443,33 @@ impl Gateway {
     }
 }
 
+/// What a call waiting for approval waits for: its run's authorization, its own approval, or
+/// both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Waits {
+    pub run: Option<String>,
+    pub call: bool,
+}
+
+/// What the execution's approval request waits for, from its `approval_requested` event.
+pub(crate) fn waits_for(events: &[ChainedEvent]) -> Waits {
+    let detail = events
+        .iter()
+        .find(|e| e.body.event == EventKind::ApprovalRequested)
+        .map(|e| &e.body.detail);
+    Waits {
+        run: detail
+            .and_then(|d| d.get("waits_for_run"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        // Requests recorded before session authorization existed waited for the call only.
+        call: detail
+            .and_then(|d| d.get("waits_for_call"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+    }
+}
+
 /// When the execution's approval request expires, from its `approval_requested` event.
 fn expires_at(events: &[ChainedEvent]) -> Option<Timestamp> {
     events
@@ -423,6 +488,9 @@ pub(crate) fn decided(events: &[ChainedEvent]) -> Option<Decided> {
         let (decision, by) = match e.body.event {
             EventKind::Authorized if d.get("approved_by").is_some() => {
                 ("approved", text("approved_by"))
+            }
+            EventKind::Authorized if d.get("run_authorized_by").is_some() => {
+                ("run_authorized", text("run_authorized_by"))
             }
             EventKind::Denied => ("denied", text("denied_by")),
             EventKind::Resolved(Resolution::Applied) => ("resolved_applied", text("resolved_by")),
@@ -471,8 +539,11 @@ pub(crate) fn decision_of(view: &ExecutionView) -> Option<Value> {
     let state = view.summary.lifecycle.state;
     if state == State::AwaitingApproval {
         let p = decision_view(view);
+        let waits = waits_for(&view.events);
         return Some(json!({
             "awaiting": "approval",
+            "waits_for_run": waits.run,
+            "waits_for_call": waits.call,
             "requested_at": p.since,
             "expires_at": p.expires_at,
             "decided_by": "an operator",

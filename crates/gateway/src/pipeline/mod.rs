@@ -23,9 +23,11 @@ use tokio_util::sync::CancellationToken;
 mod approvals;
 mod promises;
 mod recovery;
+mod sessions;
 
 pub use approvals::{Decided, DecisionError, PendingDecision};
 pub use promises::unkept_promises;
+pub use sessions::RunView;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
@@ -286,7 +288,19 @@ impl Gateway {
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
         let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
         let contract = entry.contract.clone();
-        let approval_ttl = self.approval_ttl(&contract);
+        // Session authorization, then the per-use approval (DESIGN §6): what this call waits
+        // for, if anything, decided before anything is recorded.
+        let waits_for_run = self.session_gate(call).await?;
+        let per_use = self.approval_ttl(&contract);
+        let waits = approvals::Waits {
+            run: waits_for_run,
+            call: per_use.is_some(),
+        };
+        let approval_ttl = match (&waits.run, per_use) {
+            (_, Some(ttl)) => Some(ttl),
+            (Some(_), None) => Some(self.config.gateway.approval_ttl),
+            (None, None) => None,
+        };
         let record = ActionRecord::build(
             &contract,
             &call.actor,
@@ -298,7 +312,7 @@ impl Gateway {
         let at = now();
         let then = match approval_ttl {
             // A per-use approval: nothing is authorized, let alone sent, until an operator says so.
-            Some(ttl) => vec![Gateway::approval_request(at, ttl)],
+            Some(ttl) => vec![Gateway::approval_request(at, ttl, &waits)],
             // Authorized and dispatched share the accept's commit: one fsync, and still durable
             // before the first byte leaves.
             None => vec![

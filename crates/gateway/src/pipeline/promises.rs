@@ -10,9 +10,11 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
     use postern_core::config::SessionApproval;
     use postern_core::contract::Approval;
     let mut unkept = Vec::new();
-    for a in &config.actors {
-        if a.session_approval == SessionApproval::Required {
-            unkept.push(format!("actor {:?}: session_approval = \"required\" (session authorization is not built yet; remove the key)", a.name));
+    if config.operators.is_empty() {
+        for a in &config.actors {
+            if a.session_approval == SessionApproval::Required {
+                unkept.push(format!("actor {:?}: session_approval = \"required\", but no [[operator]] is declared to authorize its runs", a.name));
+            }
         }
     }
     // An approval nobody can give would hold every call until it expires.

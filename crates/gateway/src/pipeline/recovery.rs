@@ -60,11 +60,16 @@ impl Gateway {
             }
             D::Attach { execution_id } => self.attach(execution_id).await,
             D::AwaitApproval { execution_id, .. } => {
-                // The pending request, never a second one; its expiry is checked on the way,
-                // and this call's arguments are kept (after a restart they were lost) so an
+                // The pending request, never a second one; its expiry is checked on the way. A
+                // call whose run was authorized meanwhile goes on now, with this call's
+                // arguments; otherwise they are kept (after a restart they were lost) so an
                 // approval sends it at once.
                 if let Some(view) = self.ledger.execution(execution_id).await? {
                     if !self.expire_if_due(&view).await? {
+                        if let Some(released) = self.release(&view).await? {
+                            let go_on = D::Continue { execution_id };
+                            return Box::pin(self.recover(entry, go_on, released, call)).await;
+                        }
                         self.hold_for_approval(execution_id, call);
                     }
                 }

@@ -410,6 +410,8 @@ async fn runs_are_recorded() {
             transport: "streamable-http".into(),
             started_at: now(),
             ended_at: None,
+            authorized: None,
+            revoked: None,
         };
         ledger.start_run(run.clone()).await.unwrap();
         ledger.end_run("run-1", now()).await.unwrap();
@@ -417,6 +419,57 @@ async fn runs_are_recorded() {
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].client_name.as_deref(), Some("rmcp"));
         assert!(runs[0].ended_at.is_some(), "{backend:?}");
+    }
+}
+
+/// A run's authorization and revocation are each recorded once: of two operators deciding
+/// at once exactly one is; a revoked run is never authorized afterwards; an unknown run is
+/// decided by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_decisions_are_recorded_once() {
+    use postern_ledger::RunDecision::{Authorize, Revoke};
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = std::sync::Arc::new(open(&url).await);
+        for id in ["run-a", "run-b"] {
+            let run = postern_ledger::Run::new(id.into(), "billing".into(), "stdio".into(), now());
+            ledger.start_run(run).await.unwrap();
+        }
+        let (l1, l2) = (ledger.clone(), ledger.clone());
+        let (a, b) = tokio::join!(
+            l1.decide_run("run-a", Authorize, "alice", now()),
+            l2.decide_run("run-a", Authorize, "bob", now())
+        );
+        assert_eq!(
+            u8::from(a.unwrap()) + u8::from(b.unwrap()),
+            1,
+            "{backend:?}"
+        );
+        let run = ledger.run("run-a").await.unwrap().unwrap();
+        assert!(run.authorized.is_some() && run.revoked.is_none());
+        assert!(ledger
+            .decide_run("run-a", Revoke, "alice", now())
+            .await
+            .unwrap());
+        assert!(!ledger
+            .decide_run("run-a", Revoke, "bob", now())
+            .await
+            .unwrap());
+        assert!(ledger
+            .decide_run("run-b", Revoke, "alice", now())
+            .await
+            .unwrap());
+        assert!(!ledger
+            .decide_run("run-b", Authorize, "bob", now())
+            .await
+            .unwrap());
+        assert!(!ledger
+            .decide_run("run-x", Authorize, "bob", now())
+            .await
+            .unwrap());
+        let b = ledger.run("run-b").await.unwrap().unwrap();
+        assert_eq!(b.revoked.as_ref().map(|r| r.0.as_str()), Some("alice"));
+        assert!(b.authorized.is_none());
     }
 }
 

@@ -477,3 +477,114 @@ fn an_approval_nobody_could_give_is_refused_at_start_up() {
     let err = crate::harness::serve_refuses(&dir.0);
     assert!(err.contains("no [[operator]] is declared"), "{err}");
 }
+
+const ROBOT_TOKEN: &str = "robot-actor-token-0123456789ab";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("sessions");
+    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+    write_private(&dir.0.join("robot.token"), ROBOT_TOKEN);
+    let text = format!(
+        "{}\n[[actor]]\nname = \"robot\"\ntoken = {{ file = \"robot.token\" }}\nsession_approval = \"required\"\n",
+        approval_config(&format!("http://{}", target.addr))
+    );
+    let served = Served::start(&dir.0, &text);
+    let run_a = Mcp::connect(&served.url, ROBOT_TOKEN).await;
+    let first = run_a
+        .call("create_invoice", pay("run-a-1", 1), json!({}))
+        .await;
+    let ex = execution(&first);
+    assert_eq!(ex["state"], "awaiting_approval", "{first}");
+    let run_id = ex["decision"]["waits_for_run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(run_id.starts_with("mcp-session:"), "{first}");
+    let first_id = ex["execution_id"].as_str().unwrap().to_string();
+    assert_eq!(posts(&target.state), 0);
+    let runs = operator_json(&served, &["sessions", "list"]);
+    let listed = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("{runs}"))
+        .clone();
+    assert_eq!(listed["authorization"], "pending");
+    // A call that waits for its run is not approved one by one.
+    let (code, _, err) = operator(&served, &["approvals", "approve", &first_id]);
+    assert_eq!(code, 2);
+    assert!(err.contains("waits for its run"), "{err}");
+
+    let (code, _, err) = operator(&served, &["sessions", "authorize", &run_id]);
+    assert_eq!(code, 0, "{err}");
+    eventually(
+        "the waiting call is sent once its run is authorized",
+        || posts(&target.state) == 1,
+    )
+    .await;
+    // Later calls of the run go straight on.
+    let second = run_a
+        .call("create_invoice", pay("run-a-2", 2), json!({}))
+        .await;
+    assert_eq!(execution(&second)["state"], "completed", "{second}");
+    assert_eq!(execution(&second)["attempt"], "new");
+    assert_eq!(posts(&target.state), 2);
+    let (code, _, err) = operator(&served, &["sessions", "authorize", &run_id]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already authorized by alice"), "{err}");
+    let evs = events(&dir, &first_id);
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "authorized" && e["detail"]["run_authorized_by"] == "alice"),
+        "{evs:?}"
+    );
+
+    // A new run waits again; revoking it denies its waiting call.
+    let run_b = Mcp::connect(&served.url, ROBOT_TOKEN).await;
+    let waiting = run_b
+        .call("create_invoice", pay("run-b-1", 3), json!({}))
+        .await;
+    assert_eq!(
+        execution(&waiting)["state"],
+        "awaiting_approval",
+        "{waiting}"
+    );
+    let b_id = execution(&waiting)["decision"]["waits_for_run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(b_id, run_id);
+    let (code, _, err) = operator(&served, &["sessions", "revoke", &b_id]);
+    assert_eq!(code, 0, "{err}");
+    let denied = run_b
+        .call("create_invoice", pay("run-b-1", 3), json!({}))
+        .await;
+    assert_eq!(denied["error"]["code"], -32011, "{denied}");
+    // Revoking the authorized run stops its next call, before anything is recorded or sent.
+    let (code, _, err) = operator(&served, &["sessions", "revoke", &run_id]);
+    assert_eq!(code, 0, "{err}");
+    let stopped = run_a
+        .call("create_invoice", pay("run-a-3", 4), json!({}))
+        .await;
+    assert_eq!(stopped["error"]["code"], -32011, "{stopped}");
+    assert!(stopped["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("revoked by alice"));
+    assert_eq!(posts(&target.state), 2);
+    let b_exe = execution(&waiting)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = operator_json(&served, &["approvals", "show", &b_exe]);
+    assert_eq!(shown["state"], "denied", "{shown}");
+    // Actors without session_approval = "required" never wait.
+    let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let plain = billing
+        .call("create_invoice", pay("billing-co", 5), json!({}))
+        .await;
+    assert_eq!(execution(&plain)["state"], "completed", "{plain}");
+}
