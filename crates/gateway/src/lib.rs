@@ -24,6 +24,7 @@ mod pipeline;
 mod registry;
 mod report;
 pub mod retention;
+pub mod vault;
 
 pub use error::GatewayError;
 pub use pipeline::{

@@ -9,12 +9,15 @@ use postern_core::contract::{ChannelSpec, ToolContract};
 use serde_json::Value;
 
 use crate::error::GatewayError;
+use crate::vault::VaultCredential;
 
 pub struct ToolEntry {
     pub contract: Arc<ToolContract>,
     validator: jsonschema::Validator,
     /// The header the tool's credential puts on its requests.
     pub credential: Option<Credential>,
+    /// A credential whose secret is read from the vault at each request.
+    pub vault_credential: Option<VaultCredential>,
     /// Whom the tool's `https://` requests trust and which client certificate they show;
     /// `None` is the webpki roots without a client certificate.
     pub tls: Option<Arc<TlsProfile>>,
@@ -23,8 +26,11 @@ pub struct ToolEntry {
 /// A configured credential, read: what it puts on a request.
 #[derive(Clone, Debug, Default)]
 pub struct ResolvedCredential {
-    /// The header (bearer, basic, header kinds); `None` for `mtls`.
+    /// The header (bearer, basic, header kinds); `None` for `mtls` and for a secret in the
+    /// vault.
     pub header: Option<Credential>,
+    /// A secret in the vault, read at each request.
+    pub vault: Option<VaultCredential>,
     /// The client certificate and key shown in TLS handshakes, if the credential has one.
     pub client_identity: Option<ClientIdentity>,
 }
@@ -85,7 +91,7 @@ impl Registry {
                     c.name
                 ))
             })?;
-            let (mut credential, mut tls) = (None, None);
+            let (mut credential, mut vault_credential, mut tls) = (None, None, None);
             if let ChannelSpec::Http(h) = &c.channel {
                 let templates = std::iter::once(&h.request)
                     .chain(&c.recovery.status_query)
@@ -107,6 +113,7 @@ impl Registry {
                     None => None,
                 };
                 credential = resolved_credential.and_then(|(_, r)| r.header.clone());
+                vault_credential = resolved_credential.and_then(|(_, r)| r.vault.clone());
                 tls = profiles
                     .for_tool(h.ca_file.as_deref(), resolved_credential, resolved)
                     .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
@@ -118,6 +125,7 @@ impl Registry {
                     contract: Arc::new(c.clone()),
                     validator,
                     credential,
+                    vault_credential,
                     tls,
                 },
             );

@@ -15,6 +15,7 @@ mod operator;
 mod resolve;
 mod secrets;
 mod serve;
+mod vault;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -65,6 +66,10 @@ enum Command {
     /// Per-use approvals on a running gateway (an operator's token): list, show, approve, deny.
     #[command(subcommand)]
     Approvals(operator::ApprovalsCommand),
+    /// The vault of credential secrets: init, set, list, remove (the file); unlock, lock (the
+    /// running gateway).
+    #[command(subcommand)]
+    Vault(vault::VaultCommand),
     /// Runs (the Sessions log) on a running gateway: list, authorize, revoke.
     #[command(subcommand)]
     Sessions(operator::SessionsCommand),
@@ -89,6 +94,7 @@ fn main() -> ExitCode {
         Command::Approvals(cmd) => operator::approvals(&cmd),
         Command::Review(cmd) => operator::review(&cmd),
         Command::Sessions(cmd) => operator::sessions(&cmd),
+        Command::Vault(cmd) => vault::run(&cmd),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

@@ -188,6 +188,11 @@ impl Ops {
     }
 }
 
+/// One `POST` to the operator API, on a runtime of its own (for `postern vault`).
+pub fn post(a: &GatewayArgs, path: &str, body: Value) -> Result<Value> {
+    runtime()?.block_on(async { Ops::new(a)?.post(path, body).await })
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use postern_channels::http::{ClientIdentity, Credential, Secret, TrustedRoots};
 use postern_core::config::{ClientCertificate, Config, SecretRef};
 use postern_core::contract::ChannelSpec;
+use postern_gateway::vault::VaultCredential;
 use postern_gateway::{Resolved, ResolvedCredential};
 
 use crate::secrets;
@@ -17,12 +18,21 @@ use crate::secrets;
 pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
     let mut resolved = Resolved::default();
     for (name, c) in &config.credentials {
-        // Every secret is read now, used or not, so a missing one is said at start-up.
+        // A vault secret is read at each request, from the unlocked vault (serve checks at
+        // start-up that the vault holds it).
+        let vault = match &c.secret {
+            Some(SecretRef::Vault(entry)) => Some(VaultCredential {
+                kind: c.kind.clone(),
+                name: entry.clone(),
+            }),
+            _ => None,
+        };
+        // Every other secret is read now, used or not, so a missing one is said at start-up.
         let secret = match &c.secret {
+            Some(SecretRef::Vault(_)) | None => None,
             Some(secret) => Some(Secret::new(
                 secrets::resolve(secret, dir).with_context(|| format!("credential {name}"))?,
             )),
-            None => None,
         };
         // Only bearer, basic and header credentials put a header on an HTTP request.
         let header = secret.and_then(|s| Credential::from_kind(&c.kind, s).ok());
@@ -36,6 +46,7 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
             name.clone(),
             ResolvedCredential {
                 header,
+                vault,
                 client_identity,
             },
         );

@@ -8,13 +8,15 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use postern_audit::SigningKey;
 use postern_channels::http::ConnectionReuse;
-use postern_core::config::{Config, ListenerTls};
+use postern_core::config::{Config, ListenerTls, SecretRef};
 use postern_core::FingerprintKey;
 use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
 use postern_gateway::front::listener::{Handshake, ListenerLimits, PlainTcp};
 use postern_gateway::front::Tokens;
+use postern_gateway::vault::VaultSlot;
 use postern_gateway::{Gateway, Registry};
 use postern_ledger::{Ledger, LedgerOptions};
+use postern_vault::VaultFile;
 
 use crate::secrets;
 
@@ -120,14 +122,50 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
     }
     let reuse = connection_reuse()?;
-    let gateway = Arc::new(Gateway::new(
-        config,
-        registry,
-        key,
-        Arc::new(ledger),
-        reuse,
-    )?);
+    let vault = open_vault(&config, &dir)?;
+    let mut gateway = Gateway::new(config, registry, key, Arc::new(ledger), reuse)?;
+    if let Some(vault) = vault {
+        gateway = gateway.with_vault(vault);
+    }
+    let gateway = Arc::new(gateway);
     Ok(Assembled { gateway, tokens })
+}
+
+/// The vault the config names: read now (a damaged file, or one without a secret the config
+/// references, is a start-up error), unlocked when the config names a passphrase source, else
+/// locked until an operator unlocks it.
+fn open_vault(config: &Config, dir: &Path) -> Result<Option<VaultSlot>> {
+    let Some(file) = &config.gateway.vault else {
+        return Ok(None);
+    };
+    let path = dir.join(file);
+    crate::keys::read_private(&path, "the vault ([gateway] vault)")?;
+    let names = VaultFile::read(&path)?.names();
+    let mut referenced = 0;
+    for (name, c) in &config.credentials {
+        if let Some(SecretRef::Vault(entry)) = &c.secret {
+            referenced += 1;
+            if !names.contains(entry) {
+                bail!(
+                    "credential {name}: the vault {} holds no secret {entry:?} (postern vault set {entry})",
+                    path.display()
+                );
+            }
+        }
+    }
+    let slot = VaultSlot::locked(path);
+    match &config.gateway.vault_passphrase {
+        Some(source) => {
+            let passphrase = secrets::resolve(source, dir).context("[gateway] vault_passphrase")?;
+            slot.unlock(&passphrase).context("unlocking the vault")?;
+        }
+        None if referenced > 0 => eprintln!(
+            "postern: the vault is locked: calls whose credential's secret is in it are refused \
+             (nothing sent) until an operator unlocks it: postern vault unlock"
+        ),
+        None => {}
+    }
+    Ok(Some(slot))
 }
 
 /// The variable that turns connection reuse to targets off. For measuring what reuse saves

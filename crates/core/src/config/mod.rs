@@ -83,6 +83,12 @@ pub struct GatewaySettings {
     /// The listener speaks TLS with this certificate (HTTP/1.1 and HTTP/2 by ALPN); `None`:
     /// plain HTTP.
     pub tls: Option<ListenerTls>,
+    /// The vault file (relative to the config) that `{ vault = "NAME" }` credential secrets
+    /// come from.
+    pub vault: Option<String>,
+    /// Where the vault's passphrase is, to unlock it at start-up; without it the gateway starts
+    /// locked until an operator unlocks it.
+    pub vault_passphrase: Option<SecretRef>,
 }
 
 /// A person who decides approvals and resolves reviews through the operator API (`/ops`),
@@ -249,11 +255,48 @@ impl Config {
                         Ok(d)
                     }
                 })?,
+            vault: match g.vault {
+                Some(v) if v.is_empty() => {
+                    return Err(at(0, "gateway.vault: name the vault file".to_string()))
+                }
+                other => other,
+            },
+            vault_passphrase: g.vault_passphrase,
         };
+        if gateway.vault_passphrase.is_some() && gateway.vault.is_none() {
+            return Err(at(
+                0,
+                "gateway.vault_passphrase: there is no [gateway] vault to unlock".to_string(),
+            ));
+        }
+        // The gateway must start, authenticate and sign before anyone unlocks the vault: only
+        // the secrets of credentials may live in it.
+        let outside = [
+            ("gateway.fingerprint_key", Some(&gateway.fingerprint_key)),
+            ("gateway.signing_key", gateway.signing_key.as_ref()),
+            (
+                "gateway.vault_passphrase",
+                gateway.vault_passphrase.as_ref(),
+            ),
+        ];
+        for (key, r) in outside {
+            if matches!(r, Some(SecretRef::Vault(_))) {
+                return Err(at(0, format!("{key}: a vault reference is only allowed for a credential's secret (the gateway needs this before the vault is unlocked)")));
+            }
+        }
 
         let mut credentials = BTreeMap::new();
         for (name, c) in raw.credential {
             let credential = build_credential(&name, c).map_err(|m| at(0, m))?;
+            if matches!(credential.secret, Some(SecretRef::Vault(_))) && gateway.vault.is_none() {
+                return Err(at(0, format!("credential.{name}.secret: a vault reference needs [gateway] vault = \"postern.vault\" (created by postern vault init)")));
+            }
+            if matches!(
+                credential.client_certificate.as_ref().map(|c| &c.key),
+                Some(SecretRef::Vault(_))
+            ) {
+                return Err(at(0, format!("credential.{name}.client_key: the vault holds credential secrets only; give the key as {{ file = \"…\" }} or {{ env = \"…\" }}")));
+            }
             credentials.insert(name, credential);
         }
 
@@ -346,6 +389,9 @@ impl Config {
                     Some(fingerprint)
                 }
             };
+            if matches!(a.token, Some(SecretRef::Vault(_))) {
+                return Err(at(offset, format!("actor {name:?}: a token cannot come from the vault (calls are authenticated before it is unlocked)")));
+            }
             actors.push(Actor {
                 name,
                 token: a.token,
@@ -364,6 +410,9 @@ impl Config {
                     offset,
                     format!("operator {name:?} is empty or declared twice"),
                 ));
+            }
+            if matches!(o.token, SecretRef::Vault(_)) {
+                return Err(at(offset, format!("operator {name:?}: a token cannot come from the vault (an operator unlocks it)")));
             }
             operators.push(Operator {
                 name,

@@ -43,6 +43,8 @@ pub(super) struct RawGateway {
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub tls: Option<RawListenerTls>,
+    pub vault: Option<String>,
+    pub vault_passphrase: Option<SecretRef>,
 }
 
 #[derive(Deserialize)]

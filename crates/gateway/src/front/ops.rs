@@ -13,6 +13,9 @@
 //! | `GET /ops/runs` | `{"runs": [RunView…]}`, the Sessions log, newest first |
 //! | `POST /ops/runs/{id}/authorize` | the run authorized once; its waiting calls are sent |
 //! | `POST /ops/runs/{id}/revoke` | the run revoked: its waiting calls denied, its next refused |
+//! | `GET /ops/vault` | `{"configured", "locked", "names"}` |
+//! | `POST /ops/vault/unlock` `{"passphrase"}` | unlocked (403 a wrong passphrase, nothing unlocked) |
+//! | `POST /ops/vault/lock` | locked: the secrets and key are dropped from memory |
 //! | `GET /ops/reviews` | `{"reviews": [PendingDecision…]}` under review |
 //! | `POST /ops/reviews/{id}/resolve` `{"resolution": "applied"\|"not_applied", "reason"}` | the resolution recorded |
 //!
@@ -66,6 +69,9 @@ pub(super) fn router(
         .route("/ops/runs", get(runs))
         .route("/ops/runs/{id}/authorize", post(authorize_run))
         .route("/ops/runs/{id}/revoke", post(revoke_run))
+        .route("/ops/vault", get(vault_state))
+        .route("/ops/vault/unlock", post(vault_unlock))
+        .route("/ops/vault/lock", post(vault_lock))
         .route("/ops/reviews", get(reviews))
         .route("/ops/reviews/{id}/resolve", post(resolve))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -155,6 +161,69 @@ async fn approvals(State(st): State<Arc<OpsState>>) -> Response {
 async fn reviews(State(st): State<Arc<OpsState>>) -> Response {
     let pending = st.gateway.pending(LifecycleState::NeedsReview).await;
     answer(pending.map(|p| json!({"reviews": p})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnlockBody {
+    passphrase: String,
+}
+
+async fn vault_state(State(st): State<Arc<OpsState>>) -> Response {
+    match st.gateway.vault() {
+        None => Json(json!({"configured": false, "locked": true, "names": []})).into_response(),
+        Some(v) => match v.names() {
+            Ok(names) => Json(json!({"configured": true, "locked": v.is_locked(), "names": names}))
+                .into_response(),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        },
+    }
+}
+
+async fn vault_unlock(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: UnlockBody = match body(&raw) {
+        Ok(b) => b,
+        Err(_) => return error(StatusCode::BAD_REQUEST, "expected {\"passphrase\": \"…\"}"),
+    };
+    if st.gateway.vault().is_none() {
+        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
+    }
+    // The key derivation takes a moment: off the async threads.
+    let passphrase = zeroize::Zeroizing::new(b.passphrase);
+    let gateway = st.gateway.clone();
+    let unlocked =
+        tokio::task::spawn_blocking(move || gateway.vault().map(|v| v.unlock(&passphrase))).await;
+    match unlocked {
+        Ok(Some(Ok(names))) => {
+            eprintln!("postern: the vault was unlocked by operator {operator}");
+            Json(json!({"locked": false, "names": names, "unlocked_by": operator})).into_response()
+        }
+        Ok(Some(Err(postern_vault::VaultError::WrongPassphrase))) => error(
+            StatusCode::FORBIDDEN,
+            "wrong passphrase: the vault stays locked",
+        ),
+        Ok(Some(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        _ => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the unlock did not finish",
+        ),
+    }
+}
+
+async fn vault_lock(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+) -> Response {
+    let Some(vault) = st.gateway.vault() else {
+        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
+    };
+    vault.lock();
+    eprintln!("postern: the vault was locked by operator {operator}");
+    Json(json!({"locked": true, "locked_by": operator})).into_response()
 }
 
 async fn runs(State(st): State<Arc<OpsState>>) -> Response {

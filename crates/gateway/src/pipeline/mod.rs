@@ -106,6 +106,8 @@ pub struct Gateway {
     running: std::sync::Mutex<std::collections::HashSet<ExecutionId>>,
     /// Arguments of calls waiting for an approval, so an approval sends them at once.
     held: approvals::HeldCalls,
+    /// The vault credential secrets come from, if the config names one.
+    vault: Option<crate::vault::VaultSlot>,
 }
 
 pub fn now() -> Timestamp {
@@ -158,6 +160,26 @@ impl Gateway {
             background: tokio_util::task::TaskTracker::new(),
             running: Default::default(),
             held: Default::default(),
+            vault: None,
+        }
+    }
+
+    /// The vault credential secrets come from (locked until unlocked).
+    pub fn with_vault(mut self, vault: crate::vault::VaultSlot) -> Gateway {
+        self.vault = Some(vault);
+        self
+    }
+
+    pub fn vault(&self) -> Option<&crate::vault::VaultSlot> {
+        self.vault.as_ref()
+    }
+
+    /// Why a tool's call cannot be sent now because of the vault, if it cannot.
+    fn vault_refuses(&self, entry: &ToolEntry) -> Option<String> {
+        entry.vault_credential.as_ref()?;
+        match &self.vault {
+            Some(v) if !v.is_locked() => None,
+            _ => Some("the vault is locked".to_string()),
         }
     }
 
@@ -288,9 +310,13 @@ impl Gateway {
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
         let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
         let contract = entry.contract.clone();
-        // Session authorization, then the per-use approval (DESIGN §6): what this call waits
-        // for, if anything, decided before anything is recorded.
-        let waits_for_run = self.session_gate(call).await?;
+        // DESIGN §6's order: a locked vault refuses (recorded, nothing sent); then session
+        // authorization and the per-use approval decide what the call waits for, if anything.
+        let vault_refuses = self.vault_refuses(entry);
+        let waits_for_run = match vault_refuses {
+            Some(_) => None,
+            None => self.session_gate(call).await?,
+        };
         let per_use = self.approval_ttl(&contract);
         let waits = approvals::Waits {
             run: waits_for_run,
@@ -310,7 +336,12 @@ impl Gateway {
         )
         .map_err(|e| invalid(e.to_string()))?;
         let at = now();
-        let then = match approval_ttl {
+        let then = match (&vault_refuses, approval_ttl) {
+            (Some(why), _) => vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
+                "reason": why,
+                "next_step": format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
+            }))],
+            (None, approval_ttl) => match approval_ttl {
             // A per-use approval: nothing is authorized, let alone sent, until an operator says so.
             Some(ttl) => vec![Gateway::approval_request(at, ttl, &waits)],
             // Authorized and dispatched share the accept's commit: one fsync, and still durable
@@ -319,6 +350,7 @@ impl Gateway {
                 NewEvent::new(EventKind::Authorized),
                 NewEvent::new(EventKind::Dispatched).with_detail(target),
             ],
+            },
         };
         let mut request = AcceptRequest::new(record, &self.key, contract, at)
             .map_err(|e| invalid(e.to_string()))?
@@ -380,6 +412,9 @@ impl Gateway {
         match accepted {
             AcceptOutcome::Created(s) if s.lifecycle.state == State::Cancelled => {
                 Err(GatewayError::Cancelled)
+            }
+            AcceptOutcome::Created(s) if s.lifecycle.state == State::Rejected => {
+                self.stored_report(s.id, Attempt::New).await
             }
             AcceptOutcome::Created(s) if s.lifecycle.state == State::AwaitingApproval => {
                 self.hold_for_approval(s.id, call);
@@ -491,7 +526,15 @@ impl Gateway {
     ) -> Result<HttpDispatch, String> {
         let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
         let mut d = HttpDispatch::new(req.method.clone(), url);
-        d.credential = entry.credential.clone();
+        d.credential = match (&entry.vault_credential, &self.vault) {
+            (Some(c), Some(vault)) => vault
+                .credential(c)
+                .map_err(|why| format!("{why}: this request was not sent"))?,
+            (Some(_), None) => {
+                return Err("no vault is configured: this request was not sent".into())
+            }
+            (None, _) => entry.credential.clone(),
+        };
         // The status query and precondition of a tool go out under the same trust and client
         // certificate as its action.
         d.tls = entry.tls.clone();
@@ -643,6 +686,7 @@ impl Gateway {
         let is_error = matches!(
             s.lifecycle.state,
             State::Failed
+                | State::Rejected
                 | State::Completed(Verdict::Rejected)
                 | State::Delivered(Verdict::Rejected)
         );
@@ -682,6 +726,18 @@ impl Gateway {
         let response = view.result.as_ref().map(|r| response_value(&r.body));
         let mut report = self.report(&view.summary, attempt, status, response);
         report.decision = approvals::decision_of(&view);
+        // A refusal says what to do in its own event (a locked vault: repeat once unlocked).
+        if view.summary.lifecycle.state == State::Rejected {
+            report.next_step = view
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.body.event == EventKind::Rejected)
+                .and_then(|e| e.body.detail.get("next_step"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or(report.next_step);
+        }
         Ok(report)
     }
 

@@ -24,3 +24,4 @@ mod targets;
 mod tasks;
 mod tls_listener;
 mod tls_targets;
+mod vault;
