@@ -654,7 +654,9 @@ impl ServerHandler for PosternMcp {
             run_id,
             cancel: Some(cancel),
         };
-        let wants_task = self.gateway.is_long_running(&call.tool)
+        // A call that may wait for a person is served as a task too.
+        let wants_task = (self.gateway.is_long_running(&call.tool)
+            || self.gateway.asks_approval(&call.tool))
             && ctx
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks());

@@ -159,6 +159,13 @@ impl Gateway {
         })
     }
 
+    /// Whether every call of `tool` waits for a per-use approval.
+    pub fn asks_approval(&self, tool: &str) -> bool {
+        self.registry
+            .get(tool)
+            .is_some_and(|e| self.approval_ttl(&e.contract).is_some())
+    }
+
     /// The `approval_requested` event of a new execution that waits for `waits` and expires
     /// after `ttl`.
     pub(crate) fn approval_request(at: Timestamp, ttl: Duration, waits: &Waits) -> NewEvent {

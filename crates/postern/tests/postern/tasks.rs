@@ -410,3 +410,61 @@ async fn tasks_cancel_and_clients_without_tasks() {
     let status = gateway.terminate();
     assert_eq!(status.code(), Some(0), "postern serve exited with {status}");
 }
+
+/// Issue 14: a task-capable client calling a tool that waits for a per-use approval gets a
+/// task at once; it reads `working` until an operator approves, then the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_awaiting_approval_is_a_task_until_approved() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("tasks-approval");
+    let operator_token = "tasks-operator-token-0123456789";
+    crate::harness::write_private(&dir.0.join("op.token"), operator_token);
+    let mut text = tasks_config(&target);
+    text.push_str(&format!(
+        r#"
+[[operator]]
+name = "olga"
+token = {{ file = "op.token" }}
+
+[[tool]]
+name = "approved_invoice"
+class = "idempotent_write"
+approval = "every_call"
+match_window = "10m"
+http = {{ method = "POST", url = "http://{}/invoices" }}
+"#,
+        target.addr
+    ));
+    let served = Served::start(&dir.0, &text);
+    let client = Client::new(&served.url, BILLING_TOKEN, true);
+    let created = client
+        .call(
+            "approved_invoice",
+            json!({"customer": "task-approval", "amount": 4}),
+        )
+        .await;
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    let id = task["taskId"].as_str().unwrap().to_string();
+    assert_working(&client.get(&id).await, &id);
+    assert!(target.state.requests().is_empty());
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["approvals", "approve", &id, "--gateway", &served.url])
+        .env("POSTERN_OPERATOR_TOKEN", operator_token)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut done = Value::Null;
+    for _ in 0..100 {
+        done = client.get(&id).await;
+        if done["result"]["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_completed(&done, &id, "task-approval");
+}
