@@ -11,6 +11,10 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
+//! `--approvals [--baseline-postern PATH]` measures the human side instead (see `approvals.rs`):
+//! calls without approval against a baseline build, and the time from an approval to the
+//! target.
+//!
 //! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
 //! asks for the sessionless protocol.
 //!
@@ -30,6 +34,7 @@ use std::time::{Duration, Instant};
 use postern_gateway::demo_target::InvoiceApi;
 use serde_json::{json, Value};
 
+mod approvals;
 mod soak;
 mod tls;
 
@@ -373,6 +378,14 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if args.iter().any(|a| a == "--approvals") {
+        let baseline = arg("--baseline-postern").map(PathBuf::from);
+        rt.block_on(approvals::compare(&postern, baseline.as_deref(), &dir, seconds, calls1));
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
     let api = rt.block_on(InvoiceApi::start()).unwrap();
     if let Some(minutes) = arg("--soak") {
         let served = Served::start_with(&postern, &dir, config(&api.url(""), "1m", None), &[]);
