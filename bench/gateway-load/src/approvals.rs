@@ -25,19 +25,47 @@ pub async fn compare(
     dir: &Path,
     seconds: f64,
     calls: usize,
+    rounds: usize,
 ) {
     let api = InvoiceApi::start().await.unwrap();
     let target = format!("http://{}", api.addr);
     if let Some(baseline) = baseline {
-        println!("calls that need no approval: this build (A) against {} (B), A B A B", baseline.display());
+        println!(
+            "calls that need no approval: this build (A) against {} (B), A B A B",
+            baseline.display()
+        );
         let mut rows: Vec<(&str, f64, f64)> = Vec::new();
-        for round in 0..2 {
+        for round in 0..rounds {
             for (name, bin) in [("A", postern), ("B", baseline)] {
-                let sub = dir.join(format!("ab-{name}-{round}"));
-                std::fs::create_dir_all(&sub).unwrap();
-                let served = Served::start(bin, &sub, &target);
-                let c1 = run(&api.state, Some(WITH_SESSION), &served.url, 1, Budget::Calls(calls), "ab1").await;
-                let c64 = run(&api.state, Some(WITH_SESSION), &served.url, 64, Budget::Seconds(seconds), "ab64").await;
+                // A gateway per level: the c=64 workers need 64 sessions of one actor, its
+                // whole per-actor limit.
+                let start = |level: &str| {
+                    let sub = dir.join(format!("ab-{name}-{round}-{level}"));
+                    std::fs::create_dir_all(&sub).unwrap();
+                    Served::start(bin, &sub, &target)
+                };
+                let served = start("c1");
+                let c1 = run(
+                    &api.state,
+                    Some(WITH_SESSION),
+                    &served.url,
+                    1,
+                    Budget::Calls(calls),
+                    "ab1",
+                )
+                .await;
+                drop(served);
+                let served = start("c64");
+                let c64 = run(
+                    &api.state,
+                    Some(WITH_SESSION),
+                    &served.url,
+                    64,
+                    Budget::Seconds(seconds),
+                    "ab64",
+                )
+                .await;
+                drop(served);
                 println!(
                     "  round {round} {name}: c=1 p50 {:.3} ms, c=64 {:.0} calls/s",
                     c1.pct(0.5),
@@ -62,7 +90,13 @@ pub async fn compare(
 }
 
 /// The approval part: `n` calls, each approved; p50/p90/max from approval to the target.
-async fn approve_to_target(postern: &Path, dir: &Path, api: &InvoiceApi, target: &str, n: usize) {
+async fn approve_to_target(
+    postern: &Path,
+    dir: &Path,
+    api: &postern_gateway::demo_target::InvoiceApiHandle,
+    target: &str,
+    n: usize,
+) {
     let sub = dir.join("approve");
     std::fs::create_dir_all(&sub).unwrap();
     std::fs::write(sub.join("op.token"), OPERATOR_TOKEN).unwrap();
@@ -92,26 +126,36 @@ http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s" }}
     for i in 0..n {
         client.next_id += 1;
         let body = json!({"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call", "params": {"name": "approved_invoice", "arguments": {"customer": format!("approve-{i}"), "amount": i}}});
-        let text = client.mcp_post(&body).send().await.unwrap().text().await.unwrap();
-        let ex = sse_message(&text)["result"]["structuredContent"]["execution"].clone();
-        assert_eq!(ex["state"], "awaiting_approval", "{text}");
-        let id = ex["execution_id"].as_str().unwrap().to_string();
-        let shown: Value = http
-            .get(format!("{ops}/ops/approvals/{id}"))
-            .bearer_auth(OPERATOR_TOKEN)
+        let text = client
+            .mcp_post(&body)
             .send()
             .await
             .unwrap()
-            .json()
+            .text()
             .await
             .unwrap();
+        let ex = sse_message(&text)["result"]["structuredContent"]["execution"].clone();
+        assert_eq!(ex["state"], "awaiting_approval", "{text}");
+        let id = ex["execution_id"].as_str().unwrap().to_string();
+        let shown = http
+            .get(format!("{ops}/ops/approvals/{id}"))
+            .header("authorization", format!("Bearer {OPERATOR_TOKEN}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let shown: Value = serde_json::from_str(&shown).unwrap();
+        let approval = json!({"fingerprint": shown["fingerprint"]}).to_string();
         let before = api.state.requests().len();
         let started = Instant::now();
         let approving = async {
             let answer = http
                 .post(format!("{ops}/ops/approvals/{id}/approve"))
-                .bearer_auth(OPERATOR_TOKEN)
-                .json(&json!({"fingerprint": shown["fingerprint"]}))
+                .header("authorization", format!("Bearer {OPERATOR_TOKEN}"))
+                .header("content-type", "application/json")
+                .body(approval.clone())
                 .send()
                 .await;
             (answer, started.elapsed())
@@ -128,7 +172,8 @@ http = {{ method = "POST", url = "{target}/invoices", response_timeout = "5s" }}
     }
     to_target.sort_unstable();
     answered.sort_unstable();
-    let q = |v: &[Duration], q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
+    let q =
+        |v: &[Duration], q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
     println!(
         "approve → target ({n} calls, one at a time): p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms (goal: p50 ≤ 5 ms); the approval's own answer p50 {:.2} ms",
         q(&to_target, 0.5),

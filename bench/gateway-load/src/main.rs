@@ -11,7 +11,7 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
-//! `--approvals [--baseline-postern PATH]` measures the human side instead (see `approvals.rs`):
+//! `--approvals [--baseline-postern PATH] [--rounds N]` measures the human side instead (see `approvals.rs`):
 //! calls without approval against a baseline build, and the time from an approval to the
 //! target.
 //!
@@ -380,7 +380,15 @@ fn main() {
         .unwrap();
     if args.iter().any(|a| a == "--approvals") {
         let baseline = arg("--baseline-postern").map(PathBuf::from);
-        rt.block_on(approvals::compare(&postern, baseline.as_deref(), &dir, seconds, calls1));
+        let rounds = arg("--rounds").map_or(2, |r| r.parse().unwrap());
+        rt.block_on(approvals::compare(
+            &postern,
+            baseline.as_deref(),
+            &dir,
+            seconds,
+            calls1,
+            rounds,
+        ));
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

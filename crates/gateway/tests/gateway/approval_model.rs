@@ -23,8 +23,9 @@ use postern_core::{EventKind, ExecutionId, FingerprintKey};
 use postern_gateway::{Gateway, GatewayError, Registry, Resolved, ToolCall};
 use postern_ledger::{Ledger, LedgerOptions};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestRunner};
 use serde_json::{json, Map, Value};
+
+use crate::model_support::{random_seed, run_cases, TempDir};
 
 const CONFIG: &str = r#"
 [gateway]
@@ -186,7 +187,7 @@ impl Run {
 }
 
 async fn play(steps: &[Step]) -> Result<(), String> {
-    let dir = TempDir::new();
+    let dir = TempDir::new("approval-model");
     let mut run = Run {
         url: format!("sqlite://{}", dir.0.join("ledger.db").display()),
         config: Config::parse(CONFIG, "approval-model.toml").unwrap(),
@@ -319,62 +320,23 @@ async fn check(run: &Run, id: ExecutionId) -> Result<(), String> {
     Ok(())
 }
 
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let base = std::path::Path::new("/dev/shm");
-        let base = if base.is_dir() {
-            base.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("postern-approval-model-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run_cases(seed: u64, cases: u32) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(RunnerConfig {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    });
-    let result = runner.run(&prop::collection::vec(step(), 1..9), |steps| {
-        runtime.block_on(play(&steps)).map_err(TestCaseError::fail)
-    });
-    if let Err(e) = result {
-        panic!("seed {seed}: {e}");
-    }
-}
-
 #[test]
 fn an_approval_is_decided_once_and_nothing_is_sent_without_it_fixed_seed() {
-    run_cases(14, 64);
+    run_cases(
+        14,
+        64,
+        prop::collection::vec(step(), 1..9),
+        |steps| async move { play(&steps).await },
+    );
 }
 
 #[test]
 fn an_approval_is_decided_once_and_nothing_is_sent_without_it_random_seed() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("approval model: random seed {seed}");
-    run_cases(seed, 32);
+    let seed = random_seed("approval model");
+    run_cases(
+        seed,
+        32,
+        prop::collection::vec(step(), 1..9),
+        |steps| async move { play(&steps).await },
+    );
 }

@@ -2,5 +2,6 @@
 
 mod approval_model;
 mod demo_target;
+mod model_support;
 mod recovery_model;
 mod registry;

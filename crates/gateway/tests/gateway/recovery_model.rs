@@ -32,10 +32,11 @@ use postern_core::{EventKind, ExecutionId, FingerprintKey};
 use postern_gateway::{Cancellation, Gateway, Registry, Resolved, ToolCall};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestRunner};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::model_support::{random_seed, run_cases, TempDir};
 
 /// One tool per recovery path of DESIGN §4. The URLs are never dialled: the simulated target
 /// reads them.
@@ -441,7 +442,7 @@ impl Run {
 
 /// Plays one case and checks every property; an `Err` names the first one broken.
 async fn play(case: &Case) -> Result<(), String> {
-    let dir = TempDir::new();
+    let dir = TempDir::new("model");
     let target = Arc::new(Target::default());
     let mut run = Run::start(&dir.0, target.clone()).await;
     let calm = CallPlan {
@@ -543,64 +544,14 @@ async fn play(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // tmpfs when there is one: each case commits a few dozen times.
-        let base = std::path::Path::new("/dev/shm");
-        let base = if base.is_dir() {
-            base.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("postern-model-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run_cases(seed: u64, cases: u32) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(RunnerConfig {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    });
-    let result = runner.run(&case(), |case| {
-        runtime.block_on(play(&case)).map_err(TestCaseError::fail)
-    });
-    if let Err(e) = result {
-        panic!("seed {seed}: {e}");
-    }
-}
-
 #[test]
 fn recovery_never_turns_maybe_sent_into_not_sent_fixed_seed() {
-    run_cases(21, 256);
+    run_cases(21, 256, case(), |c| async move { play(&c).await });
 }
 
 #[test]
 fn recovery_never_turns_maybe_sent_into_not_sent_random_seed() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
     // Printed now so a failure can be replayed with `run_cases(seed, …)`.
-    eprintln!("recovery model: random seed {seed}");
-    run_cases(seed, 128);
+    let seed = random_seed("recovery model");
+    run_cases(seed, 128, case(), |c| async move { play(&c).await });
 }
