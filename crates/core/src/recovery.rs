@@ -182,7 +182,14 @@ pub fn decide(
                     reason: NewReason::DifferentScope,
                 };
             }
-            if !within(contract.match_window) {
+            // A prior still waiting for a person (or approved and never sent) is matched for as
+            // long as it waits, whatever the window: a retry never makes a second approval
+            // request, and an approved call is never approved twice.
+            let waiting = matches!(
+                prior.lifecycle.state,
+                State::AwaitingApproval | State::Authorized
+            );
+            if !within(contract.match_window) && !waiting {
                 return New {
                     reason: NewReason::OutsideWindow,
                 };

@@ -211,7 +211,9 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
             }
             ApprovalsCommand::Show { execution, gateway } => {
                 let ops = Ops::new(gateway)?;
-                let v = ops.get(&format!("/ops/approvals/{execution}")).await?;
+                let v = ops
+                    .get(&format!("/ops/approvals/{}", segment(execution)))
+                    .await?;
                 ops.print(&v, print_one);
             }
             ApprovalsCommand::Approve {
@@ -221,11 +223,13 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
             } => {
                 let ops = Ops::new(gateway)?;
                 // What is approved is what was shown: the approval carries its fingerprint.
-                let shown = ops.get(&format!("/ops/approvals/{execution}")).await?;
+                let shown = ops
+                    .get(&format!("/ops/approvals/{}", segment(execution)))
+                    .await?;
                 let fingerprint = shown["fingerprint"].as_str().unwrap_or_default();
                 let v = ops
                     .post(
-                        &format!("/ops/approvals/{execution}/approve"),
+                        &format!("/ops/approvals/{}/approve", segment(execution)),
                         json!({"fingerprint": fingerprint, "reason": reason}),
                     )
                     .await?;
@@ -242,7 +246,7 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
                 let ops = Ops::new(gateway)?;
                 let v = ops
                     .post(
-                        &format!("/ops/approvals/{execution}/deny"),
+                        &format!("/ops/approvals/{}/deny", segment(execution)),
                         json!({"reason": reason}),
                     )
                     .await?;
@@ -317,7 +321,7 @@ pub fn review(cmd: &ReviewCommand) -> Result<i32> {
                 let resolution = if *applied { "applied" } else { "not_applied" };
                 let v = ops
                     .post(
-                        &format!("/ops/reviews/{execution}/resolve"),
+                        &format!("/ops/reviews/{}/resolve", segment(execution)),
                         json!({"resolution": resolution, "reason": reason}),
                     )
                     .await?;
@@ -332,6 +336,20 @@ pub fn review(cmd: &ReviewCommand) -> Result<i32> {
         }
         Ok(0)
     })
+}
+
+/// A path segment with everything but unreserved characters (and `:`) percent-encoded, so a run
+/// or execution id is one segment whatever it holds.
+fn segment(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn text(v: &Value) -> &str {

@@ -108,6 +108,7 @@ pub fn run(cmd: &VaultCommand) -> Result<i32> {
             passphrase,
             gateway,
         } => {
+            refuse_clear_text(&gateway.gateway)?;
             let passphrase = read_passphrase(passphrase, false)?;
             let answer = crate::operator::post(
                 gateway,
@@ -125,6 +126,28 @@ pub fn run(cmd: &VaultCommand) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// The passphrase never crosses a network in clear: `http://` only to a loopback gateway.
+fn refuse_clear_text(url: &str) -> Result<()> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Ok(());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    let host = host.trim_matches(['[', ']']);
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(())
+    } else {
+        bail!("refusing to send the vault passphrase over plain http:// to {host}: use the gateway's https:// address ([gateway] tls)")
+    }
 }
 
 /// The vault file of the config: `[gateway] vault`, relative to the config file.

@@ -267,6 +267,13 @@ fn derive(kdf: &Kdf, passphrase: &str) -> Result<Zeroizing<[u8; 32]>, VaultError
         file: "(in memory)".into(),
         reason,
     };
+    // Bounds on what a file may ask for: a doctored one must not exhaust memory or time.
+    if kdf.m_kib > 1024 * 1024 || kdf.t > 16 || kdf.p > 8 {
+        return Err(corrupt(format!(
+            "key derivation parameters out of bounds (m {} KiB, t {}, p {})",
+            kdf.m_kib, kdf.t, kdf.p
+        )));
+    }
     let params = Params::new(kdf.m_kib, kdf.t, kdf.p, Some(32))
         .map_err(|e| corrupt(format!("key derivation parameters: {e}")))?;
     let salt = hex::decode(&kdf.salt).map_err(|e| corrupt(format!("salt: {e}")))?;

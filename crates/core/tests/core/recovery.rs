@@ -200,6 +200,25 @@ fn matching_is_bounded_by_actor_scope_fingerprint_and_window() {
             reason: NewReason::OutsideWindow
         }
     );
+    // A call still waiting for a person is matched whatever the window (issue 14): a retry
+    // after it never makes a second approval request, nor is an approved call approved twice.
+    let waiting = prior(State::AwaitingApproval);
+    assert!(matches!(
+        decide(Some(&waiting), &incoming(3_600_000), &contract),
+        D::AwaitApproval { .. }
+    ));
+    assert!(matches!(
+        decide(Some(&waiting), &incoming(0), &zero),
+        D::AwaitApproval { .. }
+    ));
+    assert!(matches!(
+        decide(
+            Some(&prior(State::Authorized)),
+            &incoming(3_600_000),
+            &contract
+        ),
+        D::Continue { .. }
+    ));
 }
 
 #[test]

@@ -26,12 +26,13 @@ use postern_audit::ChainedEvent;
 use postern_core::contract::{Approval, ToolContract};
 use postern_core::lifecycle::{Resolution, State};
 use postern_core::{EventKind, ExecutionId, Timestamp};
-use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent};
+use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent, Run};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{now, Gateway, ToolCall};
 use crate::error::GatewayError;
+use crate::registry::ToolEntry;
 use crate::report::Attempt;
 
 /// The most calls whose arguments wait in memory for their approval; beyond it an approved
@@ -46,7 +47,9 @@ pub(crate) struct HeldCalls(Mutex<HashMap<ExecutionId, ToolCall>>);
 impl HeldCalls {
     fn hold(&self, id: ExecutionId, call: &ToolCall) {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if held.len() < MAX_HELD || held.contains_key(&id) {
+        // The first call's arguments are kept: a retry's non-semantic fields (outside the
+        // fingerprint the operator approves) never replace them.
+        if held.len() < MAX_HELD && !held.contains_key(&id) {
             // The caller's cancellation belongs to its request, which has been answered.
             let mut call = call.clone();
             call.cancel = None;
@@ -54,7 +57,7 @@ impl HeldCalls {
         }
     }
 
-    fn take(&self, id: ExecutionId) -> Option<ToolCall> {
+    pub(super) fn take(&self, id: ExecutionId) -> Option<ToolCall> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
     }
 }
@@ -76,7 +79,7 @@ pub enum DecisionError {
         given: String,
         actual: String,
     },
-    #[error("the approval request of {id} expired at {at}: it is now recorded denied (expired); the agent needs a new call")]
+    #[error("the approval request of {id} expired at {at}: it is recorded denied (expired), which an identical retry is told; a new action needs a new idempotencyKey")]
     Expired { id: ExecutionId, at: Timestamp },
     #[error("execution {id} waits for its run {run} to be authorized first: postern sessions authorize {run}")]
     RunNotAuthorized { id: ExecutionId, run: String },
@@ -159,6 +162,41 @@ impl Gateway {
         })
     }
 
+    /// The events a new execution of this call gets in the accept's commit, by DESIGN §6's
+    /// order: a locked vault refuses it (`rejected`, nothing sent); a run not yet authorized or
+    /// a per-use approval makes it wait (`approval_requested`); otherwise `authorized` and
+    /// `dispatched` share the commit (one fsync, and still durable before the first byte
+    /// leaves).
+    pub(super) async fn first_events(
+        &self,
+        entry: &ToolEntry,
+        call: &ToolCall,
+        target: Value,
+        at: Timestamp,
+    ) -> Result<Vec<NewEvent>, GatewayError> {
+        if let Some(why) = self.vault_refuses(entry) {
+            return Ok(vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
+                "reason": why,
+                "next_step": format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
+            }))]);
+        }
+        let waits = Waits {
+            run: self.session_gate(call).await?,
+            call: self.approval_ttl(&entry.contract).is_some(),
+        };
+        if waits.run.is_none() && !waits.call {
+            return Ok(vec![
+                NewEvent::new(EventKind::Authorized),
+                NewEvent::new(EventKind::Dispatched).with_detail(target),
+            ]);
+        }
+        // Nothing is authorized, let alone sent, until an operator says so.
+        let ttl = self
+            .approval_ttl(&entry.contract)
+            .unwrap_or(self.config.gateway.approval_ttl);
+        Ok(vec![Gateway::approval_request(at, ttl, &waits)])
+    }
+
     /// Whether every call of `tool` waits for a per-use approval.
     pub fn asks_approval(&self, tool: &str) -> bool {
         self.registry
@@ -195,15 +233,9 @@ impl Gateway {
     ) -> Result<PendingDecision, GatewayError> {
         let view = self.awaiting(id).await?;
         let s = &view.summary;
-        if let Some(run) = waits_for(&view.events).run {
-            let authorized = self
-                .ledger
-                .run(&run)
-                .await?
-                .is_some_and(|r| r.authorized.is_some() && r.revoked.is_none());
-            if !authorized {
-                return Err(DecisionError::RunNotAuthorized { id: s.id, run }.into());
-            }
+        let run = waits_for(&view.events).run;
+        if let Some(run) = &run {
+            self.run_allows(s.id, run).await?;
         }
         if s.fingerprint.to_string() != fingerprint {
             return Err(DecisionError::FingerprintMismatch {
@@ -305,22 +337,54 @@ impl Gateway {
         Ok(decision_view(&view))
     }
 
+    /// Whether the run `run` lets execution `id` be approved: authorized and not revoked.
+    async fn run_allows(&self, id: ExecutionId, run: &str) -> Result<(), GatewayError> {
+        match self.ledger.run(run).await? {
+            Some(Run {
+                revoked: Some((by, at)),
+                ..
+            }) => Err(DecisionError::RunDecided {
+                run: run.to_string(),
+                what: "revoked",
+                by,
+                at,
+            }
+            .into()),
+            Some(r) if r.authorized.is_some() => Ok(()),
+            _ => Err(DecisionError::RunNotAuthorized {
+                id,
+                run: run.to_string(),
+            }
+            .into()),
+        }
+    }
+
     /// Records `denied (expired)` for every approval request past its expiry, and releases
     /// calls whose run was authorized meanwhile; returns how many were expired.
     pub async fn expire_approvals(self: &Arc<Self>) -> Result<usize, GatewayError> {
         let filter = ListFilter {
             state: Some(State::AwaitingApproval.as_str().to_string()),
-            limit: 1000,
+            limit: 100_000,
             ..ListFilter::default()
         };
         let mut expired = 0;
-        for s in self.ledger.list(&filter).await? {
-            if let Some(view) = self.ledger.execution(s.id).await? {
+        // Oldest first (the list is newest first): they are the ones due.
+        for s in self.ledger.list(&filter).await?.into_iter().rev() {
+            // One execution's trouble (a store fault) does not stop the others' expiry.
+            let step = async {
+                let Some(view) = self.ledger.execution(s.id).await? else {
+                    return Ok::<_, GatewayError>(false);
+                };
                 if self.expire_if_due(&view).await? {
-                    expired += 1;
-                } else {
-                    self.release_if_authorized(&view).await?;
+                    return Ok(true);
                 }
+                self.release_if_authorized(&view).await?;
+                Ok(false)
+            };
+            match step.await {
+                Ok(true) => expired += 1,
+                Ok(false) => {}
+                Err(e) => eprintln!("postern: approval request of {}: {e}", s.id),
             }
         }
         Ok(expired)
@@ -344,11 +408,12 @@ impl Gateway {
             )
             .await
         {
-            // Decided meanwhile by someone else: not expired after all.
-            Ok(_) | Err(LedgerError::Transition { .. }) => {
+            Ok(_) => {
                 self.held.take(view.summary.id);
                 Ok(true)
             }
+            // Decided meanwhile by someone else: not expired after all.
+            Err(LedgerError::Transition { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -423,6 +488,12 @@ impl Gateway {
         let Some(entry) = self.registry.get(&call.tool) else {
             return Ok(());
         };
+        // A locked vault: nothing is dispatched (which would spend the approval on a request
+        // that cannot leave); the agent's identical call sends it once the vault is unlocked.
+        if self.vault_refuses(entry).is_some() {
+            self.held.hold(approved.id, &call);
+            return Ok(());
+        }
         let target = self
             .target_of(entry, &call.arguments)
             .map_err(GatewayError::Internal)?;

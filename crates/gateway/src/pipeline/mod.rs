@@ -5,22 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use postern_channels::http::{
-    render_url, render_url_for_record, AnswerVerdict, ConnectionReuse, HttpChannel, HttpDispatch,
-    HttpOutcome, HttpSender, OutcomeRules, Secret,
-};
+use postern_channels::http::{ConnectionReuse, HttpChannel, HttpSender};
 use postern_core::config::Config;
-use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec, ToolContract};
+use postern_core::contract::ToolContract;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::recovery::RecoveryDecision;
 use postern_core::{ActionRecord, Arguments, EventKind, ExecutionId, FingerprintKey, Timestamp};
-use postern_ledger::{
-    AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, NewEvent, ResultBody,
-};
+use postern_ledger::{AcceptOutcome, AcceptRequest, ExecutionSummary, Ledger, NewEvent};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 mod approvals;
+mod dispatch;
 mod promises;
 mod recovery;
 mod sessions;
@@ -31,7 +27,7 @@ pub use sessions::RunView;
 
 use crate::error::GatewayError;
 use crate::registry::{Registry, ToolEntry};
-use crate::report::{next_step, unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
+use crate::report::{next_step, Attempt, CallReport};
 
 /// The longest operation key, re-issue key, intent scope or run id accepted (each is stored,
 /// and the first three are chained).
@@ -309,52 +305,6 @@ impl Gateway {
         // Where the request will go, checked before anything is recorded: an argument that
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
         let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
-        let contract = entry.contract.clone();
-        // DESIGN §6's order: a locked vault refuses (recorded, nothing sent); then session
-        // authorization and the per-use approval decide what the call waits for, if anything.
-        let vault_refuses = self.vault_refuses(entry);
-        let waits_for_run = match vault_refuses {
-            Some(_) => None,
-            None => self.session_gate(call).await?,
-        };
-        let per_use = self.approval_ttl(&contract);
-        let waits = approvals::Waits {
-            run: waits_for_run,
-            call: per_use.is_some(),
-        };
-        let approval_ttl = match (&waits.run, per_use) {
-            (_, Some(ttl)) => Some(ttl),
-            (Some(_), None) => Some(self.config.gateway.approval_ttl),
-            (None, None) => None,
-        };
-        let record = ActionRecord::build(
-            &contract,
-            &call.actor,
-            call.intent_scope.as_deref(),
-            &arguments,
-            &self.key,
-        )
-        .map_err(|e| invalid(e.to_string()))?;
-        let at = now();
-        let then = match (&vault_refuses, approval_ttl) {
-            (Some(why), _) => vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
-                "reason": why,
-                "next_step": format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
-            }))],
-            (None, approval_ttl) => match approval_ttl {
-            // A per-use approval: nothing is authorized, let alone sent, until an operator says so.
-            Some(ttl) => vec![Gateway::approval_request(at, ttl, &waits)],
-            // Authorized and dispatched share the accept's commit: one fsync, and still durable
-            // before the first byte leaves.
-            None => vec![
-                NewEvent::new(EventKind::Authorized),
-                NewEvent::new(EventKind::Dispatched).with_detail(target),
-            ],
-            },
-        };
-        let mut request = AcceptRequest::new(record, &self.key, contract, at)
-            .map_err(|e| invalid(e.to_string()))?
-            .then(then);
         for (what, key) in [
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
@@ -370,6 +320,20 @@ impl Gateway {
                 )));
             }
         }
+        let contract = entry.contract.clone();
+        let record = ActionRecord::build(
+            &contract,
+            &call.actor,
+            call.intent_scope.as_deref(),
+            &arguments,
+            &self.key,
+        )
+        .map_err(|e| invalid(e.to_string()))?;
+        let at = now();
+        let then = self.first_events(entry, call, target, at).await?;
+        let mut request = AcceptRequest::new(record, &self.key, contract, at)
+            .map_err(|e| invalid(e.to_string()))?
+            .then(then);
         request.operation_key = call.operation_key.clone();
         request.reissue_key = call.reissue_key.clone();
         request.run_id = call.run_id.clone();
@@ -426,246 +390,6 @@ impl Gateway {
                 execution,
             } => self.recover(entry, decision, execution, call).await,
         }
-    }
-
-    /// Sends a dispatched execution to its target and records the outcome durably before
-    /// returning it.
-    async fn send(
-        &self,
-        entry: &ToolEntry,
-        s: ExecutionSummary,
-        call: &ToolCall,
-        attempt: Attempt,
-    ) -> Result<CallReport, GatewayError> {
-        let arguments = &call.arguments;
-        let ChannelSpec::Http(spec) = &entry.contract.channel else {
-            // `Gateway::new` refuses such tools; nothing is dialled for one that got here.
-            let reason = "this gateway build dials http tools only".to_string();
-            let outcome = HttpOutcome::NotSent { reason };
-            return self.record_outcome(&s, outcome, attempt, None).await;
-        };
-        let dispatch = match self.http_request(entry, &spec.request, arguments, s.id, true) {
-            Ok(mut d) => {
-                d.body = match spec.body {
-                    HttpBody::Arguments => Some(
-                        serde_json::to_vec(arguments)
-                            .map_err(|e| GatewayError::Internal(e.to_string()))?,
-                    ),
-                    HttpBody::None => None,
-                };
-                d.connect_timeout = spec.connect_timeout;
-                d.response_timeout = spec.response_timeout;
-                d
-            }
-            Err(reason) => {
-                // Nothing of this attempt left: the URL could not even be built.
-                let outcome = HttpOutcome::NotSent { reason };
-                return self.record_outcome(&s, outcome, attempt, None).await;
-            }
-        };
-        if call.is_cancelled() {
-            // Gone between the durable `dispatched` and the first byte: nothing of this attempt
-            // left (an earlier dispatch's fate stays as unknown as it was).
-            let reason = "cancelled after dispatch was recorded and before the request left; this attempt sent nothing";
-            let event = s.lifecycle.nothing_sent_event();
-            self.append(
-                s.id,
-                NewEvent::new(event).with_detail(json!({"reason": reason})),
-            )
-            .await?;
-            return Err(GatewayError::Cancelled);
-        }
-        let sending = self.http.send(dispatch);
-        tokio::pin!(sending);
-        let outcome = match &call.cancel {
-            Some(cancel) => tokio::select! {
-                outcome = &mut sending => outcome,
-                () = cancel.cancelled() => {
-                    let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end"});
-                    let _ = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await;
-                    sending.await
-                }
-            },
-            None => sending.await,
-        };
-        self.record_outcome(&s, outcome, attempt, None).await
-    }
-
-    /// The request a call will send, as recorded in its `dispatched` event (`secret_fields`
-    /// shown as `***`), after checking that every URL the call may use (the action, its status
-    /// query and precondition) renders to where its template says.
-    fn target_of(
-        &self,
-        entry: &ToolEntry,
-        arguments: &Map<String, Value>,
-    ) -> Result<Value, String> {
-        let ChannelSpec::Http(spec) = &entry.contract.channel else {
-            return Ok(Value::Null);
-        };
-        let recovery = &entry.contract.recovery;
-        for request in std::iter::once(&spec.request)
-            .chain(&recovery.status_query)
-            .chain(&recovery.precondition)
-        {
-            // Any id will do for the check: ids are unreserved characters only.
-            render_url(&request.url, arguments, "exe_check").map_err(|e| e.to_string())?;
-        }
-        let secret = |name: &str| entry.contract.arguments.secret.contains(name);
-        let url = render_url_for_record(&spec.request.url, arguments, &secret, None)
-            .map_err(|e| e.to_string())?;
-        Ok(json!({"target": {"method": spec.request.method, "url": url}}))
-    }
-
-    fn http_request(
-        &self,
-        entry: &ToolEntry,
-        req: &HttpRequestSpec,
-        arguments: &Map<String, Value>,
-        id: ExecutionId,
-        keyed: bool,
-    ) -> Result<HttpDispatch, String> {
-        let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
-        let mut d = HttpDispatch::new(req.method.clone(), url);
-        d.credential = match (&entry.vault_credential, &self.vault) {
-            (Some(c), Some(vault)) => vault
-                .credential(c)
-                .map_err(|why| format!("{why}: this request was not sent"))?,
-            (Some(_), None) => {
-                return Err("no vault is configured: this request was not sent".into())
-            }
-            (None, _) => entry.credential.clone(),
-        };
-        // The status query and precondition of a tool go out under the same trust and client
-        // certificate as its action.
-        d.tls = entry.tls.clone();
-        // The call's own secrets never come back in what the target answers.
-        d.also_redact = entry
-            .contract
-            .arguments
-            .secret
-            .iter()
-            .filter_map(|name| match arguments.get(name)? {
-                Value::String(s) => Some(Secret::new(s.clone())),
-                Value::Null => None,
-                other => Some(Secret::new(other.to_string())),
-            })
-            .collect();
-        d.max_response_bytes = MAX_RESPONSE_BYTES;
-        d.outcome_rules = OutcomeRules::new();
-        if keyed && !entry.contract.class.is_read_only() {
-            if let ChannelSpec::Http(h) = &entry.contract.channel {
-                d.idempotency = Some((h.idempotency_header.clone(), id.to_string()));
-            }
-        }
-        Ok(d)
-    }
-
-    /// Records what a dispatch (or a status query standing in for one) came to. `dispatched`
-    /// is the execution as it was when this attempt was dispatched: a request that provably
-    /// sent nothing is `failed` only when no earlier dispatch of the execution exists.
-    async fn record_outcome(
-        &self,
-        dispatched: &ExecutionSummary,
-        outcome: HttpOutcome,
-        attempt: Attempt,
-        via: Option<&str>,
-    ) -> Result<CallReport, GatewayError> {
-        let id = dispatched.id;
-        let mut unsettled = false;
-        let mut failed_because = None;
-        let (event, status, response) = match outcome {
-            HttpOutcome::NotSent { reason } => {
-                let event = dispatched.lifecycle.nothing_sent_event();
-                let detail = if event == EventKind::Failed {
-                    failed_because = Some(reason.clone());
-                    json!({"reason": reason})
-                } else {
-                    // A re-send that could not connect: this attempt sent nothing, the earlier
-                    // one may have been applied.
-                    unsettled = true;
-                    json!({"reason": reason, "note": "this recovery attempt sent nothing; an earlier dispatch may have reached the target, so the outcome stays unknown"})
-                };
-                (NewEvent::new(event).with_detail(detail), None, None)
-            }
-            HttpOutcome::Unknown { reason } => (
-                NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
-                None,
-                None,
-            ),
-            HttpOutcome::Answered(a) => {
-                let response = response_value(&a.body);
-                let mut detail = json!({"target_status": a.status});
-                if let Some(v) = via {
-                    detail["via"] = json!(v);
-                }
-                let result = ResultBody {
-                    body: a.body.clone(),
-                    size: a.size,
-                    truncated: a.truncated,
-                };
-                let mut ev = match a.verdict {
-                    AnswerVerdict::Applied => NewEvent::new(EventKind::Completed(Verdict::Applied)),
-                    AnswerVerdict::Rejected { retryable } => {
-                        let mut ev = NewEvent::new(EventKind::Completed(Verdict::Rejected));
-                        ev.retryable_rejection = retryable;
-                        ev
-                    }
-                    // A 500 may have half happened: unknown, never failed.
-                    AnswerVerdict::Unknown => NewEvent::new(EventKind::OutcomeUnknown),
-                };
-                ev.detail = detail;
-                ev.result = Some(result);
-                (ev, Some(a.status), Some(response))
-            }
-        };
-        let s = match self.ledger.append(id, event.clone(), now()).await {
-            Ok(s) => s,
-            Err(e) if e.fault().is_some() => {
-                // The request's fate is known here but cannot be written down now: say so, and
-                // keep writing it until the store takes it.
-                let why = e.to_string();
-                self.record_when_possible(id, event);
-                let mut report = self.report(dispatched, attempt, status, response);
-                report.next_step = Some(unrecorded_next_step(id, &why));
-                report.is_error = false;
-                return Ok(report);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let mut report = self.report(&s, attempt, status, response);
-        if unsettled {
-            report.next_step = Some(unsettled_next_step(id));
-        }
-        if let Some(reason) = failed_because {
-            // The agent sees why (a refused connection, a certificate not trusted), not only
-            // that nothing was sent: calling again will not help until that is fixed.
-            report.next_step = Some(format!(
-                "nothing reached the target ({reason}); it is safe to call again once that is fixed"
-            ));
-        }
-        Ok(report)
-    }
-
-    /// Writes an outcome the store refused (it was full or unreachable), retrying with backoff
-    /// until it is taken or the execution has moved on. Until then the record says
-    /// `dispatched`, which every retry of the call treats as still in progress; if the gateway
-    /// stops first, the next start's recovery scan records `outcome_unknown`.
-    fn record_when_possible(&self, id: ExecutionId, event: NewEvent) {
-        let ledger = self.ledger.clone();
-        self.background.spawn(async move {
-            let mut wait = Duration::from_millis(200);
-            loop {
-                tokio::time::sleep(wait).await;
-                match ledger.append(id, event.clone(), now()).await {
-                    Err(postern_ledger::LedgerError::Closed) => return,
-                    Err(e) if e.fault().is_some() => {
-                        wait = (wait * 2).min(Duration::from_secs(5));
-                    }
-                    // Recorded, or refused as a transition (another instance settled it).
-                    _ => return,
-                }
-            }
-        });
     }
 
     async fn append(
@@ -726,6 +450,10 @@ impl Gateway {
         let response = view.result.as_ref().map(|r| response_value(&r.body));
         let mut report = self.report(&view.summary, attempt, status, response);
         report.decision = approvals::decision_of(&view);
+        if view.summary.lifecycle.state == State::Authorized && report.decision.is_some() {
+            let id = view.summary.id;
+            report.next_step = Some(format!("approved; it is being sent. If it still reads authorized (the gateway restarted before sending it), repeat the identical call: that sends it, once. Check with execution_status({id})"));
+        }
         // A refusal says what to do in its own event (a locked vault: repeat once unlocked).
         if view.summary.lifecycle.state == State::Rejected {
             report.next_step = view
@@ -817,6 +545,24 @@ impl Gateway {
                             state,
                         })
                     }
+                    other => other.map(|_| ()),
+                }
+            }
+            // Nothing was sent: the call is withdrawn, and a later approval finds nothing to
+            // approve.
+            State::AwaitingApproval | State::Authorized => {
+                let why = json!({"reason": "cancelled by its caller before it was sent"});
+                self.held.take(id);
+                match self
+                    .append(id, NewEvent::new(EventKind::Cancelled).with_detail(why))
+                    .await
+                {
+                    Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition {
+                        ..
+                    })) => Err(GatewayError::NotCancellable {
+                        execution: id,
+                        state: "decided meanwhile",
+                    }),
                     other => other.map(|_| ()),
                 }
             }

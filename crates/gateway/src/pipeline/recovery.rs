@@ -41,6 +41,9 @@ impl Gateway {
                 if call.is_cancelled() {
                     return Err(GatewayError::Cancelled);
                 }
+                if let Some(r) = self.held_back(entry, execution_id, call).await? {
+                    return Ok(r);
+                }
                 if prior.lifecycle.state == State::Accepted {
                     self.append(execution_id, NewEvent::new(EventKind::Authorized))
                         .await?;
@@ -67,6 +70,8 @@ impl Gateway {
                 if let Some(view) = self.ledger.execution(execution_id).await? {
                     if !self.expire_if_due(&view).await? {
                         if let Some(released) = self.release(&view).await? {
+                            // This call's arguments go; any held ones are not sent as well.
+                            self.held.take(execution_id);
                             let go_on = D::Continue { execution_id };
                             return Box::pin(self.recover(entry, go_on, released, call)).await;
                         }
@@ -88,11 +93,33 @@ impl Gateway {
                 status_query_first,
                 fallback,
             } => {
+                if let Some(r) = self.held_back(entry, execution_id, call).await? {
+                    return Ok(r);
+                }
                 debug_assert_eq!(execution_id, prior.id);
                 self.recover_unknown(entry, prior, status_query_first, fallback, call)
                     .await
             }
         }
+    }
+
+    /// What stops this call from sending anything for a matched execution now, as its answer:
+    /// a locked vault, or this call's run not yet authorized (its identical call from an
+    /// authorized run may). `None`: it may send.
+    async fn held_back(
+        &self,
+        entry: &ToolEntry,
+        id: ExecutionId,
+        call: &ToolCall,
+    ) -> Result<Option<CallReport>, GatewayError> {
+        let why = match (self.vault_refuses(entry), self.session_gate(call).await?) {
+            (Some(why), _) => format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
+            (None, Some(run)) => format!("this call's run {run} is not authorized yet: nothing was sent. An operator authorizes it with postern sessions authorize {run}; then repeat the identical call"),
+            (None, None) => return Ok(None),
+        };
+        let mut report = self.stored_report(id, Attempt::Recovered).await?;
+        report.next_step = Some(why);
+        Ok(Some(report))
     }
 
     /// Waits (bounded) for an in-flight execution's result.

@@ -112,10 +112,28 @@ impl Gateway {
     pub async fn revoke_run(&self, run_id: &str, operator: &str) -> Result<RunView, GatewayError> {
         self.decide_run(run_id, RunDecision::Revoke, operator)
             .await?;
+        let reason = format!("run {run_id} revoked by {operator}");
         for view in self.waiting_in(run_id).await? {
-            let detail = json!({"denied_by": operator, "reason": format!("run {run_id} revoked")});
+            let detail = json!({"denied_by": operator, "reason": reason});
             let denied = NewEvent::new(EventKind::Denied).with_detail(detail);
+            self.held.take(view.summary.id);
             match self.ledger.append(view.summary.id, denied, now()).await {
+                Ok(_) | Err(LedgerError::Transition { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Approved but not yet sent (this gateway restarted before sending): never sent now.
+        let authorized = ListFilter {
+            state: Some(State::Authorized.as_str().to_string()),
+            run_id: Some(run_id.to_string()),
+            limit: 100_000,
+            ..ListFilter::default()
+        };
+        for s in self.ledger.list(&authorized).await? {
+            self.held.take(s.id);
+            let rejected =
+                NewEvent::new(EventKind::Rejected).with_detail(json!({"reason": reason}));
+            match self.ledger.append(s.id, rejected, now()).await {
                 Ok(_) | Err(LedgerError::Transition { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -144,6 +162,9 @@ impl Gateway {
         &self,
         view: &ExecutionView,
     ) -> Result<Option<ExecutionSummary>, GatewayError> {
+        if self.expire_if_due(view).await? {
+            return Ok(None);
+        }
         let Some(authorized_by) = self.run_authorizes(view).await? else {
             return Ok(None);
         };

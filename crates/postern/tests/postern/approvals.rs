@@ -35,6 +35,15 @@ http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
 recovery = {{ status_query = {{ method = "GET", url = "{target}/invoices?idempotency_key={{execution_id}}" }} }}
 
 [[tool]]
+name = "pay_narrow_window"
+description = "Pay an invoice (a one-second match window, approved by an operator)"
+class = "idempotent_write"
+match_window = "1s"
+approval = "every_call"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+
+[[tool]]
 name = "pay_quickly"
 description = "Pay an invoice (the approval must come within a second)"
 class = "idempotent_write"
@@ -574,4 +583,27 @@ async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
         .call("create_invoice", pay("billing-co", 5), json!({}))
         .await;
     assert_eq!(execution(&plain)["state"], "completed", "{plain}");
+}
+
+/// A retry after the match window, while the call still waits, is the same execution: never a
+/// second approval request (the window bounds matching of decided calls, not pending ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_window_still_finds_the_pending_request() {
+    let s = setup("approve-window").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let first = mcp
+        .call("pay_narrow_window", pay("window-co", 2), json!({}))
+        .await;
+    let id = execution(&first)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = mcp
+        .call("pay_narrow_window", pay("window-co", 2), json!({}))
+        .await;
+    assert_eq!(execution(&again)["execution_id"], id.as_str(), "{again}");
+    assert_eq!(execution(&again)["state"], "awaiting_approval");
+    let listed = operator_json(&s.served, &["approvals", "list"]);
+    assert_eq!(listed["approvals"].as_array().unwrap().len(), 1, "{listed}");
 }

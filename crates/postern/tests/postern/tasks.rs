@@ -467,4 +467,23 @@ http = {{ method = "POST", url = "http://{}/invoices" }}
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_completed(&done, &id, "task-approval");
+
+    // A task still waiting can be withdrawn: cancelled, and no approval can send it.
+    let second = client
+        .call(
+            "approved_invoice",
+            json!({"customer": "task-withdrawn", "amount": 5}),
+        )
+        .await;
+    let second_id = second["result"]["taskId"].as_str().unwrap().to_string();
+    let cancelled = client.cancel(&second_id).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["approvals", "approve", &second_id, "--gateway", &served.url])
+        .env("POSTERN_OPERATOR_TOKEN", operator_token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cancelled"));
+    assert_eq!(target.state.count_for("task-withdrawn"), 0);
 }

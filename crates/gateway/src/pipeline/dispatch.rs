@@ -1,0 +1,263 @@
+//! Dispatch: sending a dispatched execution through its channel and recording what came of
+//! it, durably, before anyone is answered. Where a request goes (`target_of`) and the request
+//! itself (`http_request`: URL, credential — from the vault when it lives there —, TLS profile,
+//! what to redact) are built here, once for the action and its recovery probes.
+
+use std::time::Duration;
+
+use postern_channels::http::{
+    render_url, render_url_for_record, AnswerVerdict, HttpDispatch, HttpOutcome, OutcomeRules,
+    Secret,
+};
+use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec};
+use postern_core::lifecycle::Verdict;
+use postern_core::{EventKind, ExecutionId};
+use postern_ledger::{ExecutionSummary, NewEvent, ResultBody};
+use serde_json::{json, Map, Value};
+
+use super::{now, response_value, Gateway, ToolCall, MAX_RESPONSE_BYTES};
+use crate::error::GatewayError;
+use crate::registry::ToolEntry;
+use crate::report::{unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
+
+impl Gateway {
+    /// Sends a dispatched execution to its target and records the outcome durably before
+    /// returning it.
+    pub(super) async fn send(
+        &self,
+        entry: &ToolEntry,
+        s: ExecutionSummary,
+        call: &ToolCall,
+        attempt: Attempt,
+    ) -> Result<CallReport, GatewayError> {
+        let arguments = &call.arguments;
+        let ChannelSpec::Http(spec) = &entry.contract.channel else {
+            // `Gateway::new` refuses such tools; nothing is dialled for one that got here.
+            let reason = "this gateway build dials http tools only".to_string();
+            let outcome = HttpOutcome::NotSent { reason };
+            return self.record_outcome(&s, outcome, attempt, None).await;
+        };
+        let dispatch = match self.http_request(entry, &spec.request, arguments, s.id, true) {
+            Ok(mut d) => {
+                d.body = match spec.body {
+                    HttpBody::Arguments => Some(
+                        serde_json::to_vec(arguments)
+                            .map_err(|e| GatewayError::Internal(e.to_string()))?,
+                    ),
+                    HttpBody::None => None,
+                };
+                d.connect_timeout = spec.connect_timeout;
+                d.response_timeout = spec.response_timeout;
+                d
+            }
+            Err(reason) => {
+                // Nothing of this attempt left: the URL could not even be built.
+                let outcome = HttpOutcome::NotSent { reason };
+                return self.record_outcome(&s, outcome, attempt, None).await;
+            }
+        };
+        if call.is_cancelled() {
+            // Gone between the durable `dispatched` and the first byte: nothing of this attempt
+            // left (an earlier dispatch's fate stays as unknown as it was).
+            let reason = "cancelled after dispatch was recorded and before the request left; this attempt sent nothing";
+            let event = s.lifecycle.nothing_sent_event();
+            self.append(
+                s.id,
+                NewEvent::new(event).with_detail(json!({"reason": reason})),
+            )
+            .await?;
+            return Err(GatewayError::Cancelled);
+        }
+        let sending = self.http.send(dispatch);
+        tokio::pin!(sending);
+        let outcome = match &call.cancel {
+            Some(cancel) => tokio::select! {
+                outcome = &mut sending => outcome,
+                () = cancel.cancelled() => {
+                    let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end"});
+                    let _ = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await;
+                    sending.await
+                }
+            },
+            None => sending.await,
+        };
+        self.record_outcome(&s, outcome, attempt, None).await
+    }
+
+    /// The request a call will send, as recorded in its `dispatched` event (`secret_fields`
+    /// shown as `***`), after checking that every URL the call may use (the action, its status
+    /// query and precondition) renders to where its template says.
+    pub(super) fn target_of(
+        &self,
+        entry: &ToolEntry,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, String> {
+        let ChannelSpec::Http(spec) = &entry.contract.channel else {
+            return Ok(Value::Null);
+        };
+        let recovery = &entry.contract.recovery;
+        for request in std::iter::once(&spec.request)
+            .chain(&recovery.status_query)
+            .chain(&recovery.precondition)
+        {
+            // Any id will do for the check: ids are unreserved characters only.
+            render_url(&request.url, arguments, "exe_check").map_err(|e| e.to_string())?;
+        }
+        let secret = |name: &str| entry.contract.arguments.secret.contains(name);
+        let url = render_url_for_record(&spec.request.url, arguments, &secret, None)
+            .map_err(|e| e.to_string())?;
+        Ok(json!({"target": {"method": spec.request.method, "url": url}}))
+    }
+
+    pub(super) fn http_request(
+        &self,
+        entry: &ToolEntry,
+        req: &HttpRequestSpec,
+        arguments: &Map<String, Value>,
+        id: ExecutionId,
+        keyed: bool,
+    ) -> Result<HttpDispatch, String> {
+        let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
+        let mut d = HttpDispatch::new(req.method.clone(), url);
+        d.credential = match (&entry.vault_credential, &self.vault) {
+            (Some(c), Some(vault)) => vault
+                .credential(c)
+                .map_err(|why| format!("{why}: this request was not sent"))?,
+            (Some(_), None) => {
+                return Err("no vault is configured: this request was not sent".into())
+            }
+            (None, _) => entry.credential.clone(),
+        };
+        // The status query and precondition of a tool go out under the same trust and client
+        // certificate as its action.
+        d.tls = entry.tls.clone();
+        // The call's own secrets never come back in what the target answers.
+        d.also_redact = entry
+            .contract
+            .arguments
+            .secret
+            .iter()
+            .filter_map(|name| match arguments.get(name)? {
+                Value::String(s) => Some(Secret::new(s.clone())),
+                Value::Null => None,
+                other => Some(Secret::new(other.to_string())),
+            })
+            .collect();
+        d.max_response_bytes = MAX_RESPONSE_BYTES;
+        d.outcome_rules = OutcomeRules::new();
+        if keyed && !entry.contract.class.is_read_only() {
+            if let ChannelSpec::Http(h) = &entry.contract.channel {
+                d.idempotency = Some((h.idempotency_header.clone(), id.to_string()));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Records what a dispatch (or a status query standing in for one) came to. `dispatched`
+    /// is the execution as it was when this attempt was dispatched: a request that provably
+    /// sent nothing is `failed` only when no earlier dispatch of the execution exists.
+    pub(super) async fn record_outcome(
+        &self,
+        dispatched: &ExecutionSummary,
+        outcome: HttpOutcome,
+        attempt: Attempt,
+        via: Option<&str>,
+    ) -> Result<CallReport, GatewayError> {
+        let id = dispatched.id;
+        let mut unsettled = false;
+        let mut failed_because = None;
+        let (event, status, response) = match outcome {
+            HttpOutcome::NotSent { reason } => {
+                let event = dispatched.lifecycle.nothing_sent_event();
+                let detail = if event == EventKind::Failed {
+                    failed_because = Some(reason.clone());
+                    json!({"reason": reason})
+                } else {
+                    // A re-send that could not connect: this attempt sent nothing, the earlier
+                    // one may have been applied.
+                    unsettled = true;
+                    json!({"reason": reason, "note": "this recovery attempt sent nothing; an earlier dispatch may have reached the target, so the outcome stays unknown"})
+                };
+                (NewEvent::new(event).with_detail(detail), None, None)
+            }
+            HttpOutcome::Unknown { reason } => (
+                NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
+                None,
+                None,
+            ),
+            HttpOutcome::Answered(a) => {
+                let response = response_value(&a.body);
+                let mut detail = json!({"target_status": a.status});
+                if let Some(v) = via {
+                    detail["via"] = json!(v);
+                }
+                let result = ResultBody {
+                    body: a.body.clone(),
+                    size: a.size,
+                    truncated: a.truncated,
+                };
+                let mut ev = match a.verdict {
+                    AnswerVerdict::Applied => NewEvent::new(EventKind::Completed(Verdict::Applied)),
+                    AnswerVerdict::Rejected { retryable } => {
+                        let mut ev = NewEvent::new(EventKind::Completed(Verdict::Rejected));
+                        ev.retryable_rejection = retryable;
+                        ev
+                    }
+                    // A 500 may have half happened: unknown, never failed.
+                    AnswerVerdict::Unknown => NewEvent::new(EventKind::OutcomeUnknown),
+                };
+                ev.detail = detail;
+                ev.result = Some(result);
+                (ev, Some(a.status), Some(response))
+            }
+        };
+        let s = match self.ledger.append(id, event.clone(), now()).await {
+            Ok(s) => s,
+            Err(e) if e.fault().is_some() => {
+                // The request's fate is known here but cannot be written down now: say so, and
+                // keep writing it until the store takes it.
+                let why = e.to_string();
+                self.record_when_possible(id, event);
+                let mut report = self.report(dispatched, attempt, status, response);
+                report.next_step = Some(unrecorded_next_step(id, &why));
+                report.is_error = false;
+                return Ok(report);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut report = self.report(&s, attempt, status, response);
+        if unsettled {
+            report.next_step = Some(unsettled_next_step(id));
+        }
+        if let Some(reason) = failed_because {
+            // The agent sees why (a refused connection, a certificate not trusted), not only
+            // that nothing was sent: calling again will not help until that is fixed.
+            report.next_step = Some(format!(
+                "nothing reached the target ({reason}); it is safe to call again once that is fixed"
+            ));
+        }
+        Ok(report)
+    }
+
+    /// Writes an outcome the store refused (it was full or unreachable), retrying with backoff
+    /// until it is taken or the execution has moved on. Until then the record says
+    /// `dispatched`, which every retry of the call treats as still in progress; if the gateway
+    /// stops first, the next start's recovery scan records `outcome_unknown`.
+    pub(super) fn record_when_possible(&self, id: ExecutionId, event: NewEvent) {
+        let ledger = self.ledger.clone();
+        self.background.spawn(async move {
+            let mut wait = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(wait).await;
+                match ledger.append(id, event.clone(), now()).await {
+                    Err(postern_ledger::LedgerError::Closed) => return,
+                    Err(e) if e.fault().is_some() => {
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                    // Recorded, or refused as a transition (another instance settled it).
+                    _ => return,
+                }
+            }
+        });
+    }
+}
