@@ -543,6 +543,11 @@ impl SessionStore for DurableSessions {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        // A closed session is an ended run in the Sessions log.
+        let _ = self
+            .ledger
+            .end_run(&format!("mcp-session:{session_id}"), now())
+            .await;
         Ok(self
             .ledger
             .record_stream(StreamWrite::DropSession(session_id.to_string()))

@@ -305,6 +305,11 @@ impl Mcp {
             .unwrap())
     }
 
+    /// Ends the session (`DELETE /mcp`); the HTTP status.
+    pub async fn close(&self) -> u16 {
+        self.0.close().await.unwrap()
+    }
+
     /// Over `http`, a client of the test's choosing (one that trusts a test CA, say).
     pub async fn connect_with(
         http: reqwest::Client,
