@@ -583,6 +583,19 @@ async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
         .call("create_invoice", pay("billing-co", 5), json!({}))
         .await;
     assert_eq!(execution(&plain)["state"], "completed", "{plain}");
+    // A closed session is an ended run in the Sessions log.
+    let closed = run_a.close().await;
+    assert!((200..300).contains(&closed), "DELETE answered {closed}");
+    let runs = operator_json(&served, &["sessions", "list"]);
+    let a = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run_id.as_str())
+        .unwrap()
+        .clone();
+    assert!(a["ended_at"].is_string(), "{a}");
+    assert_eq!(a["authorization"], "revoked");
 }
 
 /// A retry after the match window, while the call still waits, is the same execution: never a
