@@ -291,7 +291,7 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
             SessionsCommand::Revoke { run, gateway } => (Ops::new(gateway)?, run, "revoke"),
         };
         let v = ops
-            .post(&format!("/ops/runs/{path}/{verb}"), json!({}))
+            .post(&format!("/ops/runs/{}/{verb}", segment(path)), json!({}))
             .await?;
         ops.print(&v, |v| {
             println!("run {}: {}", text(&v["run_id"]), text(&v["authorization"]))
@@ -343,7 +343,8 @@ pub fn review(cmd: &ReviewCommand) -> Result<i32> {
 fn segment(text: &str) -> String {
     let mut out = String::new();
     for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+        // `.` too: a segment of dots would be normalised away.
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':') {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));

@@ -233,7 +233,15 @@ impl Gateway {
     ) -> Result<PendingDecision, GatewayError> {
         let view = self.awaiting(id).await?;
         let s = &view.summary;
-        let run = waits_for(&view.events).run;
+        // The run it waits for, or (for an actor authorized per run) the run it was made in:
+        // a revoked run's calls are never approved.
+        let required = self
+            .config
+            .actor(&s.actor)
+            .is_some_and(|a| a.session_approval == postern_core::config::SessionApproval::Required);
+        let run = waits_for(&view.events)
+            .run
+            .or_else(|| s.run_id.clone().filter(|_| required));
         if let Some(run) = &run {
             self.run_allows(s.id, run).await?;
         }
@@ -256,6 +264,17 @@ impl Gateway {
                 NewEvent::new(EventKind::Authorized).with_detail(detail),
             )
             .await?;
+        // A revocation of the run that landed between the check and the approval wins: the
+        // approved call is rejected before anything is dispatched.
+        if let Some(run) = &run {
+            if let Err(revoked) = self.run_allows(s.id, run).await {
+                let why = json!({"reason": format!("run {run} was revoked as it was approved")});
+                let rejected = NewEvent::new(EventKind::Rejected).with_detail(why);
+                let _ = self.ledger.append(s.id, rejected, now()).await;
+                self.held.take(s.id);
+                return Err(revoked);
+            }
+        }
         if let Some(call) = self.held.take(s.id) {
             self.send_approved(approved, call).await?;
         }
@@ -387,6 +406,29 @@ impl Gateway {
                 Err(e) => eprintln!("postern: approval request of {}: {e}", s.id),
             }
         }
+        // An approval does not wait for ever either: a call approved and not sent within its
+        // approval_ttl (the gateway restarted and the agent never repeated it) is rejected.
+        let approved = ListFilter {
+            state: Some(State::Authorized.as_str().to_string()),
+            limit: 100_000,
+            ..ListFilter::default()
+        };
+        for s in self.ledger.list(&approved).await?.into_iter().rev() {
+            let ttl = self
+                .registry
+                .get(&s.tool)
+                .and_then(|e| e.contract.approval_ttl)
+                .unwrap_or(self.config.gateway.approval_ttl);
+            if now() <= s.state_since.saturating_add(ttl) {
+                continue;
+            }
+            let why = json!({"reason": "approved, but not sent within its approval_ttl: a new approval is needed"});
+            let rejected = NewEvent::new(EventKind::Rejected).with_detail(why);
+            if self.ledger.append(s.id, rejected, now()).await.is_ok() {
+                self.held.take(s.id);
+                expired += 1;
+            }
+        }
         Ok(expired)
     }
 
@@ -489,9 +531,9 @@ impl Gateway {
             return Ok(());
         };
         // A locked vault: nothing is dispatched (which would spend the approval on a request
-        // that cannot leave); the agent's identical call sends it once the vault is unlocked.
+        // that cannot leave); it stays authorized, and the agent's identical call sends it once
+        // the vault is unlocked.
         if self.vault_refuses(entry).is_some() {
-            self.held.hold(approved.id, &call);
             return Ok(());
         }
         let target = self

@@ -50,6 +50,10 @@ impl Gateway {
                 }
                 // Where it goes, as every `dispatched` event records (this call's arguments
                 // have the execution's fingerprint, so the same target).
+                // The first call's arguments when this process holds them (a retry's
+                // non-semantic fields never replace what was approved).
+                let held = self.held.take(execution_id);
+                let call = held.as_ref().unwrap_or(call);
                 let target = self
                     .target_of(entry, &call.arguments)
                     .map_err(GatewayError::Internal)?;
@@ -69,11 +73,12 @@ impl Gateway {
                 // approval sends it at once.
                 if let Some(view) = self.ledger.execution(execution_id).await? {
                     if !self.expire_if_due(&view).await? {
-                        if let Some(released) = self.release(&view).await? {
-                            // This call's arguments go; any held ones are not sent as well.
-                            self.held.take(execution_id);
-                            let go_on = D::Continue { execution_id };
-                            return Box::pin(self.recover(entry, go_on, released, call)).await;
+                        // Released only when this call may send it now.
+                        if self.held_back(entry, execution_id, call).await?.is_none() {
+                            if let Some(released) = self.release(&view).await? {
+                                let go_on = D::Continue { execution_id };
+                                return Box::pin(self.recover(entry, go_on, released, call)).await;
+                            }
                         }
                         self.hold_for_approval(execution_id, call);
                     }
@@ -93,9 +98,6 @@ impl Gateway {
                 status_query_first,
                 fallback,
             } => {
-                if let Some(r) = self.held_back(entry, execution_id, call).await? {
-                    return Ok(r);
-                }
                 debug_assert_eq!(execution_id, prior.id);
                 self.recover_unknown(entry, prior, status_query_first, fallback, call)
                     .await
@@ -208,6 +210,10 @@ impl Gateway {
             return Err(GatewayError::Cancelled);
         }
         if redispatch {
+            // Not re-sent by a call whose run is not authorized, nor while the vault is locked.
+            if let Some(r) = self.held_back(entry, id, call).await? {
+                return Ok(r);
+            }
             // Same execution, same idempotency key.
             match self
                 .ledger

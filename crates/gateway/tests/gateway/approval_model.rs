@@ -195,7 +195,7 @@ async fn play(steps: &[Step]) -> Result<(), String> {
         gateway: None,
     };
     run.open().await;
-    let (id, state) = run.call().await?;
+    let (mut id, state) = run.call().await?;
     if state != State::AwaitingApproval {
         return Err(format!("a new call is {state}, not awaiting approval"));
     }
@@ -205,7 +205,11 @@ async fn play(steps: &[Step]) -> Result<(), String> {
             Step::Call => {
                 let (got, _) = run.call().await?;
                 if got != id {
-                    return Err(format!("an identical call made a second execution {got}"));
+                    // Only after the execution ended with nothing sent (an approval that was
+                    // never sent within its approval_ttl is rejected): a new one, waiting anew.
+                    succeeded_by(&run, id, got).await?;
+                    id = got;
+                    recorded_decisions = 0;
                 }
             }
             Step::Approve | Step::Deny => {
@@ -244,7 +248,9 @@ async fn play(steps: &[Step]) -> Result<(), String> {
     // Calm: the agent calls once more; an approved execution is then applied exactly once.
     let (got, state) = run.call().await?;
     if got != id {
-        return Err(format!("the last call made a second execution {got}"));
+        succeeded_by(&run, id, got).await?;
+        id = got;
+        recorded_decisions = 0;
     }
     run.stop().await;
     run.open().await;
@@ -264,6 +270,26 @@ async fn play(steps: &[Step]) -> Result<(), String> {
         ));
     }
     run.stop().await;
+    Ok(())
+}
+
+/// A second execution of the intent is allowed only after the first ended `rejected` with
+/// nothing sent; the new one waits for its own approval.
+async fn succeeded_by(run: &Run, old: ExecutionId, new: ExecutionId) -> Result<(), String> {
+    let ledger = run.gateway().ledger();
+    let old_state = ledger.summary(old).await.unwrap().unwrap().lifecycle.state;
+    let new_state = ledger.summary(new).await.unwrap().unwrap().lifecycle.state;
+    let reached = run.target.reached.lock().unwrap().clone();
+    if old_state != State::Rejected || reached.iter().any(|k| *k == old.to_string()) {
+        return Err(format!(
+            "an identical call made a second execution {new} while the first is {old_state}"
+        ));
+    }
+    if new_state != State::AwaitingApproval {
+        return Err(format!(
+            "the new execution {new} is {new_state}, not awaiting approval"
+        ));
+    }
     Ok(())
 }
 
