@@ -520,57 +520,40 @@ impl Gateway {
 
     /// Asks an execution to stop: after dispatch this is only recorded (it does not un-send).
     pub async fn request_cancel(&self, id: ExecutionId, actor: &str) -> Result<(), GatewayError> {
-        let (summary, _) = self.recorded(id, actor).await?;
-        let note = json!({"note": "cancellation asked after dispatch: the request had left; the execution runs to its recorded end"});
-        match summary.lifecycle.state {
-            State::Dispatched => {
-                match self
-                    .append(
-                        id,
-                        NewEvent::new(EventKind::CancelRequested).with_detail(note),
-                    )
-                    .await
-                {
-                    // It ended between the read and the append: nothing left to cancel.
-                    Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition {
-                        ..
-                    })) => {
-                        let state = self
-                            .ledger
-                            .summary(id)
-                            .await?
-                            .map_or("unknown", |s| s.lifecycle.state.display_name());
-                        Err(GatewayError::NotCancellable {
-                            execution: id,
-                            state,
-                        })
-                    }
-                    other => other.map(|_| ()),
+        let (mut summary, _) = self.recorded(id, actor).await?;
+        // Twice at most: a dispatch (or a decision) that lands between the read and the append
+        // is read again, so a cancellation that raced a dispatch is still recorded.
+        for _ in 0..2 {
+            let event = match summary.lifecycle.state {
+                // Nothing was sent: the call is withdrawn, and no approval can send it now.
+                State::AwaitingApproval | State::Authorized => {
+                    self.held.take(id);
+                    NewEvent::new(EventKind::Cancelled)
+                        .with_detail(json!({"reason": "cancelled by its caller before it was sent"}))
                 }
-            }
-            // Nothing was sent: the call is withdrawn, and a later approval finds nothing to
-            // approve.
-            State::AwaitingApproval | State::Authorized => {
-                let why = json!({"reason": "cancelled by its caller before it was sent"});
-                self.held.take(id);
-                match self
-                    .append(id, NewEvent::new(EventKind::Cancelled).with_detail(why))
-                    .await
-                {
-                    Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition {
-                        ..
-                    })) => Err(GatewayError::NotCancellable {
+                State::Dispatched => NewEvent::new(EventKind::CancelRequested).with_detail(json!({"note": "cancellation asked after dispatch: the request had left; the execution runs to its recorded end"})),
+                state => {
+                    return Err(GatewayError::NotCancellable {
                         execution: id,
-                        state: "decided meanwhile",
-                    }),
-                    other => other.map(|_| ()),
+                        state: state.display_name(),
+                    })
                 }
+            };
+            match self.append(id, event).await {
+                Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition { .. })) => {
+                    summary = self
+                        .ledger
+                        .summary(id)
+                        .await?
+                        .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
+                }
+                other => return other.map(|_| ()),
             }
-            state => Err(GatewayError::NotCancellable {
-                execution: id,
-                state: state.display_name(),
-            }),
         }
+        Err(GatewayError::NotCancellable {
+            execution: id,
+            state: summary.lifecycle.state.display_name(),
+        })
     }
 
     /// As [`Gateway::record_delivery`], for answers that repeat an earlier one (a replayed
