@@ -16,12 +16,14 @@ use serde_json::{json, Value};
 
 use crate::keys::{random_32, write_secret};
 
+mod approval;
 mod https;
 
 const TOKEN_FILE: &str = "agent.token";
 
 fn config(target: &str, tls_target: &str) -> String {
     let tls_tools = https::tools(tls_target);
+    let approval_config = approval::config(target);
     format!(
         r#"[gateway]
 store = "sqlite://ledger.db"
@@ -54,7 +56,7 @@ name = "list_invoices"
 description = "List invoices"
 class = "read_only"
 http = {{ method = "GET", url = "{target}/invoices" }}
-{tls_tools}"#
+{tls_tools}{approval_config}"#
     )
 }
 
@@ -171,6 +173,10 @@ fn write_files(dir: &Path, target: &str, tls_target: &str) -> Result<String> {
         &postern_audit::SigningKey::from_bytes(random_32()?).to_hex(),
     )?;
     write_secret(&dir.join(TOKEN_FILE), &token)?;
+    write_secret(
+        &dir.join(approval::OPERATOR_TOKEN_FILE),
+        &format!("demo-operator-{}", hex::encode(random_32()?)),
+    )?;
     std::fs::write(dir.join("postern.toml"), config(target, tls_target))?;
     Ok(token)
 }
@@ -217,7 +223,8 @@ async fn demo() -> Result<i32> {
     ));
     line("tools: create_invoice (idempotent_write, 10 min match window, status query)");
     line("       send_wire (irreversible), list_invoices (read_only),");
-    line("       create_invoice_tls and create_invoice_public_roots (the same API over https)");
+    line("       create_invoice_tls and create_invoice_public_roots (the same API over https),");
+    line("       pay_supplier (every call approved by an operator)");
     let client = McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?;
     let d = Demo {
         client,
@@ -385,8 +392,9 @@ async fn demo() -> Result<i32> {
         target: tls_api.state.clone(),
     };
     https::scene(9, &tls, &tls_target_url).await?;
+    approval::scene(10, &d, &assembled.gateway).await?;
 
-    heading(10, "The audit chain, verified offline.");
+    heading(11, "The audit chain, verified offline.");
     let public =
         postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
             .verifying_key();

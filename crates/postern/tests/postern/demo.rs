@@ -32,6 +32,13 @@ fn the_demo_runs_and_tells_a_true_story() {
         // unknown outcomes: status query for the idempotent tool, a human for the irreversible
         "holds 1 invoice(s) for initech",
         "needs_review",
+        // https with the demo's CA; the public roots alone refuse it, nothing sent
+        "holds 1 invoice(s) for stark",
+        "certificate not trusted (unknown CA)",
+        // a call that needs a person: waits, approved once, sent once
+        "awaiting_approval",
+        "holds 1 invoice(s) for wayne",
+        "approval_requested → authorized → dispatched → completed(applied)",
         // the audit chain verifies
         "VALID: every event links",
     ] {
