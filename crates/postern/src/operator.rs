@@ -51,6 +51,13 @@ pub enum ApprovalsCommand {
         /// Why (recorded in the audit chain).
         #[arg(long)]
         reason: Option<String>,
+        /// Approve the fingerprint `show` printed (`hmac-sha256:…`) instead of asking; without a
+        /// terminal and without this, the call shown now is approved.
+        #[arg(long, value_name = "FINGERPRINT")]
+        fingerprint: Option<String>,
+        /// On a terminal: approve without asking for confirmation.
+        #[arg(long)]
+        yes: bool,
         #[command(flatten)]
         gateway: GatewayArgs,
     },
@@ -219,6 +226,8 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
             ApprovalsCommand::Approve {
                 execution,
                 reason,
+                fingerprint,
+                yes,
                 gateway,
             } => {
                 let ops = Ops::new(gateway)?;
@@ -226,7 +235,14 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
                 let shown = ops
                     .get(&format!("/ops/approvals/{}", segment(execution)))
                     .await?;
-                let fingerprint = shown["fingerprint"].as_str().unwrap_or_default();
+                let current = shown["fingerprint"].as_str().unwrap_or_default();
+                let fingerprint = match fingerprint {
+                    Some(f) => f.as_str(),
+                    None => {
+                        confirm(&shown, *yes)?;
+                        current
+                    }
+                };
                 let v = ops
                     .post(
                         &format!("/ops/approvals/{}/approve", segment(execution)),
@@ -351,6 +367,25 @@ fn segment(text: &str) -> String {
         }
     }
     out
+}
+
+/// On a terminal, shows the call and asks before approving it (a person approves what they
+/// saw); elsewhere (a script) approves what is shown now.
+fn confirm(shown: &Value, yes: bool) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if yes || !std::io::stdin().is_terminal() {
+        return Ok(());
+    }
+    print_one(shown);
+    print!("approve this call? [y/N] ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        bail!("not approved (nothing was changed)")
+    }
 }
 
 fn text(v: &Value) -> &str {

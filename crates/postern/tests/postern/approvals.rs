@@ -222,6 +222,14 @@ async fn a_call_waits_for_one_approval_and_is_sent_once_approved() {
         .await
         .unwrap()
         .contains("not the arguments shown"));
+    // The CLI binds an approval to the fingerprint an operator saw earlier, too.
+    let stale = format!("hmac-sha256:{}", "1".repeat(64));
+    let (code, _, err) = operator(
+        &s.served,
+        &["approvals", "approve", &other_id, "--fingerprint", &stale],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("not the arguments shown"), "{err}");
     assert_eq!(posts(&s.target.state), 1);
 
     // The chain verifies, the operator's decision in it.

@@ -29,6 +29,15 @@ kind = "bearer"
 secret = {{ vault = "invoices-token" }}
 
 [[tool]]
+name = "pay_vaulted"
+description = "Pay with a token from the vault, every call approved"
+class = "idempotent_write"
+match_window = "10m"
+approval = "every_call"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", credential = "invoices-vault", response_timeout = "1s" }}
+
+[[tool]]
 name = "create_invoice_vaulted"
 description = "Create an invoice with a token from the vault"
 class = "idempotent_write"
@@ -204,4 +213,70 @@ fn a_secret_the_vault_does_not_hold_or_a_vault_secret_outside_credentials_is_ref
     crate::harness::prepare(&dir.0, &text);
     let err = crate::harness::serve_refuses(&dir.0);
     assert!(err.contains("a token cannot come from the vault"), "{err}");
+}
+
+/// An approval given while the vault is locked is not spent on a request that cannot leave: the
+/// call stays approved, and the agent's identical call sends it once the vault is unlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_while_the_vault_is_locked_waits_for_the_unlock() {
+    let target = InvoiceApi::start_with_token(SECRET).await.unwrap();
+    let dir = Dir::new("vault-approval");
+    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+    crate::harness::prepare(&dir.0, &vault_config(&format!("http://{}", target.addr)));
+    write_private(&dir.0.join("pass"), PASSPHRASE);
+    let (code, _, err) = postern(
+        &dir.0,
+        &["vault", "init", "--passphrase-fd", "0"],
+        PASSPHRASE,
+    );
+    assert_eq!(code, 0, "{err}");
+    let set = [
+        "vault",
+        "set",
+        "invoices-token",
+        "--passphrase-file",
+        "pass",
+    ];
+    let (code, _, err) = postern(&dir.0, &set, SECRET);
+    assert_eq!(code, 0, "{err}");
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let gateway = ["--gateway", served.url.as_str()];
+    let mut unlock = vec!["vault", "unlock", "--passphrase-fd", "0"];
+    unlock.extend(gateway);
+    let (code, _, err) = postern(&dir.0, &unlock, PASSPHRASE);
+    assert_eq!(code, 0, "{err}");
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let args = json!({"customer": "locked-approval", "amount": 3});
+    let waiting = mcp.call("pay_vaulted", args.clone(), json!({})).await;
+    assert_eq!(
+        execution(&waiting)["state"],
+        "awaiting_approval",
+        "{waiting}"
+    );
+    let id = execution(&waiting)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut lock = vec!["vault", "lock"];
+    lock.extend(gateway);
+    assert_eq!(postern(&dir.0, &lock, "").0, 0);
+    let mut approve = vec!["approvals", "approve", id.as_str()];
+    approve.extend(gateway);
+    let (code, _, err) = postern(&dir.0, &approve, "");
+    assert_eq!(code, 0, "{err}");
+    let held = mcp.call("pay_vaulted", args.clone(), json!({})).await;
+    assert_eq!(execution(&held)["state"], "authorized", "{held}");
+    assert!(execution(&held)["next_step"]
+        .as_str()
+        .unwrap()
+        .contains("vault is locked"));
+    assert!(
+        target.state.requests().is_empty(),
+        "nothing left while locked"
+    );
+    assert_eq!(postern(&dir.0, &unlock, PASSPHRASE).0, 0);
+    let done = mcp.call("pay_vaulted", args, json!({})).await;
+    assert_eq!(execution(&done)["state"], "completed", "{done}");
+    assert_eq!(execution(&done)["execution_id"], id.as_str());
+    assert_eq!(target.state.count_for("locked-approval"), 1);
 }
