@@ -80,31 +80,32 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_locked_vault_refuses_before_sending_and_an_unlock_lets_the_call_through() {
+/// A target that wants the vault's token, and a directory with the config, the operator's
+/// token, a passphrase file and a vault (made with `postern vault init` and `set`) holding it.
+async fn vault_setup(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir) {
     let target = InvoiceApi::start_with_token(SECRET).await.unwrap();
-    let dir = Dir::new("vault");
+    let dir = Dir::new(tag);
     write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
     crate::harness::prepare(&dir.0, &vault_config(&format!("http://{}", target.addr)));
     write_private(&dir.0.join("pass"), PASSPHRASE);
-    let (code, _, err) = postern(
-        &dir.0,
-        &["vault", "init", "--passphrase-fd", "0"],
-        PASSPHRASE,
-    );
+    let init = ["vault", "init", "--passphrase-fd", "0"];
+    let (code, _, err) = postern(&dir.0, &init, PASSPHRASE);
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = postern(
-        &dir.0,
-        &[
-            "vault",
-            "set",
-            "invoices-token",
-            "--passphrase-file",
-            "pass",
-        ],
-        SECRET,
-    );
+    let set = [
+        "vault",
+        "set",
+        "invoices-token",
+        "--passphrase-file",
+        "pass",
+    ];
+    let (code, _, err) = postern(&dir.0, &set, SECRET);
     assert_eq!(code, 0, "{err}");
+    (target, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_vault_refuses_before_sending_and_an_unlock_lets_the_call_through() {
+    let (target, dir) = vault_setup("vault").await;
     let (code, out, _) = postern(&dir.0, &["vault", "list"], "");
     assert_eq!((code, out.trim()), (0, "invoices-token"));
 
@@ -219,26 +220,7 @@ fn a_secret_the_vault_does_not_hold_or_a_vault_secret_outside_credentials_is_ref
 /// call stays approved, and the agent's identical call sends it once the vault is unlocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_while_the_vault_is_locked_waits_for_the_unlock() {
-    let target = InvoiceApi::start_with_token(SECRET).await.unwrap();
-    let dir = Dir::new("vault-approval");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    crate::harness::prepare(&dir.0, &vault_config(&format!("http://{}", target.addr)));
-    write_private(&dir.0.join("pass"), PASSPHRASE);
-    let (code, _, err) = postern(
-        &dir.0,
-        &["vault", "init", "--passphrase-fd", "0"],
-        PASSPHRASE,
-    );
-    assert_eq!(code, 0, "{err}");
-    let set = [
-        "vault",
-        "set",
-        "invoices-token",
-        "--passphrase-file",
-        "pass",
-    ];
-    let (code, _, err) = postern(&dir.0, &set, SECRET);
-    assert_eq!(code, 0, "{err}");
+    let (target, dir) = vault_setup("vault-approval").await;
     let served = Served::spawn(&dir.0, "127.0.0.1:0");
     let gateway = ["--gateway", served.url.as_str()];
     let mut unlock = vec!["vault", "unlock", "--passphrase-fd", "0"];
