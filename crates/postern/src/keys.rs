@@ -26,7 +26,7 @@ pub fn read_private(path: &Path, what: &str) -> Result<String> {
 }
 
 /// Refuses a file that its group or others may read or write.
-fn refuse_shared(path: &Path, what: &str) -> Result<()> {
+pub fn refuse_shared(path: &Path, what: &str) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

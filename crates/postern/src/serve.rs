@@ -139,7 +139,7 @@ fn open_vault(config: &Config, dir: &Path) -> Result<Option<VaultSlot>> {
         return Ok(None);
     };
     let path = dir.join(file);
-    crate::keys::read_private(&path, "the vault ([gateway] vault)")?;
+    crate::keys::refuse_shared(&path, "the vault ([gateway] vault)")?;
     let names = VaultFile::read(&path)?.names();
     let mut referenced = 0;
     for (name, c) in &config.credentials {
@@ -205,7 +205,9 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             sign_periodically(&gateway);
         }
         postern_gateway::retention::keep_retention(&gateway);
-        expire_approvals_periodically(&gateway);
+        if gateway.waits_for_people() {
+            expire_approvals_periodically(&gateway);
+        }
         if a.stdio {
             let actor = match &a.actor {
                 Some(name) => name.clone(),

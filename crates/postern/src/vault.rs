@@ -163,7 +163,7 @@ fn vault_path(config: &Path) -> Result<PathBuf> {
 }
 
 fn read_vault(path: &Path) -> Result<VaultFile> {
-    crate::keys::read_private(path, "the vault")?;
+    crate::keys::refuse_shared(path, "the vault")?;
     Ok(VaultFile::read(path)?)
 }
 

@@ -1,9 +1,10 @@
 //! Test support shared by Postern's test binaries and benchmarks (never a dependency of the
-//! gateway itself): a throw-away certificate authority ([`TestCa`]) and an axum listener that
+//! gateway crate): a throw-away certificate authority ([`TestCa`]) and an axum listener that
 //! speaks TLS ([`TlsListener`]), so tests dial real TLS servers on 127.0.0.1.
 //!
-//! The one place certificates for tests are made: the channels crate's tests, the `postern`
-//! binary's end-to-end tests and the gateway benchmark all use it.
+//! The one place certificates for tests (and demos) are made: the channels crate's tests, the
+//! `postern` binary's end-to-end tests, the gateway benchmark and `postern demo`'s https scene,
+//! whose private CA it makes, all use it.
 
 use std::io;
 use std::net::SocketAddr;

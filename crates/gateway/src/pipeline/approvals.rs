@@ -180,9 +180,10 @@ impl Gateway {
                 "next_step": format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
             }))]);
         }
+        let per_use = self.approval_ttl(&entry.contract);
         let waits = Waits {
             run: self.session_gate(call).await?,
-            call: self.approval_ttl(&entry.contract).is_some(),
+            call: per_use.is_some(),
         };
         if waits.run.is_none() && !waits.call {
             return Ok(vec![
@@ -191,10 +192,22 @@ impl Gateway {
             ]);
         }
         // Nothing is authorized, let alone sent, until an operator says so.
-        let ttl = self
-            .approval_ttl(&entry.contract)
-            .unwrap_or(self.config.gateway.approval_ttl);
+        let ttl = per_use.unwrap_or(self.config.gateway.approval_ttl);
         Ok(vec![Gateway::approval_request(at, ttl, &waits)])
+    }
+
+    /// Whether any call can wait for a person: a tool (or its credential) asks for a per-use
+    /// approval, or an actor for session authorization. Without either, nothing ever expires
+    /// and the expiry sweep is not run.
+    pub fn waits_for_people(&self) -> bool {
+        self.registry
+            .iter()
+            .any(|e| self.approval_ttl(&e.contract).is_some())
+            || self
+                .config
+                .actors
+                .iter()
+                .any(|a| a.session_approval == postern_core::config::SessionApproval::Required)
     }
 
     /// Whether every call of `tool` waits for a per-use approval.
