@@ -383,6 +383,21 @@ impl Verifier {
 
     fn lifecycle(&mut self, e: &EventMeta<'_>) {
         let b = e;
+        // A notice is chained like any event but belongs to no execution's lifecycle; it is
+        // its own id's only event.
+        if b.event == EventKind::Notice {
+            if b.n != 1 {
+                self.breaks.push(Break {
+                    chain: Some(b.chain.to_string()),
+                    seq: Some(b.seq),
+                    reason: BreakReason::Malformed {
+                        line: 0,
+                        reason: format!("notice {} is not event 1 of its id", b.execution_id),
+                    },
+                });
+            }
+            return;
+        }
         let ex = self
             .executions
             .entry(b.execution_id)

@@ -1,10 +1,14 @@
-//! Postern's channels: the only crate that dials targets. Today the HTTP channel
-//! ([`http::HttpChannel`], HTTP/1.1 over TCP or TLS); SSH and upstream MCP come later, each in
-//! its own module.
+//! Postern's channels: the only crate that dials targets. Every channel implements
+//! [`Channel`]: built once per tool, it sends an [`Action`] and returns one honest
+//! [`Outcome`], and answers recovery's read-only [`Question`]s. The HTTP channel
+//! ([`http::HttpChannel`], HTTP/1.1 over TCP or TLS; [`http::HttpTool`] per tool) and the MCP
+//! channel ([`mcp::Upstream`], an upstream MCP server over stdio or Streamable HTTP;
+//! [`mcp::McpTool`] per tool) are here; SSH comes later, in its own module.
 //!
-//! Architecture invariant: this crate knows no SQL and no MCP wire types. It takes a fully
-//! rendered request (URL, body bytes, credential, idempotency key, timeouts) and returns what
-//! happened, classified honestly:
+//! Architecture invariant: this crate knows no SQL; MCP wire types appear only in [`mcp`], on
+//! the client side of an upstream link, and never cross the [`Channel`] trait. The HTTP
+//! channel takes a fully rendered request (URL, body bytes, credential, idempotency key,
+//! timeouts) and returns what happened, classified honestly:
 //!
 //! * [`http::HttpOutcome::NotSent`] only when it is provable that nothing reached the target
 //!   (the connector failed: refused, DNS, TLS handshake, connect timeout; the target's TLS
@@ -42,7 +46,13 @@
 //! argument can never steer a request to another path or host.
 
 pub mod http;
+pub mod mcp;
 
+mod channel;
 mod error;
 
+pub use channel::{
+    Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Progress, ProgressSink, Question,
+    Reading,
+};
 pub use error::ChannelError;

@@ -82,10 +82,39 @@ pub struct SshSpec {
     pub command: String,
 }
 
+/// One tool of an upstream MCP server, re-exported under this contract.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct McpSpec {
+    /// The `[upstream.NAME]` it is called on.
     pub server: String,
+    /// The upstream's name for the tool.
     pub tool: String,
+    /// How long a call waits for the upstream's answer (then: `outcome_unknown`).
+    pub timeout: Duration,
+    /// What an answer with `isError: true` means for the effect (default unknown: an MCP
+    /// tool error may follow a partial effect).
+    pub on_tool_error: ToolErrorVerdict,
+    /// The config gives no `input_schema`: calls are validated against the upstream's, as it
+    /// lists it now.
+    pub schema_from_upstream: bool,
+}
+
+/// How an upstream tool's `isError: true` result is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorVerdict {
+    #[default]
+    Unknown,
+    Rejected,
+}
+
+/// An upstream tool that answers whether an execution was applied (the MCP channel's status
+/// query): called with `arguments`, where a string `"{execution_id}"` is replaced by the id and
+/// `"{name}"` by the call's argument `name`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StatusTool {
+    pub tool: String,
+    pub arguments: Map<String, Value>,
 }
 
 /// The channel-specific part of a contract.
@@ -111,7 +140,7 @@ impl ChannelSpec {
         match self {
             ChannelSpec::Http(h) => h.request.url.clone(),
             ChannelSpec::Ssh(s) => format!("ssh://{}@{}:{}", s.user, s.host, s.port),
-            ChannelSpec::Mcp(m) => format!("mcp://{}/{}", m.server, m.tool),
+            ChannelSpec::Mcp(m) => format!("{}/{}", m.server, m.tool),
         }
     }
 
@@ -161,6 +190,8 @@ pub struct RecoverySpec {
     pub method: RecoveryMethod,
     /// Asks the target whether this execution's key was applied; tried before the method.
     pub status_query: Option<HttpRequestSpec>,
+    /// The same question as an upstream tool call (MCP tools).
+    pub status_tool: Option<StatusTool>,
     /// Asks the target whether the precondition of a conditional write still holds.
     pub precondition: Option<HttpRequestSpec>,
 }
@@ -201,13 +232,25 @@ pub struct ToolContractDraft {
     pub retention: Option<Duration>,
     pub recovery_method: Option<RecoveryMethod>,
     pub status_query: Option<HttpRequestSpec>,
+    pub status_tool: Option<StatusTool>,
     pub precondition: Option<HttpRequestSpec>,
     pub approval: Approval,
     pub approval_ttl: Option<Duration>,
     pub long_running: bool,
 }
 
+impl RecoverySpec {
+    /// Whether the target can be asked if an execution was applied.
+    pub fn has_status_probe(&self) -> bool {
+        self.status_query.is_some() || self.status_tool.is_some()
+    }
+}
+
 impl ToolContractDraft {
+    fn has_status_probe(&self) -> bool {
+        self.status_query.is_some() || self.status_tool.is_some()
+    }
+
     pub fn validate(self) -> Result<ToolContract, ContractError> {
         let err = |field: &str, reason: String| ContractError {
             tool: self.name.clone(),
@@ -272,7 +315,7 @@ impl ToolContractDraft {
         };
 
         let method = self.recovery_method.unwrap_or_else(|| {
-            if class == ActionClass::Irreversible && self.status_query.is_some() {
+            if class == ActionClass::Irreversible && self.has_status_probe() {
                 RecoveryMethod::StatusQuery
             } else {
                 class.default_recovery()
@@ -284,10 +327,31 @@ impl ToolContractDraft {
                 format!("{method} is not safe for a {class} tool"),
             ));
         }
-        if method == RecoveryMethod::StatusQuery && self.status_query.is_none() {
+        if method == RecoveryMethod::StatusQuery && !self.has_status_probe() {
             return Err(err(
                 "recovery.status_query",
-                "missing: recovery method status_query needs a status query request".into(),
+                "missing: recovery method status_query needs a status query request (or, for an mcp tool, a status_tool)".into(),
+            ));
+        }
+        match (&channel, &self.status_query, &self.status_tool) {
+            (ChannelSpec::Mcp(_), Some(_), _) => {
+                return Err(err(
+                    "recovery.status_query",
+                    "an mcp tool asks its upstream: use status_tool = \"…\"".into(),
+                ))
+            }
+            (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, Some(_)) => {
+                return Err(err(
+                    "recovery.status_tool",
+                    "only an mcp tool has a status_tool; an http tool has a status_query".into(),
+                ))
+            }
+            _ => {}
+        }
+        if self.precondition.is_some() && matches!(channel, ChannelSpec::Mcp(_)) {
+            return Err(err(
+                "recovery.precondition",
+                "a precondition is an HTTP query; an mcp tool cannot have one".into(),
             ));
         }
         if class == ActionClass::ConditionalWrite && self.precondition.is_none() {
@@ -334,6 +398,7 @@ impl ToolContractDraft {
             recovery: RecoverySpec {
                 method,
                 status_query: self.status_query.clone(),
+                status_tool: self.status_tool.clone(),
                 precondition: self.precondition.clone(),
             },
             approval: self.approval,
@@ -469,6 +534,9 @@ fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), Cont
         ChannelSpec::Mcp(m) => {
             if m.server.is_empty() || m.tool.is_empty() {
                 return Err(err("mcp", "server and tool are required".into()));
+            }
+            if m.timeout.is_zero() {
+                return Err(err("mcp.timeout", "must be greater than zero".into()));
             }
         }
     }

@@ -76,6 +76,10 @@ pub enum EventKind {
     Resolved(Resolution),
     Delivered,
     DeliveryFailed,
+    /// A gateway-level fact chained into the audit log outside any execution's lifecycle (an
+    /// upstream tool pinned, changed, accepted): recorded under an id of its own, as event 1,
+    /// and no state allows it as a transition.
+    Notice,
 }
 
 use EventKind as E;
@@ -404,7 +408,7 @@ impl fmt::Display for State {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 18] = [
         E::Accepted,
         E::ApprovalRequested,
         E::Authorized,
@@ -422,6 +426,7 @@ impl EventKind {
         E::Resolved(Resolution::NotApplied),
         E::Delivered,
         E::DeliveryFailed,
+        E::Notice,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -441,6 +446,7 @@ impl EventKind {
             E::Resolved(_) => "resolved",
             E::Delivered => "delivered",
             E::DeliveryFailed => "delivery_failed",
+            E::Notice => "notice",
         }
     }
 }

@@ -241,7 +241,7 @@ fn by_state(prior: &PriorExecution, contract: &ToolContract) -> RecoveryDecision
         },
         State::OutcomeUnknown => RecoverUnknown {
             execution_id,
-            status_query_first: contract.recovery.status_query.is_some(),
+            status_query_first: contract.recovery.has_status_probe(),
             fallback: unknown_fallback(contract),
         },
         State::Failed | State::Rejected | State::Cancelled => New {

@@ -40,6 +40,8 @@ pub enum GatewayError {
         by: String,
         at: postern_core::Timestamp,
     },
+    #[error("tool {tool:?} is withheld: {why}; nothing was recorded or sent")]
+    Withheld { tool: String, why: String },
     /// An operator's decision that was not recorded (nothing changed).
     #[error("{0}")]
     Decision(Box<crate::pipeline::DecisionError>),

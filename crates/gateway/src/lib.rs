@@ -18,8 +18,10 @@
 
 pub mod demo_client;
 pub mod demo_target;
+pub mod demo_upstream;
 mod error;
 pub mod front;
+pub mod pins;
 mod pipeline;
 mod registry;
 mod report;
@@ -29,6 +31,7 @@ pub mod vault;
 pub use error::GatewayError;
 pub use pipeline::{
     now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, RunView, ToolCall,
+    UpstreamToolView, UpstreamView,
 };
-pub use registry::{Registry, Resolved, ResolvedCredential};
+pub use registry::{Dialers, ListedTool, Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

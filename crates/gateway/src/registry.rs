@@ -1,14 +1,20 @@
 //! The tools the gateway serves: each contract with its compiled input schema, its resolved
-//! credential and its TLS profile.
+//! credential and the [`Channel`] its calls go through (an HTTP tool with its TLS profile, or
+//! an upstream MCP server's tool).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use postern_channels::http::{ClientIdentity, Credential, TlsProfile, TrustedRoots};
+use postern_channels::http::{
+    ClientIdentity, Credential, HttpSender, HttpTool, TlsProfile, TrustedRoots,
+};
+use postern_channels::mcp::{McpTool, Upstream};
+use postern_channels::Channel;
 use postern_core::contract::{ChannelSpec, ToolContract};
 use serde_json::Value;
 
 use crate::error::GatewayError;
+use crate::pins::Pins;
 use crate::vault::VaultCredential;
 
 pub struct ToolEntry {
@@ -18,9 +24,54 @@ pub struct ToolEntry {
     pub credential: Option<Credential>,
     /// A credential whose secret is read from the vault at each request.
     pub vault_credential: Option<VaultCredential>,
-    /// Whom the tool's `https://` requests trust and which client certificate they show;
-    /// `None` is the webpki roots without a client certificate.
-    pub tls: Option<Arc<TlsProfile>>,
+    /// Where its calls go.
+    pub channel: Arc<dyn Channel>,
+    /// For a tool re-exported from an upstream MCP server: the upstream and its name for it.
+    pub upstream: Option<UpstreamBinding>,
+}
+
+/// An upstream tool behind a contract: the schema (when the config gives none) and the
+/// untrusted annotations come from what the upstream lists now.
+pub struct UpstreamBinding {
+    pub upstream: Arc<Upstream>,
+    pub tool: String,
+    /// The accepted versions of upstream tools: a changed one is withheld.
+    pins: Arc<Pins>,
+    /// The config gave no input schema: the upstream's is used (compiled once per list).
+    schema_from_upstream: bool,
+    compiled: Mutex<Option<(u64, Arc<jsonschema::Validator>)>>,
+}
+
+/// A tool as `tools/list` shows it.
+#[derive(Clone, Debug)]
+pub struct ListedTool {
+    pub contract: Arc<ToolContract>,
+    pub description: String,
+    pub input_schema: Value,
+    /// An upstream's own annotations (`readOnlyHint`, …): shown, never trusted.
+    pub upstream_annotations: Option<Value>,
+    /// Why calls cannot be sent now (an upstream that is down).
+    pub unavailable: Option<String>,
+    /// Why the tool is not served at all now (its upstream changed it: tool pinning).
+    pub withheld: Option<String>,
+}
+
+/// What the registry's channels dial through: the HTTP sender (a simulated target in the
+/// model tests) and the upstream MCP servers, by name.
+#[derive(Clone)]
+pub struct Dialers {
+    pub http: Arc<dyn HttpSender>,
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+}
+
+impl Dialers {
+    /// HTTP through `http`, no upstream MCP servers.
+    pub fn http_only(http: Arc<dyn HttpSender>) -> Dialers {
+        Dialers {
+            http,
+            upstreams: HashMap::new(),
+        }
+    }
 }
 
 /// A configured credential, read: what it puts on a request.
@@ -50,8 +101,12 @@ impl ToolEntry {
     /// (jsonschema's masked form writes `value` where the instance would be: at the root the
     /// instance is the whole arguments object, secret fields included).
     pub fn validate(&self, arguments: &Value) -> Result<(), Vec<String>> {
-        let errors: Vec<String> = self
-            .validator
+        let upstream_validator = match &self.upstream {
+            Some(b) if b.schema_from_upstream => b.validator().map_err(|e| vec![e])?,
+            _ => None,
+        };
+        let validator = upstream_validator.as_deref().unwrap_or(&self.validator);
+        let errors: Vec<String> = validator
             .iter_errors(arguments)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -71,19 +126,116 @@ impl ToolEntry {
     }
 }
 
+impl ToolEntry {
+    /// The tool as listed now: for an upstream tool, the upstream's schema (unless the config
+    /// gives one), its description (unless the config gives one) and its annotations.
+    pub fn listed(&self) -> ListedTool {
+        let c = &self.contract;
+        let mut listed = ListedTool {
+            contract: c.clone(),
+            description: c.description.clone(),
+            input_schema: c.input_schema.clone(),
+            upstream_annotations: None,
+            unavailable: self.channel.unavailable(),
+            withheld: None,
+        };
+        if let Some(b) = &self.upstream {
+            if let Some(t) = b.listed() {
+                if b.schema_from_upstream {
+                    listed.input_schema = t.input_schema.clone();
+                }
+                if listed.description.is_empty() {
+                    listed.description = t.description.clone();
+                }
+                listed.upstream_annotations = t.annotations.clone();
+                listed.withheld = b
+                    .pins
+                    .check(b.upstream.name(), &t)
+                    .err()
+                    .map(|w| w.to_string());
+            } else if listed.unavailable.is_none() {
+                listed.unavailable = Some(format!(
+                    "upstream {} does not list a tool {:?}",
+                    b.upstream.name(),
+                    b.tool
+                ));
+            }
+        }
+        listed
+    }
+}
+
+impl ToolEntry {
+    /// Why an upstream tool may not be called now although it is listed: its definition
+    /// changed since it was accepted (or is not checked yet).
+    pub fn withheld(&self) -> Option<String> {
+        let b = self.upstream.as_ref()?;
+        let tool = b.listed()?;
+        b.pins
+            .check(b.upstream.name(), &tool)
+            .err()
+            .map(|w| w.to_string())
+    }
+}
+
+impl UpstreamBinding {
+    fn listed(&self) -> Option<postern_channels::mcp::UpstreamTool> {
+        let state = self.upstream.state();
+        let found = state.tools.iter().find(|t| t.name == self.tool).cloned();
+        found
+    }
+
+    fn validator(&self) -> Result<Option<Arc<jsonschema::Validator>>, String> {
+        let state = self.upstream.state();
+        let mut compiled = self.compiled.lock().map_err(|_| "poisoned".to_string())?;
+        if let Some((generation, v)) = compiled.as_ref() {
+            if *generation == state.generation {
+                return Ok(Some(v.clone()));
+            }
+        }
+        let Some(tool) = state.tools.iter().find(|t| t.name == self.tool) else {
+            // Nothing to validate against: the channel refuses the call, sending nothing, and
+            // it is recorded `failed` with why.
+            return Ok(None);
+        };
+        if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(format!(
+                "upstream {}'s input schema for {:?} is not an object schema: refused, nothing sent",
+                self.upstream.name(),
+                self.tool
+            ));
+        }
+        let v = jsonschema::validator_for(&tool.input_schema).map(Arc::new).map_err(|e| {
+            format!(
+                "upstream {}'s input schema for {:?} is not a valid JSON Schema ({e}): refused, nothing sent",
+                self.upstream.name(),
+                self.tool
+            )
+        })?;
+        *compiled = Some((state.generation, v.clone()));
+        Ok(Some(v))
+    }
+}
+
 pub struct Registry {
     tools: HashMap<String, ToolEntry>,
     order: Vec<String>,
+    pins: Arc<Pins>,
 }
 
 impl Registry {
     /// Every tool of `contracts`, with the credentials and CA files in `resolved`. One TLS
     /// profile is built per distinct (CA file, client certificate), so tools that share both
     /// share one connection pool.
-    pub fn new(contracts: &[ToolContract], resolved: &Resolved) -> Result<Registry, GatewayError> {
+    pub fn new(
+        contracts: &[ToolContract],
+        resolved: &Resolved,
+        dialers: &Dialers,
+    ) -> Result<Registry, GatewayError> {
         let mut tools = HashMap::new();
         let mut order = Vec::new();
         let mut profiles = TlsProfiles::default();
+        let pins = Arc::new(Pins::default());
         for c in contracts {
             let validator = jsonschema::validator_for(&c.input_schema).map_err(|e| {
                 GatewayError::Internal(format!(
@@ -91,33 +243,66 @@ impl Registry {
                     c.name
                 ))
             })?;
-            let (mut credential, mut vault_credential, mut tls) = (None, None, None);
-            if let ChannelSpec::Http(h) = &c.channel {
-                let templates = std::iter::once(&h.request)
-                    .chain(&c.recovery.status_query)
-                    .chain(&c.recovery.precondition);
-                for request in templates {
-                    postern_channels::http::check_template(&request.url)
+            let (mut credential, mut vault_credential) = (None, None);
+            let mut upstream = None;
+            let channel: Arc<dyn Channel> = match &c.channel {
+                ChannelSpec::Http(h) => {
+                    let resolved_credential = match &h.credential {
+                        Some(name) => Some((
+                            name.as_str(),
+                            resolved.credentials.get(name).ok_or_else(|| {
+                                GatewayError::Internal(format!(
+                                    "tool {}: credential {name} was not resolved",
+                                    c.name
+                                ))
+                            })?,
+                        )),
+                        None => None,
+                    };
+                    credential = resolved_credential.and_then(|(_, r)| r.header.clone());
+                    vault_credential = resolved_credential.and_then(|(_, r)| r.vault.clone());
+                    let tls = profiles
+                        .for_tool(h.ca_file.as_deref(), resolved_credential, resolved)
                         .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
-                }
-                let resolved_credential = match &h.credential {
-                    Some(name) => Some((
-                        name.as_str(),
-                        resolved.credentials.get(name).ok_or_else(|| {
-                            GatewayError::Internal(format!(
-                                "tool {}: credential {name} was not resolved",
-                                c.name
-                            ))
-                        })?,
-                    )),
-                    None => None,
-                };
-                credential = resolved_credential.and_then(|(_, r)| r.header.clone());
-                vault_credential = resolved_credential.and_then(|(_, r)| r.vault.clone());
-                tls = profiles
-                    .for_tool(h.ca_file.as_deref(), resolved_credential, resolved)
+                    let tool = HttpTool::new(
+                        h,
+                        &c.recovery,
+                        c.class.is_read_only(),
+                        tls,
+                        dialers.http.clone(),
+                        crate::pipeline::MAX_RESPONSE_BYTES,
+                    )
                     .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
-            }
+                    Arc::new(tool)
+                }
+                ChannelSpec::Mcp(m) => {
+                    let link = dialers.upstreams.get(&m.server).ok_or_else(|| {
+                        GatewayError::Internal(format!(
+                            "tool {}: upstream {} is not started",
+                            c.name, m.server
+                        ))
+                    })?;
+                    upstream = Some(UpstreamBinding {
+                        upstream: link.clone(),
+                        tool: m.tool.clone(),
+                        pins: pins.clone(),
+                        schema_from_upstream: m.schema_from_upstream,
+                        compiled: Mutex::new(None),
+                    });
+                    Arc::new(McpTool::new(
+                        link.clone(),
+                        m,
+                        c.recovery.status_tool.clone(),
+                        crate::pipeline::MAX_RESPONSE_BYTES,
+                    ))
+                }
+                ChannelSpec::Ssh(_) => {
+                    return Err(GatewayError::Internal(format!(
+                        "tool {:?}: the ssh channel is not built yet",
+                        c.name
+                    )))
+                }
+            };
             order.push(c.name.clone());
             tools.insert(
                 c.name.clone(),
@@ -126,15 +311,35 @@ impl Registry {
                     validator,
                     credential,
                     vault_credential,
-                    tls,
+                    channel,
+                    upstream,
                 },
             );
         }
-        Ok(Registry { tools, order })
+        Ok(Registry { tools, order, pins })
     }
 
     pub fn get(&self, name: &str) -> Option<&ToolEntry> {
         self.tools.get(name)
+    }
+
+    /// The upstream tools' pins.
+    pub fn pins(&self) -> &Arc<Pins> {
+        &self.pins
+    }
+
+    /// Each upstream with the names (its own) of the tools re-exported from it.
+    pub fn upstreams(&self) -> Vec<(Arc<Upstream>, Vec<String>)> {
+        let mut by_name: std::collections::BTreeMap<String, (Arc<Upstream>, Vec<String>)> =
+            Default::default();
+        for b in self.iter().filter_map(|e| e.upstream.as_ref()) {
+            by_name
+                .entry(b.upstream.name().to_string())
+                .or_insert_with(|| (b.upstream.clone(), Vec::new()))
+                .1
+                .push(b.tool.clone());
+        }
+        by_name.into_values().collect()
     }
 
     /// Tools in config order.

@@ -50,7 +50,7 @@ pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
-    RecoveryReport, ResultBody, Run, RunDecision, StoredResult,
+    RecoveryReport, ResultBody, Run, RunDecision, StoredResult, ToolPin,
 };
 pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};
@@ -393,6 +393,28 @@ impl Ledger {
         let (id, by) = (id.to_string(), by.to_string());
         self.call(|tx| Op::DecideRun(id, decision, by, at, tx))
             .await
+    }
+
+    /// Chains a gateway-level `notice` into the audit log and, with `pin`, sets that upstream
+    /// tool's accepted version, in one commit.
+    pub async fn notice(
+        &self,
+        pin: Option<ToolPin>,
+        detail: serde_json::Value,
+        at: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.call(|tx| Op::Notice(pin.map(Box::new), detail, at, tx))
+            .await
+    }
+
+    /// Every upstream tool's accepted version.
+    pub async fn tool_pins(&self) -> Result<Vec<ToolPin>, LedgerError> {
+        sqlx::query("SELECT upstream, tool, digest, definition, pinned_at, accepted_by FROM upstream_tool_pins ORDER BY upstream, tool")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::tool_pin)
+            .collect()
     }
 
     /// One run of the Sessions log.

@@ -248,3 +248,17 @@ pub struct ListFilter {
     pub run_id: Option<String>,
     pub limit: u32,
 }
+
+/// The accepted version of one upstream MCP tool (tool pinning).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolPin {
+    pub upstream: String,
+    pub tool: String,
+    /// Hex SHA-256 of the tool's canonical definition (name, description, input schema).
+    pub digest: String,
+    /// The definition the digest was taken from (JSON text).
+    pub definition: String,
+    pub pinned_at: Timestamp,
+    /// The operator who accepted this version; `None`: pinned at first sight.
+    pub accepted_by: Option<String>,
+}

@@ -6,7 +6,9 @@ use postern_core::{EventKind, ExecutionId, Timestamp};
 use tokio::sync::oneshot;
 
 use crate::error::{LedgerError, StorageFault};
-use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run, RunDecision};
+use crate::model::{
+    AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run, RunDecision, ToolPin,
+};
 use crate::streams::StreamWrite;
 use crate::writer::Pruned;
 
@@ -27,6 +29,13 @@ pub(crate) enum Op {
     EndRun(String, Timestamp, Reply<()>),
     /// Records an operator's decision about a run (if not already recorded): whether it was.
     DecideRun(String, RunDecision, String, Timestamp, Reply<bool>),
+    /// Sets a tool's pin (`Some`) and chains a `notice` event with the detail, in one commit.
+    Notice(
+        Option<Box<ToolPin>>,
+        serde_json::Value,
+        Timestamp,
+        Reply<()>,
+    ),
     /// Transport state for resumable streams (never waited on by an action).
     Stream(Vec<StreamWrite>, Reply<()>),
     /// Commits whatever is queued; replies once it is durable.
@@ -53,6 +62,7 @@ impl Op {
             Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
             Op::Prune(_, _, tx) => drop(tx.send(Err(err()))),
             Op::StartRun(_, tx)
+            | Op::Notice(_, _, _, tx)
             | Op::EndRun(_, _, tx)
             | Op::Stream(_, tx)
             | Op::Flush(tx)

@@ -7,7 +7,7 @@ use postern_core::{ActionClass, EventKind, ExecutionId, Fingerprint, Timestamp};
 
 use crate::db::RowAccess;
 use crate::error::LedgerError;
-use crate::model::{ExecutionSummary, Run, StoredResult};
+use crate::model::{ExecutionSummary, Run, StoredResult, ToolPin};
 
 pub(crate) const SUMMARY_COLUMNS: &str = "id, actor, tool, class, fingerprint, intent_scope, operation_key, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable";
 
@@ -154,6 +154,17 @@ pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
         ended_at: get_opt_i64(row, "ended_at")?.map(Timestamp),
         authorized: decision(row, "authorized_by", "authorized_at")?,
         revoked: decision(row, "revoked_by", "revoked_at")?,
+    })
+}
+
+pub(crate) fn tool_pin(row: &impl RowAccess) -> Result<ToolPin, LedgerError> {
+    Ok(ToolPin {
+        upstream: get_str(row, "upstream")?,
+        tool: get_str(row, "tool")?,
+        digest: get_str(row, "digest")?,
+        definition: get_str(row, "definition")?,
+        pinned_at: Timestamp(get_i64(row, "pinned_at")?),
+        accepted_by: get_opt_str(row, "accepted_by")?,
     })
 }
 

@@ -62,6 +62,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0007_run_authorization.sql"),
         postgres: include_str!("../migrations/postgres/0007_run_authorization.sql"),
     },
+    Migration {
+        version: 8,
+        name: "upstream tool pins",
+        sqlite: include_str!("../migrations/sqlite/0008_upstream_tool_pins.sql"),
+        postgres: include_str!("../migrations/postgres/0008_upstream_tool_pins.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -328,6 +328,18 @@ impl<C: WriteConn> Writer<C> {
                     .map(|n| n == 1);
                 Done::Abandoned(tx, r)
             }
+            Op::Notice(pin, detail, at, tx) => {
+                let r = async {
+                    if let Some(p) = pin {
+                        self.conn.exec("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
+                    }
+                    // A notice has an id of its own: it is no execution's event.
+                    let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
+                    self.append_event(id, 1, EventKind::Notice, at, detail)
+                }
+                .await;
+                Done::Unit(tx, r)
+            }
             Op::EndRun(id, at, tx) => {
                 let r = self
                     .conn

@@ -15,6 +15,7 @@ mod operator;
 mod resolve;
 mod secrets;
 mod serve;
+mod upstream;
 mod vault;
 
 use std::path::{Path, PathBuf};
@@ -76,6 +77,43 @@ enum Command {
     /// Executions under review on a running gateway: list, resolve as applied or not applied.
     #[command(subcommand)]
     Review(operator::ReviewCommand),
+    /// Upstream MCP servers on a running gateway: list their links and tools; accept a tool
+    /// version an upstream changed (tool pinning).
+    #[command(subcommand)]
+    Upstream(upstream::UpstreamCommand),
+    /// The demo's upstream MCP server (an invoice tool that journals every call), on stdio or
+    /// Streamable HTTP: what `postern demo` and the tests put behind the gateway.
+    #[command(hide = true)]
+    DemoUpstream(DemoUpstreamArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoUpstreamArgs {
+    /// The journal file every applied call is appended to.
+    #[arg(long)]
+    journal: std::path::PathBuf,
+    /// Serve Streamable HTTP on this address (prints the URL) instead of stdio.
+    #[arg(long)]
+    http: Option<String>,
+}
+
+fn demo_upstream(a: &DemoUpstreamArgs) -> anyhow::Result<i32> {
+    use postern_gateway::demo_upstream::{serve_http, serve_stdio, Journal};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let journal = Journal::new(&a.journal);
+        match &a.http {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr).await?;
+                println!("http://{}/mcp", listener.local_addr()?);
+                serve_http(listener, journal).await?;
+            }
+            None => serve_stdio(journal).await.map_err(anyhow::Error::msg)?,
+        }
+        Ok(0)
+    })
 }
 
 fn main() -> ExitCode {
@@ -95,6 +133,8 @@ fn main() -> ExitCode {
         Command::Review(cmd) => operator::review(&cmd),
         Command::Sessions(cmd) => operator::sessions(&cmd),
         Command::Vault(cmd) => vault::run(&cmd),
+        Command::DemoUpstream(a) => demo_upstream(&a),
+        Command::Upstream(cmd) => upstream::run(&cmd),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

@@ -117,7 +117,7 @@ pub enum ReviewCommand {
 }
 
 /// One client of the operator API.
-struct Ops {
+pub(crate) struct Ops {
     http: reqwest::Client,
     base: String,
     token: String,
@@ -125,7 +125,7 @@ struct Ops {
 }
 
 impl Ops {
-    fn new(a: &GatewayArgs) -> Result<Ops> {
+    pub(crate) fn new(a: &GatewayArgs) -> Result<Ops> {
         let var = shown_variable(&a.token_env);
         if !is_variable_name(&a.token_env) {
             bail!("--token-env takes the NAME of an environment variable, not the token itself; the value given is not shown");
@@ -154,12 +154,12 @@ impl Ops {
         })
     }
 
-    async fn get(&self, path: &str) -> Result<Value> {
+    pub(crate) async fn get(&self, path: &str) -> Result<Value> {
         let req = self.http.get(format!("{}{path}", self.base));
         self.send(req).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> Result<Value> {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Result<Value> {
         let req = self
             .http
             .post(format!("{}{path}", self.base))
@@ -186,7 +186,7 @@ impl Ops {
         Ok(value)
     }
 
-    fn print(&self, value: &Value, text: impl FnOnce(&Value)) {
+    pub(crate) fn print(&self, value: &Value, text: impl FnOnce(&Value)) {
         if self.json {
             println!("{value:#}");
         } else {
@@ -200,7 +200,7 @@ pub fn post(a: &GatewayArgs, path: &str, body: Value) -> Result<Value> {
     runtime()?.block_on(async { Ops::new(a)?.post(path, body).await })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
@@ -356,7 +356,7 @@ pub fn review(cmd: &ReviewCommand) -> Result<i32> {
 
 /// A path segment with everything but unreserved characters (and `:`) percent-encoded, so a run
 /// or execution id is one segment whatever it holds.
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     let mut out = String::new();
     for b in text.bytes() {
         // `.` too: a segment of dots would be normalised away.
@@ -388,7 +388,7 @@ fn confirm(shown: &Value, yes: bool) -> Result<()> {
     }
 }
 
-fn text(v: &Value) -> &str {
+pub(crate) fn text(v: &Value) -> &str {
     v.as_str().unwrap_or("?")
 }
 

@@ -4,9 +4,10 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use postern_channels::http::{ClientIdentity, Credential, Secret, TrustedRoots};
-use postern_core::config::{ClientCertificate, Config, SecretRef};
+use anyhow::{bail, Context, Result};
+use postern_channels::http::{ClientIdentity, Credential, Secret, TlsProfile, TrustedRoots};
+use postern_channels::mcp::{UpstreamSpec, UpstreamTransport as ChannelTransport};
+use postern_core::config::{ClientCertificate, Config, SecretRef, UpstreamTransport};
 use postern_core::contract::ChannelSpec;
 use postern_gateway::vault::VaultCredential;
 use postern_gateway::{Resolved, ResolvedCredential};
@@ -62,7 +63,75 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
         let roots = ca_file(file, dir).with_context(|| format!("tool {:?}", tool.name))?;
         resolved.ca_files.insert(file.clone(), roots);
     }
+    for (name, upstream) in &config.upstreams {
+        let UpstreamTransport::Http {
+            ca_file: Some(file),
+            ..
+        } = &upstream.transport
+        else {
+            continue;
+        };
+        if !resolved.ca_files.contains_key(file) {
+            let roots = ca_file(file, dir).with_context(|| format!("upstream.{name}"))?;
+            resolved.ca_files.insert(file.clone(), roots);
+        }
+    }
     Ok(resolved)
+}
+
+/// How to reach each `[upstream.NAME]`: its credential and CA file resolved, a stdio
+/// upstream's `cwd` relative to the config file's directory.
+pub fn upstream_specs(
+    config: &Config,
+    resolved: &Resolved,
+    dir: &Path,
+) -> Result<Vec<UpstreamSpec>> {
+    let mut specs = Vec::new();
+    for (name, upstream) in &config.upstreams {
+        let transport = match &upstream.transport {
+            UpstreamTransport::Stdio { command, env, cwd } => ChannelTransport::Stdio {
+                program: command[0].clone(),
+                args: command[1..].to_vec(),
+                env: env.clone(),
+                cwd: cwd.as_ref().map(|c| dir.join(c)),
+            },
+            UpstreamTransport::Http {
+                url,
+                credential,
+                ca_file,
+            } => {
+                let credential = match credential {
+                    None => None,
+                    Some(c) => {
+                        let r = resolved.credentials.get(c).with_context(|| {
+                            format!("upstream.{name}: credential {c} was not read")
+                        })?;
+                        if r.vault.is_some() {
+                            bail!("upstream.{name}: credential {c}: an upstream's credential cannot live in the vault yet; give it as {{ env = \"…\" }} or {{ file = \"…\" }}");
+                        }
+                        r.header.clone()
+                    }
+                };
+                let tls = match ca_file {
+                    None => None,
+                    Some(file) => Some(std::sync::Arc::new(
+                        TlsProfile::new(&resolved.ca_files[file], None)
+                            .with_context(|| format!("upstream.{name}.ca_file"))?,
+                    )),
+                };
+                ChannelTransport::Http {
+                    url: url.clone(),
+                    credential,
+                    tls,
+                }
+            }
+        };
+        specs.push(UpstreamSpec {
+            name: name.clone(),
+            transport,
+        });
+    }
+    Ok(specs)
 }
 
 /// The CAs of a tool's `http.ca_file`: a PEM file holding at least one certificate.

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use postern_audit::SigningKey;
-use postern_channels::http::ConnectionReuse;
+use postern_channels::http::{ConnectionReuse, HttpChannel};
+use postern_channels::mcp::Upstream;
 use postern_core::config::{Config, ListenerTls, SecretRef};
 use postern_core::FingerprintKey;
 use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
 use postern_gateway::front::listener::{Handshake, ListenerLimits, PlainTcp};
 use postern_gateway::front::Tokens;
 use postern_gateway::vault::VaultSlot;
-use postern_gateway::{Gateway, Registry};
+use postern_gateway::{Dialers, Gateway, Registry};
 use postern_ledger::{Ledger, LedgerOptions};
 use postern_vault::VaultFile;
 
@@ -41,6 +42,8 @@ pub struct Assembled {
     pub gateway: Arc<Gateway>,
     /// bearer tokens → actors and operators
     pub tokens: Tokens,
+    /// Stops the upstream MCP links (and their child processes).
+    pub stop_upstreams: tokio_util::sync::CancellationToken,
 }
 
 pub async fn assemble(config_path: &Path) -> Result<Assembled> {
@@ -105,7 +108,23 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         operators,
     };
     let resolved = crate::resolve::resolve(&config, &dir)?;
-    let registry = Registry::new(&config.tools, &resolved)?;
+    // Upstream MCP servers are started (or dialled) now, in the background: one that is down
+    // does not stop the gateway; its tools fail, sending nothing, until it is up.
+    let stop_upstreams = tokio_util::sync::CancellationToken::new();
+    let upstreams = crate::resolve::upstream_specs(&config, &resolved, &dir)?
+        .into_iter()
+        .map(|spec| {
+            (
+                spec.name.clone(),
+                Upstream::start(spec, stop_upstreams.clone()),
+            )
+        })
+        .collect();
+    let dialers = Dialers {
+        http: Arc::new(HttpChannel::with_reuse(connection_reuse()?)),
+        upstreams,
+    };
+    let registry = Registry::new(&config.tools, &resolved, &dialers)?;
     let store = resolve_store_path(&config.gateway.store, &dir);
     if let Some(file) = store.strip_prefix("sqlite://") {
         let file = file.split('?').next().unwrap_or(file);
@@ -121,14 +140,18 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     for id in &recovered.marked_unknown {
         eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
     }
-    let reuse = connection_reuse()?;
     let vault = open_vault(&config, &dir)?;
-    let mut gateway = Gateway::new(config, registry, key, Arc::new(ledger), reuse)?;
+    let mut gateway = Gateway::new(config, registry, key, Arc::new(ledger))?;
     if let Some(vault) = vault {
         gateway = gateway.with_vault(vault);
     }
+    gateway.watch_tool_pins().await?;
     let gateway = Arc::new(gateway);
-    Ok(Assembled { gateway, tokens })
+    Ok(Assembled {
+        gateway,
+        tokens,
+        stop_upstreams,
+    })
 }
 
 /// The vault the config names: read now (a damaged file, or one without a secret the config
@@ -267,6 +290,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
         }
+        assembled.stop_upstreams.cancel();
         // Records the writer holds back (deliveries, stream state) are committed before exit.
         if let Err(e) = gateway.ledger().flush().await {
             eprintln!("postern: the last ledger records could not be committed: {e}");

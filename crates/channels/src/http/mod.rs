@@ -15,6 +15,7 @@ mod credential;
 mod outcome;
 mod redact;
 mod tls;
+mod tool;
 mod url;
 
 use std::sync::Arc;
@@ -27,10 +28,12 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::{timeout_at, Instant};
 
 pub use client::{ConnectionReuse, POOL_IDLE_TIMEOUT};
+pub(crate) use credential::sorted as sorted_needles;
 pub use credential::{basic_token, secret_forms, Credential, Secret};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
-pub use redact::REDACTED;
+pub use redact::{redact, REDACTED};
 pub use tls::{install_default_provider, ClientIdentity, TlsProfile, TrustedRoots};
+pub use tool::HttpTool;
 pub use url::{
     check_template, percent_encode, render_url, render_url_for_record, EXECUTION_ID_PLACEHOLDER,
 };

@@ -3,17 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// What the target's answer says about the effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AnswerVerdict {
-    /// The effect happened.
-    Applied,
-    /// The target refused: nothing was applied. `retryable` when trying again later may
-    /// succeed (e.g. 429), so such a rejection never blocks a new execution.
-    Rejected { retryable: bool },
-    /// The answer does not say whether the effect happened (e.g. a 500 or 408).
-    Unknown,
-}
+pub use crate::channel::AnswerVerdict;
 
 /// How status codes map to verdicts for one tool.
 ///

@@ -5,6 +5,7 @@
 mod raw;
 mod secret;
 mod tls;
+mod upstream;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -13,10 +14,11 @@ use serde_json::Value;
 
 pub use secret::SecretRef;
 pub use tls::{CertificateFingerprint, ListenerTls};
+pub use upstream::{Upstream, UpstreamTransport, DEFAULT_UPSTREAM_TIMEOUT};
 
 use crate::class::{ActionClass, RecoveryMethod};
 use crate::contract::{
-    Approval, ArgumentRules, ChannelSpec, HttpBody, HttpRequestSpec, HttpSpec, McpSpec, SshSpec,
+    Approval, ArgumentRules, ChannelSpec, HttpBody, HttpRequestSpec, HttpSpec, SshSpec,
     ToolContract, ToolContractDraft,
 };
 use crate::duration::parse_duration;
@@ -153,12 +155,6 @@ pub struct ClientCertificate {
     /// The PEM private key (a secret reference: a file readable by its owner only, or an
     /// environment variable).
     pub key: SecretRef,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Upstream {
-    Stdio { command: Vec<String> },
-    Http { url: String },
 }
 
 impl Config {
@@ -302,16 +298,8 @@ impl Config {
 
         let mut upstreams = BTreeMap::new();
         for (name, u) in raw.upstream {
-            let upstream = match (u.command, u.url) {
-                (Some(command), None) if !command.is_empty() => Upstream::Stdio { command },
-                (None, Some(url)) => Upstream::Http { url },
-                _ => {
-                    return Err(at(
-                        0,
-                        format!("upstream.{name}: give exactly one of command = [\"prog\", \"arg\"] or url = \"http://…\""),
-                    ))
-                }
-            };
+            let upstream =
+                upstream::parse_upstream(&name, u, &credentials).map_err(|m| at(0, m))?;
             upstreams.insert(name, upstream);
         }
 
@@ -599,18 +587,10 @@ fn build_tool(
                 command: s.command,
             }))
         }
-        (None, None, Some(m)) => {
-            if !upstreams.contains_key(&m.server) {
-                return Err(field(
-                    "mcp.server",
-                    format!("{:?} is not declared in [upstream.*]", m.server),
-                ));
-            }
-            Some(ChannelSpec::Mcp(McpSpec {
-                server: m.server,
-                tool: m.tool,
-            }))
-        }
+        (None, None, Some(m)) => Some(ChannelSpec::Mcp(
+            upstream::mcp_spec(m, upstreams, t.input_schema.is_some())
+                .map_err(|(f, m)| field(f, m))?,
+        )),
         (None, None, None) => None,
         _ => {
             return Err(field(
@@ -634,8 +614,12 @@ fn build_tool(
     let recovery = t.recovery.unwrap_or(raw::RawRecovery {
         method: None,
         status_query: None,
+        status_tool: None,
+        arguments: None,
         precondition: None,
     });
+    let status_tool = upstream::status_tool(recovery.status_tool, recovery.arguments)
+        .map_err(|(f, m)| field(f, m))?;
     let recovery_method = match recovery.method.as_deref() {
         None => None,
         Some(s) => Some(
@@ -696,6 +680,7 @@ fn build_tool(
         }),
         recovery_method,
         status_query: recovery.status_query.map(request),
+        status_tool,
         precondition: recovery.precondition.map(request),
         approval,
         approval_ttl: match &t.approval_ttl {

@@ -87,7 +87,12 @@ pub(super) struct RawCredential {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub command: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
     pub url: Option<String>,
+    pub credential: Option<String>,
+    pub ca_file: Option<String>,
+    pub timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +147,8 @@ pub(super) struct RawSsh {
 pub(super) struct RawMcp {
     pub server: String,
     pub tool: String,
+    pub timeout: Option<String>,
+    pub on_tool_error: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -149,6 +156,8 @@ pub(super) struct RawMcp {
 pub(super) struct RawRecovery {
     pub method: Option<String>,
     pub status_query: Option<RawRequest>,
+    pub status_tool: Option<String>,
+    pub arguments: Option<toml::Table>,
     pub precondition: Option<RawRequest>,
 }
 

@@ -504,6 +504,50 @@ impl PosternMcp {
     }
 }
 
+/// Passes a target's progress reports (an upstream MCP server's) to the caller, when it asked
+/// for them with a progress token.
+fn progress_sink(ctx: &RequestContext<RoleServer>) -> Option<postern_channels::ProgressSink> {
+    let token = ctx.meta.get_progress_token()?;
+    let peer = ctx.peer.clone();
+    let runtime = tokio::runtime::Handle::current();
+    Some(std::sync::Arc::new(move |p: postern_channels::Progress| {
+        let mut param = rmcp::model::ProgressNotificationParam::new(token.clone(), p.progress);
+        param.total = p.total;
+        param.message = p.message;
+        let peer = peer.clone();
+        runtime.spawn(async move {
+            let _ = peer.notify_progress(param).await;
+        });
+    }))
+}
+
+/// A tool as listed: its schema and description (an upstream's when the config gives none),
+/// the annotations of its declared class; an upstream's own annotations are shown in `_meta`
+/// only (untrusted hints), and an unavailable tool says why in its description.
+fn listed_tool(t: crate::registry::ListedTool) -> Tool {
+    let schema = t.input_schema.as_object().cloned().unwrap_or_default();
+    let description = match &t.unavailable {
+        Some(why) => format!(
+            "[unavailable: {why}; calls fail without sending anything] {}",
+            t.description
+        ),
+        None => t.description.clone(),
+    };
+    let mut tool = Tool::new(t.contract.name.clone(), description, schema)
+        .with_annotations(annotations(t.contract.class));
+    let mut meta = serde_json::Map::new();
+    if let Some(a) = t.upstream_annotations {
+        meta.insert("io.postern/upstream-annotations".into(), a);
+    }
+    if let Some(why) = t.unavailable {
+        meta.insert("io.postern/unavailable".into(), Value::String(why));
+    }
+    if !meta.is_empty() {
+        tool.meta = Some(rmcp::model::MetaObject(meta));
+    }
+    tool
+}
+
 fn annotations(class: ActionClass) -> ToolAnnotations {
     let a = ToolAnnotations::new().open_world(true);
     match class {
@@ -547,6 +591,11 @@ fn to_error(e: GatewayError) -> ErrorData {
             message,
             Some(json!({"sent": false, "recorded": false, "run": run})),
         ),
+        GatewayError::Withheld { tool, .. } => ErrorData::new(
+            ErrorCode(-32012),
+            message,
+            Some(json!({"sent": false, "recorded": false, "tool": tool})),
+        ),
         GatewayError::NotRecorded(e) => ErrorData::new(
             ErrorCode(-32005),
             message,
@@ -583,11 +632,9 @@ impl ServerHandler for PosternMcp {
         let mut tools: Vec<Tool> = self
             .gateway
             .tools_for(&actor)
-            .map(|c| {
-                let schema = c.input_schema.as_object().cloned().unwrap_or_default();
-                Tool::new(c.name.clone(), c.description.clone(), schema)
-                    .with_annotations(annotations(c.class))
-            })
+            // A tool its upstream changed is not offered until an operator accepts it.
+            .filter(|t| t.withheld.is_none())
+            .map(listed_tool)
             .collect();
         let status_schema = execution_status_schema()
             .as_object()
@@ -653,6 +700,7 @@ impl ServerHandler for PosternMcp {
                 .map(str::to_string),
             run_id,
             cancel: Some(cancel),
+            progress: progress_sink(&ctx),
         };
         // A call that may wait for a person is served as a task too.
         let wants_task = (self.gateway.is_long_running(&call.tool)

@@ -18,6 +18,8 @@
 //! | `POST /ops/vault/lock` | locked: the secrets and key are dropped from memory |
 //! | `GET /ops/reviews` | `{"reviews": [PendingDecision…]}` under review |
 //! | `POST /ops/reviews/{id}/resolve` `{"resolution": "applied"\|"not_applied", "reason"}` | the resolution recorded |
+//! | `GET /ops/upstreams` | `{"upstreams": [UpstreamView…]}`: links and their tools' pins |
+//! | `POST /ops/upstreams/{name}/tools/{tool}/accept` `{"digest"?}` | the listed version accepted |
 //!
 //! A decision that is not recorded gets `{"error": "…"}`: 404 unknown execution, 409 already
 //! decided (naming by whom and when) or another fingerprint, 410 expired, 400 a bad body.
@@ -74,6 +76,11 @@ pub(super) fn router(
         .route("/ops/vault/lock", post(vault_lock))
         .route("/ops/reviews", get(reviews))
         .route("/ops/reviews/{id}/resolve", post(resolve))
+        .route("/ops/upstreams", get(upstreams))
+        .route(
+            "/ops/upstreams/{name}/tools/{tool}/accept",
+            post(accept_tool),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
@@ -342,4 +349,49 @@ async fn resolve(
 fn reason(text: Option<String>) -> Option<String> {
     text.map(|t| t.trim().chars().take(1000).collect::<String>())
         .filter(|t| !t.is_empty())
+}
+
+async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {
+    Json(json!({"upstreams": st.gateway.upstream_views()})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcceptBody {
+    digest: Option<String>,
+}
+
+async fn accept_tool(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path((name, tool)): Path<(String, String)>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: AcceptBody = if raw.is_empty() {
+        AcceptBody { digest: None }
+    } else {
+        match body(&raw) {
+            Ok(b) => b,
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "expected {\"digest\": \"…\"} or no body",
+                )
+            }
+        }
+    };
+    match st
+        .gateway
+        .accept_upstream_tool(&name, &tool, b.digest.as_deref(), &operator)
+        .await
+    {
+        Ok(digest) => {
+            Json(json!({"upstream": name, "tool": tool, "digest": digest, "accepted_by": operator}))
+                .into_response()
+        }
+        Err(GatewayError::UnknownTool(t)) => {
+            error(StatusCode::NOT_FOUND, format!("no re-exported tool {t}"))
+        }
+        Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+    }
 }

@@ -1,28 +1,27 @@
 //! Dispatch: sending a dispatched execution through its channel and recording what came of
-//! it, durably, before anyone is answered. Where a request goes (`target_of`) and the request
-//! itself (`http_request`: URL, credential — from the vault when it lives there —, TLS profile,
-//! what to redact) are built here, once for the action and its recovery probes.
+//! it, durably, before anyone is answered. The pipeline knows no channel: it builds an
+//! [`Action`] (the credential resolved here, from the config or the vault, once for the
+//! action and its recovery probes), hands it to the tool's [`Channel`](postern_channels::Channel)
+//! and records the [`Outcome`].
 
 use std::time::Duration;
 
-use postern_channels::http::{
-    render_url, render_url_for_record, AnswerVerdict, HttpDispatch, HttpOutcome, OutcomeRules,
-    Secret,
-};
-use postern_core::contract::{ChannelSpec, HttpBody, HttpRequestSpec};
+use postern_channels::http::{Credential, Secret};
+use postern_channels::{Action, AnswerVerdict, Outcome};
 use postern_core::lifecycle::Verdict;
 use postern_core::{EventKind, ExecutionId};
 use postern_ledger::{ExecutionSummary, NewEvent, ResultBody};
 use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
 
-use super::{now, response_value, Gateway, ToolCall, MAX_RESPONSE_BYTES};
+use super::{now, response_value, Gateway, ToolCall};
 use crate::error::GatewayError;
 use crate::registry::ToolEntry;
 use crate::report::{unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
 
 impl Gateway {
-    /// Sends a dispatched execution to its target and records the outcome durably before
-    /// returning it.
+    /// Sends a dispatched execution through its channel and records the outcome durably
+    /// before returning it.
     pub(super) async fn send(
         &self,
         entry: &ToolEntry,
@@ -30,29 +29,16 @@ impl Gateway {
         call: &ToolCall,
         attempt: Attempt,
     ) -> Result<CallReport, GatewayError> {
-        let arguments = &call.arguments;
-        let ChannelSpec::Http(spec) = &entry.contract.channel else {
-            // `Gateway::new` refuses such tools; nothing is dialled for one that got here.
-            let reason = "this gateway build dials http tools only".to_string();
-            let outcome = HttpOutcome::NotSent { reason };
-            return self.record_outcome(&s, outcome, attempt, None).await;
-        };
-        let dispatch = match self.http_request(entry, &spec.request, arguments, s.id, true) {
-            Ok(mut d) => {
-                d.body = match spec.body {
-                    HttpBody::Arguments => Some(
-                        serde_json::to_vec(arguments)
-                            .map_err(|e| GatewayError::Internal(e.to_string()))?,
-                    ),
-                    HttpBody::None => None,
-                };
-                d.connect_timeout = spec.connect_timeout;
-                d.response_timeout = spec.response_timeout;
-                d
+        let id = s.id.to_string();
+        let forward_cancel = CancellationToken::new();
+        let action = match self.action(entry, &call.arguments, &id, forward_cancel.clone()) {
+            Ok(mut action) => {
+                action.progress = call.progress.clone();
+                action
             }
             Err(reason) => {
-                // Nothing of this attempt left: the URL could not even be built.
-                let outcome = HttpOutcome::NotSent { reason };
+                // Nothing of this attempt left: the credential could not be had.
+                let outcome = Outcome::NotSent { reason };
                 return self.record_outcome(&s, outcome, attempt, None).await;
             }
         };
@@ -68,14 +54,15 @@ impl Gateway {
             .await?;
             return Err(GatewayError::Cancelled);
         }
-        let sending = self.http.send(dispatch);
+        let sending = entry.channel.send(action);
         tokio::pin!(sending);
         let outcome = match &call.cancel {
             Some(cancel) => tokio::select! {
                 outcome = &mut sending => outcome,
                 () = cancel.cancelled() => {
-                    let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end"});
+                    let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end (a channel that can pass the cancellation on does)"});
                     let _ = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await;
+                    forward_cancel.cancel();
                     sending.await
                 }
             },
@@ -84,73 +71,55 @@ impl Gateway {
         self.record_outcome(&s, outcome, attempt, None).await
     }
 
-    /// The request a call will send, as recorded in its `dispatched` event (`secret_fields`
-    /// shown as `***`), after checking that every URL the call may use (the action, its status
-    /// query and precondition) renders to where its template says.
+    /// Where a call goes, as recorded in its `dispatched` event (`secret_fields` shown as
+    /// `***`), after its channel checked that every request the call may make renders.
     pub(super) fn target_of(
         &self,
         entry: &ToolEntry,
         arguments: &Map<String, Value>,
     ) -> Result<Value, String> {
-        let ChannelSpec::Http(spec) = &entry.contract.channel else {
-            return Ok(Value::Null);
-        };
-        let recovery = &entry.contract.recovery;
-        for request in std::iter::once(&spec.request)
-            .chain(&recovery.status_query)
-            .chain(&recovery.precondition)
-        {
-            // Any id will do for the check: ids are unreserved characters only.
-            render_url(&request.url, arguments, "exe_check").map_err(|e| e.to_string())?;
-        }
         let secret = |name: &str| entry.contract.arguments.secret.contains(name);
-        let url = render_url_for_record(&spec.request.url, arguments, &secret, None)
-            .map_err(|e| e.to_string())?;
-        Ok(json!({"target": {"method": spec.request.method, "url": url}}))
+        entry.channel.target(arguments, &secret)
     }
 
-    pub(super) fn http_request(
+    /// One dispatch (or recovery probe) of execution `id` as its channel takes it.
+    pub(super) fn action<'a>(
         &self,
         entry: &ToolEntry,
-        req: &HttpRequestSpec,
-        arguments: &Map<String, Value>,
-        id: ExecutionId,
-        keyed: bool,
-    ) -> Result<HttpDispatch, String> {
-        let url = render_url(&req.url, arguments, &id.to_string()).map_err(|e| e.to_string())?;
-        let mut d = HttpDispatch::new(req.method.clone(), url);
-        d.credential = match (&entry.vault_credential, &self.vault) {
+        arguments: &'a Map<String, Value>,
+        id: &'a str,
+        cancel: CancellationToken,
+    ) -> Result<Action<'a>, String> {
+        Ok(Action {
+            execution_id: id,
+            arguments,
+            credential: self.credential_for(entry)?,
+            // The call's own secrets never come back in what the target answers.
+            secrets: entry
+                .contract
+                .arguments
+                .secret
+                .iter()
+                .filter_map(|name| match arguments.get(name)? {
+                    Value::String(s) => Some(Secret::new(s.clone())),
+                    Value::Null => None,
+                    other => Some(Secret::new(other.to_string())),
+                })
+                .collect(),
+            cancel,
+            progress: None,
+        })
+    }
+
+    /// The tool's credential now: from the vault when it lives there.
+    fn credential_for(&self, entry: &ToolEntry) -> Result<Option<Credential>, String> {
+        match (&entry.vault_credential, &self.vault) {
             (Some(c), Some(vault)) => vault
                 .credential(c)
-                .map_err(|why| format!("{why}: this request was not sent"))?,
-            (Some(_), None) => {
-                return Err("no vault is configured: this request was not sent".into())
-            }
-            (None, _) => entry.credential.clone(),
-        };
-        // The status query and precondition of a tool go out under the same trust and client
-        // certificate as its action.
-        d.tls = entry.tls.clone();
-        // The call's own secrets never come back in what the target answers.
-        d.also_redact = entry
-            .contract
-            .arguments
-            .secret
-            .iter()
-            .filter_map(|name| match arguments.get(name)? {
-                Value::String(s) => Some(Secret::new(s.clone())),
-                Value::Null => None,
-                other => Some(Secret::new(other.to_string())),
-            })
-            .collect();
-        d.max_response_bytes = MAX_RESPONSE_BYTES;
-        d.outcome_rules = OutcomeRules::new();
-        if keyed && !entry.contract.class.is_read_only() {
-            if let ChannelSpec::Http(h) = &entry.contract.channel {
-                d.idempotency = Some((h.idempotency_header.clone(), id.to_string()));
-            }
+                .map_err(|why| format!("{why}: this request was not sent")),
+            (Some(_), None) => Err("no vault is configured: this request was not sent".into()),
+            (None, _) => Ok(entry.credential.clone()),
         }
-        Ok(d)
     }
 
     /// Records what a dispatch (or a status query standing in for one) came to. `dispatched`
@@ -159,7 +128,7 @@ impl Gateway {
     pub(super) async fn record_outcome(
         &self,
         dispatched: &ExecutionSummary,
-        outcome: HttpOutcome,
+        outcome: Outcome,
         attempt: Attempt,
         via: Option<&str>,
     ) -> Result<CallReport, GatewayError> {
@@ -167,7 +136,7 @@ impl Gateway {
         let mut unsettled = false;
         let mut failed_because = None;
         let (event, status, response) = match outcome {
-            HttpOutcome::NotSent { reason } => {
+            Outcome::NotSent { reason } => {
                 let event = dispatched.lifecycle.nothing_sent_event();
                 let detail = if event == EventKind::Failed {
                     failed_because = Some(reason.clone());
@@ -180,14 +149,17 @@ impl Gateway {
                 };
                 (NewEvent::new(event).with_detail(detail), None, None)
             }
-            HttpOutcome::Unknown { reason } => (
+            Outcome::Unknown { reason } => (
                 NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
                 None,
                 None,
             ),
-            HttpOutcome::Answered(a) => {
+            Outcome::Answered(a) => {
                 let response = response_value(&a.body);
-                let mut detail = json!({"target_status": a.status});
+                let mut detail = match a.status {
+                    Some(status) => json!({"target_status": status}),
+                    None => json!({}),
+                };
                 if let Some(v) = via {
                     detail["via"] = json!(v);
                 }
@@ -208,7 +180,7 @@ impl Gateway {
                 };
                 ev.detail = detail;
                 ev.result = Some(result);
-                (ev, Some(a.status), Some(response))
+                (ev, a.status, Some(response))
             }
         };
         let s = match self.ledger.append(id, event.clone(), now()).await {

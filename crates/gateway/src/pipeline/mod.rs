@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use postern_channels::http::{ConnectionReuse, HttpChannel, HttpSender};
 use postern_core::config::Config;
-use postern_core::contract::ToolContract;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::recovery::RecoveryDecision;
 use postern_core::{ActionRecord, Arguments, EventKind, ExecutionId, FingerprintKey, Timestamp};
@@ -20,13 +18,15 @@ mod dispatch;
 mod promises;
 mod recovery;
 mod sessions;
+mod upstreams;
 
 pub use approvals::{Decided, DecisionError, PendingDecision};
 pub use promises::unkept_promises;
 pub use sessions::RunView;
+pub use upstreams::{UpstreamToolView, UpstreamView};
 
 use crate::error::GatewayError;
-use crate::registry::{Registry, ToolEntry};
+use crate::registry::{ListedTool, Registry, ToolEntry};
 use crate::report::{next_step, Attempt, CallReport};
 
 /// The longest operation key, re-issue key, intent scope or run id accepted (each is stored,
@@ -34,11 +34,11 @@ use crate::report::{next_step, Attempt, CallReport};
 const MAX_KEY_BYTES: usize = 256;
 
 /// The most of a target's answer that is stored and returned.
-const MAX_RESPONSE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 256 * 1024;
 
 /// One `tools/call`, already authenticated. Protocol links (JSON-RPC id, session) are not here:
 /// they never decide anything.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolCall {
     pub actor: String,
     pub tool: String,
@@ -53,6 +53,8 @@ pub struct ToolCall {
     /// Fires on `notifications/cancelled` or a lost session. Before dispatch it cancels the
     /// call; after dispatch it is only recorded (DESIGN §3 rule 6: it does not un-send).
     pub cancel: Option<Cancellation>,
+    /// Where the target's progress reports go (the caller asked with a progress token).
+    pub progress: Option<postern_channels::ProgressSink>,
 }
 
 impl ToolCall {
@@ -93,7 +95,6 @@ pub struct Gateway {
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) registry: Registry,
     key: FingerprintKey,
-    http: Arc<dyn HttpSender>,
     config: Config,
     /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
     background: tokio_util::task::TaskTracker,
@@ -115,43 +116,32 @@ pub fn now() -> Timestamp {
 }
 
 impl Gateway {
-    /// A gateway dialling through a real [`HttpChannel`] with the given connection reuse
-    /// (always [`ConnectionReuse::Pooled`], but to measure what reuse saves). Refuses a
+    /// A gateway serving `registry` (whose channels dial its targets). Refuses a
     /// configuration that promises what this build does not do.
     pub fn new(
         config: Config,
         registry: Registry,
         key: FingerprintKey,
         ledger: Arc<Ledger>,
-        reuse: ConnectionReuse,
     ) -> Result<Gateway, GatewayError> {
         let unkept = unkept_promises(&config);
         if !unkept.is_empty() {
             return Err(GatewayError::Unenforced(unkept));
         }
-        let http = HttpChannel::with_reuse(reuse);
-        Ok(Gateway::with_sender(
-            config,
-            registry,
-            key,
-            ledger,
-            Arc::new(http),
-        ))
+        Ok(Gateway::unchecked(config, registry, key, ledger))
     }
 
-    /// A gateway whose HTTP requests go through `http` (a simulated target in tests).
-    pub fn with_sender(
+    /// [`Gateway::new`] without the start-up check (the model tests' simulated targets).
+    pub fn unchecked(
         config: Config,
         registry: Registry,
         key: FingerprintKey,
         ledger: Arc<Ledger>,
-        http: Arc<dyn HttpSender>,
     ) -> Gateway {
         Gateway {
             ledger,
             registry,
             key,
-            http,
             config,
             background: tokio_util::task::TaskTracker::new(),
             running: Default::default(),
@@ -187,12 +177,25 @@ impl Gateway {
         &self.ledger
     }
 
+    /// Loads the upstream tools' pins and keeps them current as upstreams list their tools
+    /// (each first sight pinned, each change chained as a notice and withheld).
+    pub async fn watch_tool_pins(&self) -> Result<(), GatewayError> {
+        let pins = self.registry.pins().clone();
+        pins.load(&self.ledger).await?;
+        crate::pins::watch(pins, self.ledger.clone(), self.registry.upstreams());
+        Ok(())
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Tools the actor may call, in config order.
-    pub fn tools_for<'a>(&'a self, actor: &'a str) -> impl Iterator<Item = &'a ToolContract> + 'a {
+    pub fn tools_for<'a>(&'a self, actor: &'a str) -> impl Iterator<Item = ListedTool> + 'a {
         self.registry
             .iter()
-            .map(|e| e.contract.as_ref())
-            .filter(move |c| self.may_call(actor, &c.name))
+            .filter(move |e| self.may_call(actor, &e.contract.name))
+            .map(ToolEntry::listed)
     }
 
     fn may_call(&self, actor: &str, tool: &str) -> bool {
@@ -286,6 +289,12 @@ impl Gateway {
             return Err(GatewayError::Forbidden {
                 actor: call.actor.clone(),
                 tool: call.tool.clone(),
+            });
+        }
+        if let Some(why) = entry.withheld() {
+            return Err(GatewayError::Withheld {
+                tool: call.tool.clone(),
+                why,
             });
         }
         // Validate before anything is recorded.

@@ -25,23 +25,14 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
             }
         }
     }
-    for name in config.upstreams.keys() {
-        unkept.push(format!(
-            "[upstream.{name}]: upstream MCP servers are not built yet"
-        ));
-    }
     for t in &config.tools {
         if t.approval == Approval::EveryCall && config.operators.is_empty() {
             unkept.push(format!("tool {:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls", t.name));
         }
         match &t.channel {
-            ChannelSpec::Http(_) => {}
+            ChannelSpec::Http(_) | ChannelSpec::Mcp(_) => {}
             ChannelSpec::Ssh(_) => unkept.push(format!(
                 "tool {:?}: the ssh channel is not built yet",
-                t.name
-            )),
-            ChannelSpec::Mcp(_) => unkept.push(format!(
-                "tool {:?}: the mcp channel (upstream MCP servers) is not built yet",
                 t.name
             )),
         }

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use postern_channels::http::{AnswerVerdict, HttpAnswer, HttpOutcome};
-use postern_core::contract::HttpRequestSpec;
+use postern_channels::{Answer, AnswerVerdict, Outcome, Question, Reading};
 use postern_core::lifecycle::State;
 use postern_core::recovery::{RecoveryDecision, UnknownFallback};
 use postern_core::{EventKind, ExecutionId};
@@ -166,11 +165,11 @@ impl Gateway {
         let recovery = &entry.contract.recovery;
         let mut known_not_applied = false;
         let mut unsettled = false;
-        if let (true, Some(query)) = (status_query_first, &recovery.status_query) {
-            match self.read(entry, query, call, id).await {
-                Probe::Yes(a) => {
+        if status_query_first && recovery.has_status_probe() {
+            match self.read(entry, Question::Status, call, id).await {
+                Reading::Yes(a) => {
                     // The target knows this execution's key: it was applied.
-                    let applied = HttpOutcome::Answered(with_verdict(a, AnswerVerdict::Applied));
+                    let applied = Outcome::Answered(with_verdict(a, AnswerVerdict::Applied));
                     return match self
                         .record_outcome(&prior, applied, Attempt::Recovered, Some("status_query"))
                         .await
@@ -181,26 +180,26 @@ impl Gateway {
                         other => other,
                     };
                 }
-                Probe::No { status: 404 } => known_not_applied = true,
-                Probe::No { .. } | Probe::NoAnswer => unsettled = true,
+                Reading::NotFound => known_not_applied = true,
+                Reading::No | Reading::NoAnswer => unsettled = true,
             }
         }
         let redispatch = match fallback {
             UnknownFallback::RedispatchSameKey => true,
-            UnknownFallback::RedispatchIfPreconditionHolds => match &recovery.precondition {
-                Some(pre) => match self.read(entry, pre, call, id).await {
-                    Probe::Yes(_) => true,
+            UnknownFallback::RedispatchIfPreconditionHolds => {
+                match self.read(entry, Question::Precondition, call, id).await {
+                    Reading::Yes(_) => true,
                     // The precondition answered and no longer holds: a human decides.
-                    Probe::No { .. } => false,
-                    Probe::NoAnswer => return self.stay_unknown(id).await,
-                },
-                None => false,
-            },
+                    Reading::No | Reading::NotFound => false,
+                    Reading::NoAnswer if recovery.precondition.is_none() => false,
+                    Reading::NoAnswer => return self.stay_unknown(id).await,
+                }
+            }
             // An irreversible tool is re-sent only when the target itself said it never saw it.
             UnknownFallback::Review if unsettled => return self.stay_unknown(id).await,
             UnknownFallback::Review => {
                 known_not_applied
-                    && recovery.status_query.is_some()
+                    && recovery.has_status_probe()
                     && entry.contract.class != postern_core::ActionClass::Irreversible
             }
             UnknownFallback::QueryMarker => false,
@@ -249,22 +248,25 @@ impl Gateway {
         }
     }
 
-    /// Asks the target a read-only question about an execution (status query, precondition).
+    /// Asks the target a read-only question about an execution (status query, precondition);
+    /// a tool without that question, or whose credential cannot be had, gets no answer.
     async fn read(
         &self,
         entry: &ToolEntry,
-        query: &HttpRequestSpec,
+        question: Question,
         call: &ToolCall,
         id: ExecutionId,
-    ) -> Probe {
-        let Ok(request) = self.http_request(entry, query, &call.arguments, id, false) else {
-            return Probe::NoAnswer;
+    ) -> Reading {
+        let id = id.to_string();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let Ok(action) = self.action(entry, &call.arguments, &id, cancel) else {
+            return Reading::NoAnswer;
         };
-        match self.http.read(request).await {
-            HttpOutcome::Answered(a) if (200..300).contains(&a.status) => Probe::Yes(a),
-            HttpOutcome::Answered(a) if a.status < 500 => Probe::No { status: a.status },
-            _ => Probe::NoAnswer,
-        }
+        let reading = match entry.channel.ask(question, action) {
+            Some(asking) => asking.await,
+            None => Reading::NoAnswer,
+        };
+        reading
     }
 
     /// The target could not be asked: nothing is recorded, the execution stays unknown, and
@@ -278,17 +280,7 @@ impl Gateway {
     }
 }
 
-/// What a read-only question to the target came to.
-enum Probe {
-    /// A 2xx answer.
-    Yes(HttpAnswer),
-    /// A definitive "no" (a 4xx answer).
-    No { status: u16 },
-    /// Nothing definitive: not sent, no answer, a 5xx, or a query that could not be built.
-    NoAnswer,
-}
-
-fn with_verdict(mut a: HttpAnswer, verdict: AnswerVerdict) -> HttpAnswer {
+fn with_verdict(mut a: Answer, verdict: AnswerVerdict) -> Answer {
     a.verdict = verdict;
     a
 }

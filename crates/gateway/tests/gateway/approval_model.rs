@@ -20,7 +20,7 @@ use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, 
 use postern_core::config::Config;
 use postern_core::lifecycle::State;
 use postern_core::{EventKind, ExecutionId, FingerprintKey};
-use postern_gateway::{Gateway, GatewayError, Registry, Resolved, ToolCall};
+use postern_gateway::{Dialers, Gateway, GatewayError, Registry, Resolved, ToolCall};
 use postern_ledger::{Ledger, LedgerOptions};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -122,14 +122,14 @@ impl Run {
             .await
             .unwrap()
             .0;
-        let registry = Registry::new(&self.config.tools, &Resolved::default()).unwrap();
         let sender: Arc<dyn HttpSender> = self.target.clone();
-        self.gateway = Some(Arc::new(Gateway::with_sender(
+        let dialers = Dialers::http_only(sender);
+        let registry = Registry::new(&self.config.tools, &Resolved::default(), &dialers).unwrap();
+        self.gateway = Some(Arc::new(Gateway::unchecked(
             self.config.clone(),
             registry,
             FingerprintKey::new(&[7u8; 32]).unwrap(),
             Arc::new(ledger),
-            sender,
         )));
     }
 
@@ -161,6 +161,7 @@ impl Run {
             intent_scope: None,
             run_id: None,
             cancel: None,
+            progress: None,
         };
         match self.gateway().call(call).await {
             Ok(r) => Ok((r.execution_id, r.state)),

@@ -29,7 +29,7 @@ use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, 
 use postern_core::config::Config;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::{EventKind, ExecutionId, FingerprintKey};
-use postern_gateway::{Cancellation, Gateway, Registry, Resolved, ToolCall};
+use postern_gateway::{Cancellation, Dialers, Gateway, Registry, Resolved, ToolCall};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -344,14 +344,14 @@ impl Run {
             .await
             .unwrap()
             .0;
-        let registry = Registry::new(&self.config.tools, &Resolved::default()).unwrap();
         let sender: Arc<dyn HttpSender> = self.target.clone();
-        self.gateway = Some(Gateway::with_sender(
+        let dialers = Dialers::http_only(sender);
+        let registry = Registry::new(&self.config.tools, &Resolved::default(), &dialers).unwrap();
+        self.gateway = Some(Gateway::unchecked(
             self.config.clone(),
             registry,
             key(),
             Arc::new(ledger),
-            sender,
         ));
     }
 
@@ -409,6 +409,7 @@ impl Run {
             intent_scope: None,
             run_id: None,
             cancel: Some(Cancellation::new(asked, gone)),
+            progress: None,
         };
         tokio::select! {
             biased;

@@ -21,7 +21,9 @@ http = { method = "POST", url = "http://127.0.0.1:9/charges" }
 #[test]
 fn schema_errors_never_echo_values() {
     let config = Config::parse(CONFIG, "registry.toml").unwrap();
-    let registry = Registry::new(&config.tools, &Resolved::default()).unwrap();
+    let http = std::sync::Arc::new(postern_channels::http::HttpChannel::new());
+    let dialers = postern_gateway::Dialers::http_only(http);
+    let registry = Registry::new(&config.tools, &Resolved::default(), &dialers).unwrap();
     let entry = registry.get("charge").unwrap();
     let secret = "4111111111111111";
     let errors = entry

@@ -10,11 +10,9 @@ use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    activity, config, eventually, execution, http_client, posts, public_key_file, write_private,
-    Dir, Mcp, Served, BILLING_TOKEN,
+    activity, assert_store_verifies, config, eventually, execution, http_client, operator,
+    operator_json, posts, write_private, Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN,
 };
-
-const ALICE_TOKEN: &str = "alice-operator-token-0123456789";
 
 /// The harness config with an operator and two tools that need a per-use approval.
 fn approval_config(target: &str) -> String {
@@ -73,30 +71,6 @@ async fn setup(tag: &str) -> Setup {
         dir,
         served,
     }
-}
-
-/// `postern ARGS` as operator alice against the gateway; (exit code, stdout, stderr).
-fn operator(served: &Served, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .args(args)
-        .args(["--gateway", &served.url])
-        .env("POSTERN_OPERATOR_TOKEN", ALICE_TOKEN)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// As [`operator`], expecting success and JSON (`--json`).
-fn operator_json(served: &Served, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let (code, out, err) = operator(served, &args);
-    assert_eq!(code, 0, "postern {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 fn events(dir: &Dir, id: &str) -> Vec<Value> {
@@ -233,26 +207,7 @@ async fn a_call_waits_for_one_approval_and_is_sent_once_approved() {
     assert_eq!(posts(&s.target.state), 1);
 
     // The chain verifies, the operator's decision in it.
-    assert_chain_verifies(&s);
-}
-
-/// `postern audit verify --store` of the gateway's ledger exits 0 (VALID).
-fn assert_chain_verifies(s: &Setup) {
-    let public = public_key_file(&s.dir.0);
-    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .args([
-            "audit",
-            "verify",
-            "--store",
-            &s.served.store(),
-            "--public-key",
-        ])
-        .arg(&public)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{report}");
-    assert!(report.contains("VALID"), "{report}");
+    assert_store_verifies(&s.dir.0, &s.served);
 }
 
 fn approval_url(served: &Served, id: &str) -> String {
@@ -421,7 +376,7 @@ async fn an_operator_resolves_a_review_and_the_retry_is_told() {
     let last = evs.last().unwrap();
     assert_eq!(last["event"], "resolved(not_applied)", "{evs:?}");
     assert_eq!(last["detail"]["resolved_by"], "alice");
-    assert_chain_verifies(&s);
+    assert_store_verifies(&s.dir.0, &s.served);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,8 @@ use serde_json::Value;
 
 pub const BILLING_TOKEN: &str = "billing-token-0123456789abcdef";
 pub const OPS_TOKEN: &str = "ops-token-0123456789abcdef0123";
+/// The operator of the tests that configure one (`[[operator]] name = "alice"`).
+pub const ALICE_TOKEN: &str = "alice-operator-token-0123456789";
 
 pub struct Dir(pub PathBuf);
 
@@ -417,4 +419,47 @@ pub async fn fresh_postgres() -> String {
         .unwrap();
     let base = admin.rsplit_once('/').unwrap().0;
     format!("{base}/{name}")
+}
+
+/// `postern ARGS` as operator alice against the gateway; (exit code, stdout, stderr).
+pub fn operator(served: &Served, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(args)
+        .args(["--gateway", &served.url])
+        .env("POSTERN_OPERATOR_TOKEN", ALICE_TOKEN)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// As [`operator`], expecting success and JSON (`--json`).
+pub fn operator_json(served: &Served, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (code, out, err) = operator(served, &args);
+    assert_eq!(code, 0, "postern {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `postern audit verify --store` of the gateway's ledger exits 0 (VALID).
+pub fn assert_store_verifies(dir: &Path, served: &Served) {
+    let public = public_key_file(dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args([
+            "audit",
+            "verify",
+            "--store",
+            &served.store(),
+            "--public-key",
+        ])
+        .arg(&public)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("VALID"), "{report}");
 }

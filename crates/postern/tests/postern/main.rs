@@ -24,4 +24,5 @@ mod targets;
 mod tasks;
 mod tls_listener;
 mod tls_targets;
+mod upstream;
 mod vault;

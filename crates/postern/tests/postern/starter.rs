@@ -168,8 +168,12 @@ fn a_promise_this_build_does_not_keep_is_refused_at_start_up() {
             "session_approval = \"required\"",
         ),
         (
-            format!("{example}\n[upstream.github]\ncommand = [\"github-mcp\"]\n"),
-            "[upstream.github]: upstream MCP servers are not built yet",
+            format!(
+                "{example}\n[credential.deploy-key]\nkind = \"ssh_key\"\nsecret = {{ env = \"DEPLOY_KEY\" }}\n\n\
+                 [[tool]]\nname = \"deploy\"\nclass = \"remote_command\"\nmatch_window = \"0s\"\n\
+                 ssh = {{ host = \"127.0.0.1\", user = \"deploy\", host_key = \"ssh-ed25519 AAAA\", credential = \"deploy-key\", command = \"deploy\" }}\n"
+            ),
+            "tool \"deploy\": the ssh channel is not built yet",
         ),
     ];
     for (text, expected) in cases {
@@ -180,6 +184,7 @@ fn a_promise_this_build_does_not_keep_is_refused_at_start_up() {
             .args(["serve", "-c", dir.0.join("postern.toml").to_str().unwrap()])
             .env("BILLING_AGENT_TOKEN", AGENT_TOKEN)
             .env("INVOICES_API_TOKEN", "invoices-secret")
+            .env("DEPLOY_KEY", "not-a-key")
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -11,9 +11,10 @@ use std::process::{Command, Stdio};
 use postern_gateway::demo_target::InvoiceApi;
 use serde_json::json;
 
-use crate::harness::{config, execution, posts, write_private, Dir, Mcp, Served, BILLING_TOKEN};
+use crate::harness::{
+    config, execution, posts, write_private, Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN,
+};
 
-const ALICE_TOKEN: &str = "alice-operator-token-0123456789";
 const SECRET: &str = "sk_vault_SECRET_5f3a9c";
 const PASSPHRASE: &str = "a long vault passphrase";
 

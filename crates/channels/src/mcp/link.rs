@@ -1,0 +1,334 @@
+//! One upstream's link, supervised: connect (spawn or dial), initialise, read the tool list,
+//! keep it fresh, and start again with backoff when the link ends.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rmcp::model::Tool;
+use rmcp::service::RunningService;
+use rmcp::transport::common::client_side_sse::NeverRetry;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{Peer, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::client::{LinkClient, ProgressRoutes};
+use crate::http::{Credential, TlsProfile};
+
+/// How to reach an upstream, with its references resolved.
+#[derive(Clone, Debug)]
+pub struct UpstreamSpec {
+    pub name: String,
+    pub transport: UpstreamTransport,
+}
+
+#[derive(Clone, Debug)]
+pub enum UpstreamTransport {
+    Stdio {
+        program: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        credential: Option<Credential>,
+        tls: Option<Arc<TlsProfile>>,
+    },
+}
+
+/// One tool as the upstream lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    /// The upstream's annotations (`readOnlyHint`, …), as sent: untrusted hints.
+    pub annotations: Option<Value>,
+}
+
+impl UpstreamTool {
+    fn of(tool: &Tool) -> UpstreamTool {
+        UpstreamTool {
+            name: tool.name.to_string(),
+            description: tool.description.as_deref().unwrap_or_default().to_string(),
+            input_schema: Value::Object(tool.input_schema.as_ref().clone()),
+            annotations: tool
+                .annotations
+                .as_ref()
+                .and_then(|a| serde_json::to_value(a).ok()),
+        }
+    }
+}
+
+/// Whether the link is up, and what the upstream lists.
+#[derive(Clone, Debug)]
+pub struct LinkState {
+    /// `Err(why)` while the upstream cannot be reached.
+    pub up: Result<(), String>,
+    pub tools: Arc<Vec<UpstreamTool>>,
+    /// Counts tool lists read; a change of list bumps it.
+    pub generation: u64,
+}
+
+/// One upstream MCP server and its supervised link.
+pub struct Upstream {
+    name: String,
+    state: watch::Sender<LinkState>,
+    peer: RwLock<Option<Peer<RoleClient>>>,
+    pub(super) progress: ProgressRoutes,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+impl Upstream {
+    /// Starts supervising the link to `spec` until `stop` fires (a stdio child is killed then).
+    pub fn start(spec: UpstreamSpec, stop: CancellationToken) -> Arc<Upstream> {
+        let (state, _) = watch::channel(LinkState {
+            up: Err("connecting".into()),
+            tools: Arc::default(),
+            generation: 0,
+        });
+        let upstream = Arc::new(Upstream {
+            name: spec.name.clone(),
+            state,
+            peer: RwLock::new(None),
+            progress: Default::default(),
+        });
+        tokio::spawn(supervise(upstream.clone(), spec, stop));
+        upstream
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The link's state now; `subscribe` to watch it change.
+    pub fn state(&self) -> LinkState {
+        self.state.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<LinkState> {
+        self.state.subscribe()
+    }
+
+    /// The live peer, or why there is none.
+    pub(super) fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        let peer = self.peer.read().ok().and_then(|p| p.clone());
+        match peer {
+            Some(p) if !p.is_transport_closed() => Ok(p),
+            _ => Err(match &self.state.borrow().up {
+                Err(why) => format!("upstream {} is not running ({why})", self.name),
+                Ok(()) => format!("upstream {} is not connected", self.name),
+            }),
+        }
+    }
+
+    fn set_down(&self, why: String) {
+        if let Ok(mut p) = self.peer.write() {
+            *p = None;
+        }
+        self.state.send_modify(|s| s.up = Err(why));
+    }
+}
+
+async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: CancellationToken) {
+    let mut backoff = FIRST_BACKOFF;
+    let refresh = Arc::new(Notify::new());
+    while !stop.is_cancelled() {
+        let client = LinkClient {
+            refresh: refresh.clone(),
+            progress: upstream.progress.clone(),
+        };
+        let connected = tokio::select! {
+            c = connect(&spec, client) => c,
+            () = stop.cancelled() => break,
+        };
+        match connected {
+            Ok((running, child)) => {
+                backoff = FIRST_BACKOFF;
+                let why = serve(&upstream, running, &refresh, &stop).await;
+                // A stdio child lives exactly as long as its link.
+                drop(child);
+                upstream.set_down(why.clone());
+                if !stop.is_cancelled() {
+                    eprintln!(
+                        "postern: upstream {}: link ended ({why}); reconnecting",
+                        spec.name
+                    );
+                }
+            }
+            Err(why) => {
+                eprintln!(
+                    "postern: upstream {}: {why}; trying again in {backoff:?}",
+                    spec.name
+                );
+                upstream.set_down(why);
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => break,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    upstream.set_down("the gateway is stopping".into());
+}
+
+/// Keeps one connection: reads the tool list now and on every change notice, until the
+/// connection ends. Returns why it ended.
+async fn serve(
+    upstream: &Upstream,
+    running: RunningService<RoleClient, LinkClient>,
+    refresh: &Notify,
+    stop: &CancellationToken,
+) -> String {
+    let peer = running.peer().clone();
+    let mut ct = Some(running.cancellation_token());
+    let mut end = move || {
+        if let Some(ct) = ct.take() {
+            ct.cancel();
+        }
+    };
+    let mut ended = tokio::spawn(running.waiting());
+    if let Ok(mut p) = upstream.peer.write() {
+        *p = Some(peer.clone());
+    }
+    let mut list = true;
+    loop {
+        if std::mem::take(&mut list) {
+            match peer.list_all_tools().await {
+                Ok(tools) => {
+                    let tools: Vec<UpstreamTool> = tools.iter().map(UpstreamTool::of).collect();
+                    upstream.state.send_modify(|s| {
+                        s.up = Ok(());
+                        if *s.tools != tools {
+                            s.generation += 1;
+                            s.tools = Arc::new(tools);
+                        }
+                    });
+                }
+                Err(e) => {
+                    end();
+                    return format!("tools/list failed: {e}");
+                }
+            }
+        }
+        tokio::select! {
+            () = refresh.notified() => list = true,
+            r = &mut ended => {
+                return match r {
+                    Ok(Ok(reason)) => format!("{reason:?}"),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                };
+            }
+            () = stop.cancelled() => {
+                end();
+                let _ = (&mut ended).await;
+                return "stopped".into();
+            }
+        }
+    }
+}
+
+type Connected = (
+    RunningService<RoleClient, LinkClient>,
+    Option<tokio::process::Child>,
+);
+
+/// Connects and initialises (a new child process for stdio, killed when dropped).
+async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, String> {
+    match &spec.transport {
+        UpstreamTransport::Stdio {
+            program,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut command = tokio::process::Command::new(program);
+            command
+                .args(args)
+                .envs(env)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            if let Some(dir) = cwd {
+                command.current_dir(dir);
+            }
+            let mut child = command
+                .spawn()
+                .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                return Err("the child process has no pipes".into());
+            };
+            let name = spec.name.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("[upstream {name}] {line}");
+                }
+            });
+            let running = client
+                .serve((stdout, stdin))
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            Ok((running, Some(child)))
+        }
+        UpstreamTransport::Http {
+            url,
+            credential,
+            tls,
+        } => {
+            let mut builder =
+                reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+            if url.starts_with("https://") {
+                let profile = tls.clone().unwrap_or_else(TlsProfile::webpki);
+                builder =
+                    builder.tls_backend_preconfigured(profile.rustls_config().as_ref().clone());
+            }
+            let mut headers = std::collections::HashMap::new();
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                // A lost session ends the link; the request it carried is left to recovery.
+                .reinit_on_expired_session(false);
+            match credential {
+                Some(Credential::Bearer(token)) => {
+                    config = config.auth_header(token.expose().to_string());
+                }
+                Some(Credential::Header { name, value }) => {
+                    let name = http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| format!("credential header name {name:?} is not valid"))?;
+                    let mut value = http::HeaderValue::from_str(value.expose())
+                        .map_err(|_| "the credential is not a valid header value".to_string())?;
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                Some(Credential::Basic { .. }) => {
+                    return Err("a basic credential is not used for upstreams".into())
+                }
+                None => {}
+            }
+            if !headers.is_empty() {
+                config = config.custom_headers(headers);
+            }
+            config.retry_config = Arc::new(NeverRetry::default());
+            let http = builder.build().map_err(|e| format!("http client: {e}"))?;
+            let transport = StreamableHttpClientTransport::with_client(http, config);
+            let running = client
+                .serve(transport)
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            Ok((running, None))
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The MCP channel: tools of upstream MCP servers, called as a normal MCP client (rmcp's).
+//!
+//! An [`Upstream`] is one server, reached over stdio (a child process the gateway starts,
+//! restarts with backoff when it dies, and whose stderr goes to the gateway's log under the
+//! upstream's name) or over Streamable HTTP. Its link is supervised in the background: the
+//! tool list is read after every (re)connection and whenever the server sends
+//! `notifications/tools/list_changed`; [`Upstream::state`] says whether it is up and what it
+//! lists. [`McpTool`] is one upstream tool bound to a contract: the channel the pipeline
+//! sends through (a [`Channel`](crate::Channel)).
+//!
+//! Every send stays under the gateway's control: one `tools/call` request per dispatch, never
+//! re-sent by the client library — the HTTP transport's `reinit_on_expired_session` is off and
+//! its retries are disabled, and no multi-round `call_tool` helper is used. A lost session
+//! (404) ends the link, which is re-initialised; the request it carried is `Unknown` and the
+//! recovery decision acts on it. Every request carries
+//! `_meta["io.postern/execution-id"]`, so a cooperating server can de-duplicate.
+//!
+//! Outcomes: a result is `Applied` (`isError: true` is the contract's verdict, by default
+//! `Unknown`: an MCP tool error may follow a partial effect); JSON-RPC `-32602` / `-32601` are
+//! `Rejected` (retryable: nothing was applied, an identical call may try again); an upstream
+//! that is down, or a request the link had closed before taking, or an HTTP connection refused
+//! is `NotSent`; anything after the request was handed to a live link — the process died, the
+//! connection closed, the timeout passed, another JSON-RPC error — is `Unknown`.
+
+mod client;
+mod link;
+mod tool;
+
+pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
+pub use tool::McpTool;
+
+/// The `_meta` key that carries the execution id on every upstream call.
+pub const EXECUTION_ID_META: &str = "io.postern/execution-id";

@@ -1,0 +1,309 @@
+//! [`McpTool`]: one upstream tool bound to a contract, as a [`Channel`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postern_core::contract::{McpSpec, StatusTool, ToolErrorVerdict};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, ErrorCode, RequestMetaObject, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use rmcp::ServiceError;
+use serde_json::{json, Map, Value};
+
+use super::{Upstream, EXECUTION_ID_META};
+use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
+use crate::http::{redact, secret_forms, sorted_needles};
+
+/// One upstream tool under a contract.
+pub struct McpTool {
+    upstream: Arc<Upstream>,
+    tool: String,
+    timeout: Duration,
+    on_tool_error: ToolErrorVerdict,
+    status_tool: Option<StatusTool>,
+    max_response_bytes: usize,
+}
+
+impl McpTool {
+    pub fn new(
+        upstream: Arc<Upstream>,
+        spec: &McpSpec,
+        status_tool: Option<StatusTool>,
+        max_response_bytes: usize,
+    ) -> McpTool {
+        McpTool {
+            upstream,
+            tool: spec.tool.clone(),
+            timeout: spec.timeout,
+            on_tool_error: spec.on_tool_error,
+            status_tool,
+            max_response_bytes,
+        }
+    }
+
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
+    /// The upstream's name for the tool.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// Why the tool cannot be called although the link is up: the upstream does not list it.
+    fn unlisted(&self) -> Option<String> {
+        let state = self.upstream.state();
+        if state.up.is_err() || state.tools.iter().any(|t| t.name == self.tool) {
+            return None;
+        }
+        Some(format!(
+            "upstream {} does not list a tool {:?} now",
+            self.upstream.name(),
+            self.tool
+        ))
+    }
+
+    /// One `tools/call` of `tool`, handed to the live link once.
+    async fn call(&self, tool: &str, arguments: Map<String, Value>, action: &Action<'_>) -> Call {
+        let peer = match self.upstream.peer() {
+            Ok(peer) => peer,
+            Err(why) => return Call::NotSent(why),
+        };
+        let mut meta = RequestMetaObject::new();
+        meta.insert(EXECUTION_ID_META.into(), json!(action.execution_id));
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.meta = Some(meta);
+        params.arguments = Some(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle = match peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            // The link's loop was gone: the request never entered it.
+            Err(e) => {
+                return Call::NotSent(format!(
+                    "upstream {}: the link had closed before it took the request ({e})",
+                    self.upstream.name()
+                ))
+            }
+        };
+        let token = handle.progress_token.clone();
+        if let (Some(sink), Ok(mut routes)) = (&action.progress, self.upstream.progress.lock()) {
+            routes.insert(token.clone(), sink.clone());
+        }
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
+        let mut cancel_sent = false;
+        let answer = loop {
+            tokio::select! {
+                r = &mut handle.rx => break r.unwrap_or(Err(ServiceError::TransportClosed)),
+                () = &mut deadline => break Err(ServiceError::Timeout { timeout: self.timeout }),
+                () = action.cancel.cancelled(), if !cancel_sent => {
+                    cancel_sent = true;
+                    let note = CancelledNotification::new(CancelledNotificationParam::new(
+                        Some(handle.id.clone()),
+                        Some("the caller cancelled the call".into()),
+                    ));
+                    let _ = peer.send_notification(note.into()).await;
+                }
+            }
+        };
+        if let Ok(mut routes) = self.upstream.progress.lock() {
+            routes.remove(&token);
+        }
+        Call::Answered(answer)
+    }
+
+    fn needles(action: &Action<'_>) -> Vec<Vec<u8>> {
+        let mut needles: Vec<Vec<u8>> = action
+            .secrets
+            .iter()
+            .flat_map(|s| secret_forms(s.expose()))
+            .collect();
+        if let Some(c) = &action.credential {
+            needles.extend(c.redaction_needles());
+        }
+        sorted_needles(needles)
+    }
+
+    fn answer(
+        &self,
+        result: &CallToolResult,
+        verdict: AnswerVerdict,
+        action: &Action<'_>,
+    ) -> Answer {
+        let bytes = serde_json::to_vec(result).unwrap_or_default();
+        let cap = self.max_response_bytes;
+        let body = redact(&bytes, bytes.len(), usize::MAX, &Self::needles(action));
+        let size = body.len() as u64;
+        let truncated = body.len() > cap;
+        let body = if truncated {
+            // A cut JSON text is not JSON: the stored answer says what happened instead.
+            serde_json::to_vec(&json!({
+                "truncated": true,
+                "size": size,
+                "note": format!("the upstream's result was {size} bytes, over the {cap}-byte cap; it was not stored"),
+            }))
+            .unwrap_or_default()
+        } else {
+            body
+        };
+        Answer {
+            status: None,
+            verdict,
+            body,
+            size,
+            truncated,
+        }
+    }
+}
+
+// One value per call, matched at once: boxing the answer would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Call {
+    NotSent(String),
+    Answered(Result<ServerResult, ServiceError>),
+}
+
+/// Whether a failed link error proves nothing was sent: an HTTP connection that was refused.
+fn refused_before_sending(e: &ServiceError) -> bool {
+    let ServiceError::TransportSend(e) = e else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.error.as_ref());
+    while let Some(current) = source {
+        if let Some(r) = current.downcast_ref::<reqwest::Error>() {
+            return r.is_connect();
+        }
+        source = current.source();
+    }
+    false
+}
+
+impl Channel for McpTool {
+    fn target(
+        &self,
+        _arguments: &Map<String, Value>,
+        _secret: &dyn Fn(&str) -> bool,
+    ) -> Result<Value, String> {
+        Ok(json!({"target": {"upstream": self.upstream.name(), "tool": self.tool}}))
+    }
+
+    fn send<'a>(&'a self, action: Action<'a>) -> Pending<'a, Outcome> {
+        Box::pin(async move {
+            let name = self.upstream.name();
+            if let Some(why) = self.unlisted() {
+                return Outcome::NotSent { reason: why };
+            }
+            match self.call(&self.tool, action.arguments.clone(), &action).await {
+                Call::NotSent(reason) => Outcome::NotSent { reason },
+                Call::Answered(Ok(ServerResult::CallToolResult(result))) => {
+                    let verdict = match (result.is_error, self.on_tool_error) {
+                        (Some(true), ToolErrorVerdict::Unknown) => AnswerVerdict::Unknown,
+                        (Some(true), ToolErrorVerdict::Rejected) => {
+                            AnswerVerdict::Rejected { retryable: false }
+                        }
+                        _ => AnswerVerdict::Applied,
+                    };
+                    Outcome::Answered(self.answer(&result, verdict, &action))
+                }
+                Call::Answered(Ok(other)) => Outcome::Unknown {
+                    reason: format!(
+                        "upstream {name} answered tools/call with a {} the gateway does not drive further",
+                        result_kind(&other)
+                    ),
+                },
+                Call::Answered(Err(ServiceError::McpError(e)))
+                    if e.code == ErrorCode::INVALID_PARAMS || e.code == ErrorCode::METHOD_NOT_FOUND =>
+                {
+                    // The server refused the request as such: nothing was applied.
+                    let body = serde_json::to_vec(&json!({"error": {"code": e.code.0, "message": e.message}}))
+                        .unwrap_or_default();
+                    let body = redact(&body, body.len(), self.max_response_bytes, &Self::needles(&action));
+                    Outcome::Answered(Answer {
+                        status: None,
+                        verdict: AnswerVerdict::Rejected { retryable: true },
+                        size: body.len() as u64,
+                        body,
+                        truncated: false,
+                    })
+                }
+                Call::Answered(Err(e)) if refused_before_sending(&e) => Outcome::NotSent {
+                    reason: format!("upstream {name}: the connection was refused"),
+                },
+                Call::Answered(Err(e)) => Outcome::Unknown {
+                    reason: match e {
+                        ServiceError::TransportClosed => format!("upstream {name}: the link closed before it answered (the server may have died mid-call)"),
+                        ServiceError::Timeout { timeout } => format!("upstream {name}: no answer within {timeout:?}"),
+                        ServiceError::McpError(e) => format!("upstream {name}: JSON-RPC error {}: the call may have had an effect", e.code.0),
+                        other => format!("upstream {name}: {other}"),
+                    },
+                },
+            }
+        })
+    }
+
+    fn ask<'a>(&'a self, question: Question, action: Action<'a>) -> Option<Pending<'a, Reading>> {
+        let status = match question {
+            Question::Status => self.status_tool.as_ref()?,
+            Question::Precondition => return None,
+        };
+        Some(Box::pin(async move {
+            let arguments = fill(&status.arguments, action.arguments, action.execution_id);
+            match self.call(&status.tool, arguments, &action).await {
+                Call::Answered(Ok(ServerResult::CallToolResult(result))) => {
+                    let applied = result
+                        .structured_content
+                        .as_ref()
+                        .and_then(|v| v.get("applied"))
+                        .and_then(Value::as_bool);
+                    match (applied, result.is_error) {
+                        (Some(true), _) | (None, None | Some(false)) => {
+                            Reading::Yes(self.answer(&result, AnswerVerdict::Applied, &action))
+                        }
+                        (Some(false), _) | (None, Some(true)) => Reading::NotFound,
+                    }
+                }
+                _ => Reading::NoAnswer,
+            }
+        }))
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.upstream.peer().err().or_else(|| self.unlisted())
+    }
+}
+
+/// The status tool's arguments: a string `"{execution_id}"` becomes the id, `"{name}"` the
+/// call's argument `name` (when it has one); everything else is kept.
+fn fill(
+    template: &Map<String, Value>,
+    arguments: &Map<String, Value>,
+    id: &str,
+) -> Map<String, Value> {
+    template
+        .iter()
+        .map(|(k, v)| {
+            let filled = match v
+                .as_str()
+                .and_then(|s| s.strip_prefix('{')?.strip_suffix('}'))
+            {
+                Some("execution_id") => json!(id),
+                Some(name) => arguments.get(name).cloned().unwrap_or_else(|| v.clone()),
+                None => v.clone(),
+            };
+            (k.clone(), filled)
+        })
+        .collect()
+}
+
+fn result_kind(r: &ServerResult) -> &'static str {
+    match r {
+        ServerResult::CreateTaskResult(_) => "task",
+        ServerResult::InputRequiredResult(_) => "request for input",
+        _ => "result of another kind",
+    }
+}

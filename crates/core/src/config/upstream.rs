@@ -1,0 +1,188 @@
+//! `[upstream.NAME]`: the MCP servers whose tools the gateway re-exports, and the `mcp = {…}`
+//! channel of a tool that calls one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::raw::{RawMcp, RawUpstream};
+use super::{Credential, CredentialKind};
+use crate::contract::{McpSpec, StatusTool, ToolErrorVerdict};
+use crate::duration::parse_duration;
+
+/// An upstream MCP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    pub transport: UpstreamTransport,
+    /// How long a call waits for an answer unless its tool says otherwise.
+    pub timeout: Duration,
+}
+
+/// How the gateway reaches an upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamTransport {
+    /// A child process speaking MCP on stdin/stdout, started with the gateway and restarted
+    /// when it dies. `cwd` is relative to the config file.
+    Stdio {
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    /// A Streamable HTTP endpoint. `credential` names a bearer or header credential;
+    /// `ca_file` (relative to the config file) replaces the webpki roots for `https://`.
+    Http {
+        url: String,
+        credential: Option<String>,
+        ca_file: Option<String>,
+    },
+}
+
+impl Upstream {
+    /// The credential the upstream's requests carry, if any.
+    pub fn credential(&self) -> Option<&str> {
+        match &self.transport {
+            UpstreamTransport::Http { credential, .. } => credential.as_deref(),
+            UpstreamTransport::Stdio { .. } => None,
+        }
+    }
+}
+
+/// The default wait for an upstream's answer.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(super) fn parse_upstream(
+    name: &str,
+    u: RawUpstream,
+    credentials: &BTreeMap<String, Credential>,
+) -> Result<Upstream, String> {
+    let field = |f: &str, m: String| format!("upstream.{name}.{f}: {m}");
+    if !valid_name(name) {
+        return Err(format!(
+            "upstream.{name}: a name is 1-64 letters, digits, '_' or '-'"
+        ));
+    }
+    let timeout = match &u.timeout {
+        None => DEFAULT_UPSTREAM_TIMEOUT,
+        Some(t) => match parse_duration(t).map_err(|e| field("timeout", e.to_string()))? {
+            d if d.is_zero() => return Err(field("timeout", "must be greater than zero".into())),
+            d => d,
+        },
+    };
+    let transport = match (u.command, u.url) {
+        (Some(command), None) => {
+            if command.is_empty() || command[0].is_empty() {
+                return Err(field("command", "names the program first: command = [\"prog\", \"arg\"]".into()));
+            }
+            for (key, what) in [(&u.credential, "credential"), (&u.ca_file, "ca_file")] {
+                if key.is_some() {
+                    return Err(field(what, "only an upstream with url = \"…\" has one; a stdio upstream gets secrets through env".into()));
+                }
+            }
+            UpstreamTransport::Stdio {
+                command,
+                env: u.env.unwrap_or_default(),
+                cwd: u.cwd,
+            }
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(field("url", format!("{url:?} must start with http:// or https://")));
+            }
+            for (key, what) in [(u.env.is_some(), "env"), (u.cwd.is_some(), "cwd")] {
+                if key {
+                    return Err(field(what, "only a stdio upstream (command = […]) has one".into()));
+                }
+            }
+            if u.ca_file.is_some() && !url.starts_with("https://") {
+                return Err(field("ca_file", "the url is http://, where no certificate is checked".into()));
+            }
+            if let Some(c) = &u.credential {
+                let kind = credentials
+                    .get(c)
+                    .map(|c| &c.kind)
+                    .ok_or_else(|| field("credential", format!("{c:?} is not declared in [credential.*]")))?;
+                if !matches!(kind, CredentialKind::Bearer | CredentialKind::Header { .. }) {
+                    return Err(field("credential", format!("{c:?} must be a bearer or header credential")));
+                }
+            }
+            UpstreamTransport::Http {
+                url,
+                credential: u.credential,
+                ca_file: u.ca_file,
+            }
+        }
+        _ => {
+            return Err(format!(
+                "upstream.{name}: give exactly one of command = [\"prog\", \"arg\"] or url = \"http://…/mcp\""
+            ))
+        }
+    };
+    Ok(Upstream { transport, timeout })
+}
+
+pub(super) fn mcp_spec(
+    m: RawMcp,
+    upstreams: &BTreeMap<String, Upstream>,
+    schema_in_config: bool,
+) -> Result<McpSpec, (&'static str, String)> {
+    let upstream = upstreams.get(&m.server).ok_or_else(|| {
+        (
+            "mcp.server",
+            format!("{:?} is not declared in [upstream.*]", m.server),
+        )
+    })?;
+    let timeout = match &m.timeout {
+        None => upstream.timeout,
+        Some(t) => parse_duration(t).map_err(|e| ("mcp.timeout", e.to_string()))?,
+    };
+    let on_tool_error = match m.on_tool_error.as_deref() {
+        None | Some("unknown") => ToolErrorVerdict::Unknown,
+        Some("rejected") => ToolErrorVerdict::Rejected,
+        Some(other) => {
+            return Err((
+                "mcp.on_tool_error",
+                format!("{other:?} is not \"unknown\" or \"rejected\""),
+            ))
+        }
+    };
+    Ok(McpSpec {
+        server: m.server,
+        tool: m.tool,
+        timeout,
+        on_tool_error,
+        schema_from_upstream: !schema_in_config,
+    })
+}
+
+pub(super) fn status_tool(
+    tool: Option<String>,
+    arguments: Option<toml::Table>,
+) -> Result<Option<StatusTool>, (&'static str, String)> {
+    match (tool, arguments) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err((
+            "recovery.arguments",
+            "are the arguments of a status_tool, and there is none".into(),
+        )),
+        (Some(tool), arguments) => {
+            let arguments = match arguments {
+                None => serde_json::Map::new(),
+                Some(table) => match serde_json::to_value(table)
+                    .map_err(|e| ("recovery.arguments", e.to_string()))?
+                {
+                    Value::Object(m) => m,
+                    _ => return Err(("recovery.arguments", "must be a table".into())),
+                },
+            };
+            Ok(Some(StatusTool { tool, arguments }))
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+}
