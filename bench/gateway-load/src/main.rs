@@ -11,6 +11,9 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
+//! `--upstream [--ctrlrun PATH] [--upstream-work-ms W,…]` compares, on one upstream MCP server, calls made directly,
+//! through Postern and through CTRLRun (see `upstream.rs`).
+//!
 //! `--approvals [--baseline-postern PATH] [--rounds N]` measures the human side instead (see `approvals.rs`):
 //! calls without approval against a baseline build, and the time from an approval to the
 //! target.
@@ -37,6 +40,7 @@ use serde_json::{json, Value};
 mod approvals;
 mod soak;
 mod tls;
+mod upstream;
 
 const TOKEN: &str = "bench-token-0123456789abcdef0123";
 /// Unrecorded calls each worker makes before the measured ones (connections, caches, pages).
@@ -378,6 +382,21 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if args.iter().any(|a| a == "--upstream") {
+        let ctrlrun = arg("--ctrlrun").map(PathBuf::from);
+        let calls = (
+            arg("--calls").map_or(1000, |_| calls1),
+            arg("--calls").map_or(4000, |_| calls32),
+        );
+        let work: Vec<u64> = arg("--upstream-work-ms").map_or(vec![0, 10], |s| {
+            s.split(',').map(|w| w.parse().unwrap()).collect()
+        });
+        upstream::run(&rt, &postern, ctrlrun, &dir, calls, &work);
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--approvals") {
         let baseline = arg("--baseline-postern").map(PathBuf::from);
         let rounds = arg("--rounds").map_or(2, |r| r.parse().unwrap());

@@ -36,24 +36,39 @@ pub struct JournalCall {
 /// The upstream's journal file.
 #[derive(Clone, Debug)]
 pub struct Journal {
-    path: PathBuf,
+    /// `None`: nothing is written (the benchmark's upstream: calls are only counted).
+    path: Option<PathBuf>,
     lock: Arc<Mutex<()>>,
+    applied: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Journal {
     pub fn new(path: impl Into<PathBuf>) -> Journal {
         Journal {
-            path: path.into(),
+            path: Some(path.into()),
             lock: Arc::default(),
+            applied: Arc::default(),
+        }
+    }
+
+    /// A journal that writes nothing.
+    pub fn none() -> Journal {
+        Journal {
+            path: None,
+            lock: Arc::default(),
+            applied: Arc::default(),
         }
     }
 
     fn append(&self, line: &Value) -> std::io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.path)?;
+            .open(path)?;
         writeln!(f, "{line}")?;
         f.sync_data()
     }
@@ -99,9 +114,11 @@ impl Journal {
     }
 
     fn applied(&self, execution_id: &str) -> bool {
-        Self::calls(&self.path)
-            .iter()
-            .any(|c| c.execution_id.as_deref() == Some(execution_id))
+        self.path.as_deref().is_some_and(|p| {
+            Self::calls(p)
+                .iter()
+                .any(|c| c.execution_id.as_deref() == Some(execution_id))
+        })
     }
 }
 
@@ -235,10 +252,10 @@ impl DemoUpstream {
                 }
             }
         }
-        let n = Journal::calls(&self.journal.path)
-            .iter()
-            .filter(|c| c.tool == tool)
-            .count();
+        let n = 1 + self
+            .journal
+            .applied
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut result =
             CallToolResult::success(vec![ContentBlock::text(format!("{tool} #{n} done"))]);
         result.structured_content = Some(json!({"tool": tool, "n": n, "arguments": arguments}));
@@ -297,5 +314,10 @@ pub async fn serve_http(
             StreamableHttpServerConfig::default(),
         );
     let app = axum::Router::new().nest_service("/mcp", service);
+    // Small SSE writes must not wait for delayed ACKs (Nagle): 40 ms a call otherwise.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await
 }

@@ -89,9 +89,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct DemoUpstreamArgs {
-    /// The journal file every applied call is appended to.
+    /// The journal file every applied call is appended to (none: calls are only counted).
     #[arg(long)]
-    journal: std::path::PathBuf,
+    journal: Option<std::path::PathBuf>,
     /// Serve Streamable HTTP on this address (prints the URL) instead of stdio.
     #[arg(long)]
     http: Option<String>,
@@ -103,7 +103,10 @@ fn demo_upstream(a: &DemoUpstreamArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let journal = Journal::new(&a.journal);
+        let journal = match &a.journal {
+            Some(path) => Journal::new(path),
+            None => Journal::none(),
+        };
         match &a.http {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr).await?;

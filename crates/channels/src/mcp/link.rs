@@ -86,6 +86,8 @@ pub struct Upstream {
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Concurrent requests one HTTP upstream link carries.
+const MAX_CALLS_IN_FLIGHT: usize = 256;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 impl Upstream {
@@ -300,7 +302,10 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
             let mut headers = std::collections::HashMap::new();
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                 // A lost session ends the link; the request it carried is left to recovery.
-                .reinit_on_expired_session(false);
+                .reinit_on_expired_session(false)
+                // rmcp's default of 16 POSTs in flight would queue the 17th concurrent call
+                // behind a slow upstream (measured: 0.60x direct at c=32 with 10 ms calls).
+                .max_concurrent_requests(MAX_CALLS_IN_FLIGHT);
             match credential {
                 Some(Credential::Bearer(token)) => {
                     config = config.auth_header(token.expose().to_string());

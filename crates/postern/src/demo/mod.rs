@@ -18,10 +18,11 @@ use crate::keys::{random_32, write_secret};
 
 mod approval;
 mod https;
+mod upstream;
 
 const TOKEN_FILE: &str = "agent.token";
 
-fn config(target: &str, tls_target: &str) -> String {
+fn config(target: &str, tls_target: &str, upstream_config: &str) -> String {
     let tls_tools = https::tools(tls_target);
     let approval_config = approval::config(target);
     format!(
@@ -56,7 +57,7 @@ name = "list_invoices"
 description = "List invoices"
 class = "read_only"
 http = {{ method = "GET", url = "{target}/invoices" }}
-{tls_tools}{approval_config}"#
+{tls_tools}{approval_config}{upstream_config}"#
     )
 }
 
@@ -177,7 +178,11 @@ fn write_files(dir: &Path, target: &str, tls_target: &str) -> Result<String> {
         &dir.join(approval::OPERATOR_TOKEN_FILE),
         &format!("demo-operator-{}", hex::encode(random_32()?)),
     )?;
-    std::fs::write(dir.join("postern.toml"), config(target, tls_target))?;
+    let upstream = upstream::config(&dir.join("upstream-journal.jsonl"))?;
+    std::fs::write(
+        dir.join("postern.toml"),
+        config(target, tls_target, &upstream),
+    )?;
     Ok(token)
 }
 
@@ -224,7 +229,8 @@ async fn demo() -> Result<i32> {
     line("tools: create_invoice (idempotent_write, 10 min match window, status query)");
     line("       send_wire (irreversible), list_invoices (read_only),");
     line("       create_invoice_tls and create_invoice_public_roots (the same API over https),");
-    line("       pay_supplier (every call approved by an operator)");
+    line("       pay_supplier (every call approved by an operator),");
+    line("       book_invoice (a tool of an upstream MCP server over stdio, irreversible)");
     let client = McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?;
     let d = Demo {
         client,
@@ -393,8 +399,10 @@ async fn demo() -> Result<i32> {
     };
     https::scene(9, &tls, &tls_target_url).await?;
     approval::scene(10, &d, &assembled.gateway).await?;
+    let journal = dir.join("upstream-journal.jsonl");
+    upstream::scene(11, &d, &journal, &mcp_url, &token).await?;
 
-    heading(11, "The audit chain, verified offline.");
+    heading(12, "The audit chain, verified offline.");
     let public =
         postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
             .verifying_key();

@@ -39,6 +39,9 @@ fn the_demo_runs_and_tells_a_true_story() {
         "awaiting_approval",
         "holds 1 invoice(s) for wayne",
         "approval_requested → authorized → dispatched → completed(applied)",
+        // an upstream MCP server's lost answer: applied once upstream, the retry from the record
+        "upstream   applied 1 call(s) for umbrella",
+        "_meta io.postern/execution-id: exe_",
         // the audit chain verifies
         "VALID: every event links",
     ] {
