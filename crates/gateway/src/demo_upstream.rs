@@ -258,7 +258,12 @@ impl DemoUpstream {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut result =
             CallToolResult::success(vec![ContentBlock::text(format!("{tool} #{n} done"))]);
-        result.structured_content = Some(json!({"tool": tool, "n": n, "arguments": arguments}));
+        let mut structured = json!({"tool": tool, "n": n, "arguments": arguments});
+        // `pad_bytes`: an answer as large as asked (the gateway's cap is tested with it).
+        if let Some(pad) = arguments.get("pad_bytes").and_then(Value::as_u64) {
+            structured["pad"] = json!("x".repeat(usize::try_from(pad).unwrap_or(0).min(8 << 20)));
+        }
+        result.structured_content = Some(structured);
         Ok(result)
     }
 }

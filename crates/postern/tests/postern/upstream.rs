@@ -648,3 +648,29 @@ async fn a_cancellation_after_dispatch_is_recorded_and_passed_upstream() {
     assert!(events.iter().any(|e| e == "outcome_unknown"), "{events:?}");
     assert_eq!(calls_for(&s.journal, "cancel"), 1);
 }
+
+/// An upstream answer over the cap (256 KiB) is not stored whole: the record keeps a note with
+/// its size, the call is still applied once, and nothing is cut inside a JSON text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_upstream_answer_is_capped() {
+    let s = setup("up-big").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let resp = mcp
+        .call(
+            "invoice",
+            json!({"customer": "big", "amount": 1, "pad_bytes": 400_000}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        execution(&resp)["state"],
+        "completed",
+        "{}",
+        &resp.to_string()[..400.min(resp.to_string().len())]
+    );
+    let response = &resp["result"]["structuredContent"]["response"];
+    assert_eq!(response["truncated"], true, "{response}");
+    assert!(response["size"].as_u64().unwrap() > 400_000, "{response}");
+    assert!(resp.to_string().len() < 64 * 1024, "the answer was capped");
+    assert_eq!(calls_for(&s.journal, "big"), 1);
+}
