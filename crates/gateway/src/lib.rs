@@ -2,7 +2,9 @@
 //! (accept → authorize → dispatch → record → deliver), recovery per DESIGN §4, and the MCP front
 //! (Streamable HTTP at `/mcp`, and stdio).
 //!
-//! Architecture invariant: the only crate that knows MCP wire types, and only in `front`; the
+//! Architecture invariant: MCP wire types appear only in `front` (and in `demo_client` and
+//! `demo_upstream`, the demo's and the tests' client and upstream server; the channels crate
+//! speaks MCP to upstreams on its own side of the `Channel` trait); the
 //! pipeline speaks the core's domain types. A call's fate is decided by the ledger's record and
 //! the core's recovery decision, never by the transport (JSON-RPC ids and sessions are evidence,
 //! not keys).

@@ -91,23 +91,22 @@ impl Pins {
 
     /// Whether `tool` as the upstream lists it now may be served; `Err(why)` if withheld.
     pub fn check(&self, upstream: &str, tool: &UpstreamTool) -> Result<(), Withheld> {
+        self.check_digest(upstream, &tool.name, &digest(tool))
+    }
+
+    /// [`Pins::check`] for a listed version whose digest is known (`listed`).
+    pub fn check_digest(&self, upstream: &str, tool: &str, listed: &str) -> Result<(), Withheld> {
         let accepted = self.accepted.lock().map_err(|_| Withheld::NotChecked)?;
         let Some(map) = accepted.as_ref() else {
             return Err(Withheld::NotChecked);
         };
-        match map.get(&(upstream.to_string(), tool.name.clone())) {
+        match map.get(&(upstream.to_string(), tool.to_string())) {
             None => Err(Withheld::NotChecked),
-            Some(pin) => {
-                let listed = digest(tool);
-                if pin.digest == listed {
-                    Ok(())
-                } else {
-                    Err(Withheld::Changed {
-                        accepted: pin.digest.clone(),
-                        listed,
-                    })
-                }
-            }
+            Some(pin) if pin.digest == listed => Ok(()),
+            Some(pin) => Err(Withheld::Changed {
+                accepted: pin.digest.clone(),
+                listed: listed.to_string(),
+            }),
         }
     }
 

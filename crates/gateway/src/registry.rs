@@ -40,6 +40,8 @@ pub struct UpstreamBinding {
     /// The config gave no input schema: the upstream's is used (compiled once per list).
     schema_from_upstream: bool,
     compiled: Mutex<Option<(u64, Arc<jsonschema::Validator>)>>,
+    /// The listed version's digest, computed once per tool list (every call checks it).
+    digest: Mutex<Option<(u64, String)>>,
 }
 
 /// A tool as `tools/list` shows it.
@@ -140,7 +142,8 @@ impl ToolEntry {
             withheld: None,
         };
         if let Some(b) = &self.upstream {
-            if let Some(t) = b.listed() {
+            if let Some(listing) = b.listed() {
+                let t = &listing.1;
                 if b.schema_from_upstream {
                     listed.input_schema = t.input_schema.clone();
                 }
@@ -148,11 +151,7 @@ impl ToolEntry {
                     listed.description = t.description.clone();
                 }
                 listed.upstream_annotations = t.annotations.clone();
-                listed.withheld = b
-                    .pins
-                    .check(b.upstream.name(), &t)
-                    .err()
-                    .map(|w| w.to_string());
+                listed.withheld = b.withheld(&listing);
             } else if listed.unavailable.is_none() {
                 listed.unavailable = Some(format!(
                     "upstream {} does not list a tool {:?}",
@@ -170,19 +169,40 @@ impl ToolEntry {
     /// changed since it was accepted (or is not checked yet).
     pub fn withheld(&self) -> Option<String> {
         let b = self.upstream.as_ref()?;
-        let tool = b.listed()?;
-        b.pins
-            .check(b.upstream.name(), &tool)
-            .err()
-            .map(|w| w.to_string())
+        b.withheld(&b.listed()?)
     }
 }
 
 impl UpstreamBinding {
-    fn listed(&self) -> Option<postern_channels::mcp::UpstreamTool> {
+    /// The tool as listed now, with the generation of that list (one snapshot).
+    fn listed(&self) -> Option<(u64, postern_channels::mcp::UpstreamTool)> {
         let state = self.upstream.state();
-        let found = state.tools.iter().find(|t| t.name == self.tool).cloned();
-        found
+        let tool = state.tools.iter().find(|t| t.name == self.tool)?.clone();
+        Some((state.generation, tool))
+    }
+
+    /// Why the listed version `tool` is withheld, if it is (its digest cached per list: every
+    /// call checks it).
+    fn withheld(
+        &self,
+        (generation, tool): &(u64, postern_channels::mcp::UpstreamTool),
+    ) -> Option<String> {
+        let generation = *generation;
+        let digest = {
+            let mut cached = self.digest.lock().ok()?;
+            match cached.as_ref() {
+                Some((g, d)) if *g == generation => d.clone(),
+                _ => {
+                    let d = crate::pins::digest(tool);
+                    *cached = Some((generation, d.clone()));
+                    d
+                }
+            }
+        };
+        self.pins
+            .check_digest(self.upstream.name(), &tool.name, &digest)
+            .err()
+            .map(|w| w.to_string())
     }
 
     fn validator(&self) -> Result<Option<Arc<jsonschema::Validator>>, String> {
@@ -288,6 +308,7 @@ impl Registry {
                         pins: pins.clone(),
                         schema_from_upstream: m.schema_from_upstream,
                         compiled: Mutex::new(None),
+                        digest: Mutex::new(None),
                     });
                     Arc::new(McpTool::new(
                         link.clone(),
