@@ -408,7 +408,8 @@ impl ToolContractDraft {
     }
 }
 
-fn valid_tool_name(name: &str) -> bool {
+/// A tool name MCP clients accept: 1-64 letters, digits, '_', '-' or '.'.
+pub fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -174,6 +174,13 @@ impl DemoUpstream {
                         "delay_ms": {"type": "integer", "minimum": 0}
                     }
                 })),
+            )
+            // A claim the gateway shows and never trusts: the contract's class decides.
+            .annotate(
+                ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(false)
+                    .idempotent(true),
             ),
             Tool::new(
                 "invoice_status",
@@ -183,7 +190,8 @@ impl DemoUpstream {
                     "required": ["execution_id"],
                     "properties": {"execution_id": {"type": "string"}}
                 })),
-            ),
+            )
+            .annotate(ToolAnnotations::new().read_only(true)),
         ]
     }
 

@@ -215,14 +215,16 @@ pub enum AcceptError {
 pub(crate) fn watch(
     pins: Arc<Pins>,
     ledger: Arc<Ledger>,
-    upstreams: Vec<(Arc<postern_channels::mcp::Upstream>, Vec<String>)>,
+    upstreams: Vec<crate::registry::UpstreamExposure>,
 ) {
-    for (upstream, exposed) in upstreams {
+    for exposure in upstreams {
         let (pins, ledger) = (pins.clone(), ledger.clone());
         tokio::spawn(async move {
+            let upstream = &exposure.upstream;
             let mut changes = upstream.subscribe();
             loop {
                 let tools = changes.borrow_and_update().tools.clone();
+                let exposed = exposure.exposed(&tools);
                 if let Err(e) = pins
                     .observe(&ledger, upstream.name(), &tools, &exposed)
                     .await

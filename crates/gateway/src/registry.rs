@@ -1,15 +1,17 @@
 //! The tools the gateway serves: each contract with its compiled input schema, its resolved
 //! credential and the [`Channel`] its calls go through (an HTTP tool with its TLS profile, or
-//! an upstream MCP server's tool).
+//! an upstream MCP server's tool). An upstream with `expose = "all"` adds a tool for each one
+//! it lists, made when it is first listed or called, under the upstream's default contract.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use postern_channels::http::{
     ClientIdentity, Credential, HttpSender, HttpTool, TlsProfile, TrustedRoots,
 };
-use postern_channels::mcp::{McpTool, Upstream};
+use postern_channels::mcp::{McpTool, Upstream, UpstreamTool};
 use postern_channels::Channel;
+use postern_core::config::ExposeAll;
 use postern_core::contract::{ChannelSpec, ToolContract};
 use serde_json::Value;
 
@@ -64,6 +66,8 @@ pub struct ListedTool {
 pub struct Dialers {
     pub http: Arc<dyn HttpSender>,
     pub upstreams: HashMap<String, Arc<Upstream>>,
+    /// The upstreams (of `upstreams`) that serve every tool they list.
+    pub exposed_all: HashMap<String, ExposeAll>,
 }
 
 impl Dialers {
@@ -72,6 +76,7 @@ impl Dialers {
         Dialers {
             http,
             upstreams: HashMap::new(),
+            exposed_all: HashMap::new(),
         }
     }
 }
@@ -174,6 +179,17 @@ impl ToolEntry {
 }
 
 impl UpstreamBinding {
+    fn new(link: &Arc<Upstream>, m: &postern_core::contract::McpSpec, pins: &Arc<Pins>) -> Self {
+        UpstreamBinding {
+            upstream: link.clone(),
+            tool: m.tool.clone(),
+            pins: pins.clone(),
+            schema_from_upstream: m.schema_from_upstream,
+            compiled: Mutex::new(None),
+            digest: Mutex::new(None),
+        }
+    }
+
     /// The tool as listed now, with the generation of that list (one snapshot).
     fn listed(&self) -> Option<(u64, postern_channels::mcp::UpstreamTool)> {
         let state = self.upstream.state();
@@ -238,9 +254,81 @@ impl UpstreamBinding {
 }
 
 pub struct Registry {
-    tools: HashMap<String, ToolEntry>,
+    tools: HashMap<String, Arc<ToolEntry>>,
     order: Vec<String>,
     pins: Arc<Pins>,
+    exposures: Vec<UpstreamExposure>,
+    /// The tools of `expose = "all"` upstreams made so far, by served name.
+    served_all: Mutex<HashMap<String, Arc<ToolEntry>>>,
+}
+
+/// An upstream's tools served here: those `[[tool]]`s re-export, and with `expose = "all"`
+/// every other one it lists.
+#[derive(Clone)]
+pub struct UpstreamExposure {
+    pub upstream: Arc<Upstream>,
+    /// Its names of the tools `[[tool]]`s re-export.
+    pub explicit: Vec<String>,
+    all: Option<Arc<ServedAll>>,
+}
+
+/// `expose = "all"` for one upstream: its default contract and the names it may not take.
+struct ServedAll {
+    expose: ExposeAll,
+    /// Names `[[tool]]`s and built-ins have: an upstream tool is never served under one.
+    reserved: Arc<HashSet<String>>,
+}
+
+impl UpstreamExposure {
+    /// The upstream's names of the tools served from it, given what it lists now: the
+    /// explicitly re-exported ones (listed or not) and those `expose = "all"` serves.
+    pub fn exposed(&self, listed: &[UpstreamTool]) -> Vec<String> {
+        let mut names = self.explicit.clone();
+        names.extend(
+            listed
+                .iter()
+                .filter(|t| self.served_name(&t.name).is_ok())
+                .map(|t| t.name.clone()),
+        );
+        names
+    }
+
+    /// The name `expose = "all"` serves the upstream's tool `tool` under, or why it serves
+    /// it under none.
+    pub fn served_name(&self, tool: &str) -> Result<String, String> {
+        let Some(all) = &self.all else {
+            return Err("the upstream does not expose all its tools".into());
+        };
+        if self.explicit.iter().any(|t| t == tool) {
+            return Err("a [[tool]] re-exports it under its own contract".into());
+        }
+        let name = all.expose.served_name(tool).ok_or_else(|| {
+            format!("{:?} is not a tool name MCP clients accept (1-64 letters, digits, '_', '-' or '.')", format!("{}{tool}", all.expose.prefix))
+        })?;
+        if all.reserved.contains(&name) {
+            return Err(format!(
+                "{name:?} is taken by a [[tool]] or a built-in tool"
+            ));
+        }
+        Ok(name)
+    }
+
+    /// The contract `expose = "all"` serves its tools under (named for none of them).
+    pub fn default_contract(&self) -> Option<&ToolContract> {
+        Some(self.all.as_ref()?.expose.template())
+    }
+
+    /// The upstream's tools not served under any name, with why.
+    pub fn not_served(&self, listed: &[UpstreamTool]) -> Vec<(String, String)> {
+        if self.all.is_none() {
+            return Vec::new();
+        }
+        listed
+            .iter()
+            .filter(|t| !self.explicit.contains(&t.name))
+            .filter_map(|t| Some((t.name.clone(), self.served_name(&t.name).err()?)))
+            .collect()
+    }
 }
 
 impl Registry {
@@ -256,6 +344,8 @@ impl Registry {
         let mut order = Vec::new();
         let mut profiles = TlsProfiles::default();
         let pins = Arc::new(Pins::default());
+        let mut exposures: std::collections::BTreeMap<String, UpstreamExposure> =
+            Default::default();
         for c in contracts {
             let validator = jsonschema::validator_for(&c.input_schema).map_err(|e| {
                 GatewayError::Internal(format!(
@@ -302,14 +392,16 @@ impl Registry {
                             c.name, m.server
                         ))
                     })?;
-                    upstream = Some(UpstreamBinding {
-                        upstream: link.clone(),
-                        tool: m.tool.clone(),
-                        pins: pins.clone(),
-                        schema_from_upstream: m.schema_from_upstream,
-                        compiled: Mutex::new(None),
-                        digest: Mutex::new(None),
-                    });
+                    exposures
+                        .entry(m.server.clone())
+                        .or_insert_with(|| UpstreamExposure {
+                            upstream: link.clone(),
+                            explicit: Vec::new(),
+                            all: None,
+                        })
+                        .explicit
+                        .push(m.tool.clone());
+                    upstream = Some(UpstreamBinding::new(link, m, &pins));
                     Arc::new(McpTool::new(
                         link.clone(),
                         m,
@@ -327,21 +419,101 @@ impl Registry {
             order.push(c.name.clone());
             tools.insert(
                 c.name.clone(),
-                ToolEntry {
+                Arc::new(ToolEntry {
                     contract: Arc::new(c.clone()),
                     validator,
                     credential,
                     vault_credential,
                     channel,
                     upstream,
-                },
+                }),
             );
         }
-        Ok(Registry { tools, order, pins })
+        let mut reserved: HashSet<String> = order.iter().cloned().collect();
+        reserved.insert("execution_status".into());
+        let reserved = Arc::new(reserved);
+        for (name, config) in &dialers.exposed_all {
+            let link = dialers
+                .upstreams
+                .get(name)
+                .ok_or_else(|| GatewayError::Internal(format!("upstream {name} is not started")))?;
+            exposures
+                .entry(name.clone())
+                .or_insert_with(|| UpstreamExposure {
+                    upstream: link.clone(),
+                    explicit: Vec::new(),
+                    all: None,
+                })
+                .all = Some(Arc::new(ServedAll {
+                expose: config.clone(),
+                reserved: reserved.clone(),
+            }));
+        }
+        Ok(Registry {
+            tools,
+            order,
+            pins,
+            exposures: exposures.into_values().collect(),
+            served_all: Mutex::new(HashMap::new()),
+        })
     }
 
-    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
-        self.tools.get(name)
+    /// The tool served as `name`: a configured one, or one an `expose = "all"` upstream lists
+    /// now (or listed earlier, or may list: it is down, and a retry must still reach the
+    /// record).
+    pub fn get(&self, name: &str) -> Option<Arc<ToolEntry>> {
+        if let Some(entry) = self.tools.get(name) {
+            return Some(entry.clone());
+        }
+        if let Some(entry) = self.served_all.lock().ok()?.get(name) {
+            return Some(entry.clone());
+        }
+        self.exposures.iter().find_map(|x| {
+            let all = x.all.as_ref()?;
+            let tool = name.strip_prefix(all.expose.prefix.as_str())?;
+            if x.served_name(tool).ok()? != name {
+                return None;
+            }
+            let state = x.upstream.state();
+            let listed = state.tools.iter().any(|t| t.name == tool);
+            (listed || state.up.is_err()).then(|| self.served(x, all, name, tool))
+        })
+    }
+
+    /// The entry of `expose = "all"` tool `tool`, served as `name` (made once).
+    fn served(
+        &self,
+        x: &UpstreamExposure,
+        all: &ServedAll,
+        name: &str,
+        tool: &str,
+    ) -> Arc<ToolEntry> {
+        let mut served = self.served_all.lock().unwrap_or_else(|p| p.into_inner());
+        served
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let contract = all.expose.contract(name, tool);
+                let ChannelSpec::Mcp(m) = &contract.channel else {
+                    unreachable!("an expose = \"all\" contract is an mcp one")
+                };
+                let channel = Arc::new(McpTool::new(
+                    x.upstream.clone(),
+                    m,
+                    None,
+                    crate::pipeline::MAX_RESPONSE_BYTES,
+                ));
+                let upstream = Some(UpstreamBinding::new(&x.upstream, m, &self.pins));
+                Arc::new(ToolEntry {
+                    validator: jsonschema::validator_for(&contract.input_schema)
+                        .expect("{\"type\": \"object\"} compiles"),
+                    contract: Arc::new(contract),
+                    credential: None,
+                    vault_credential: None,
+                    channel,
+                    upstream,
+                })
+            })
+            .clone()
     }
 
     /// The upstream tools' pins.
@@ -349,23 +521,27 @@ impl Registry {
         &self.pins
     }
 
-    /// Each upstream with the names (its own) of the tools re-exported from it.
-    pub fn upstreams(&self) -> Vec<(Arc<Upstream>, Vec<String>)> {
-        let mut by_name: std::collections::BTreeMap<String, (Arc<Upstream>, Vec<String>)> =
-            Default::default();
-        for b in self.iter().filter_map(|e| e.upstream.as_ref()) {
-            by_name
-                .entry(b.upstream.name().to_string())
-                .or_insert_with(|| (b.upstream.clone(), Vec::new()))
-                .1
-                .push(b.tool.clone());
-        }
-        by_name.into_values().collect()
+    /// Each upstream whose tools are served here, by name.
+    pub fn upstreams(&self) -> &[UpstreamExposure] {
+        &self.exposures
     }
 
-    /// Tools in config order.
-    pub fn iter(&self) -> impl Iterator<Item = &ToolEntry> {
-        self.order.iter().filter_map(|n| self.tools.get(n))
+    /// Tools in config order, then each `expose = "all"` upstream's in its listing's order.
+    pub fn iter(&self) -> Vec<Arc<ToolEntry>> {
+        let mut all: Vec<Arc<ToolEntry>> = self
+            .order
+            .iter()
+            .filter_map(|n| self.tools.get(n).cloned())
+            .collect();
+        for x in &self.exposures {
+            let Some(served) = &x.all else { continue };
+            for t in x.upstream.state().tools.iter() {
+                if let Ok(name) = x.served_name(&t.name) {
+                    all.push(self.served(x, served, &name, &t.name));
+                }
+            }
+        }
+        all
     }
 }
 

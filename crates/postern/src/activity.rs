@@ -126,6 +126,9 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                     println!("fingerprint  {}", s.fingerprint);
                     println!("state        {}{}", s.lifecycle.state.display_name(), s.lifecycle.state.outcome().map(|o| format!(" ({o})")).unwrap_or_default());
                     println!("record       {}", printable(&view.record.to_string()));
+                    if let Some(hints) = view.events.iter().find_map(|e| e.body.detail.get("upstream_annotations")) {
+                        println!("upstream     annotations {} (the upstream's own claim, untrusted: the class decides)", printable(&hints.to_string()));
+                    }
                     println!("lifecycle:");
                     for e in &view.events {
                         println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), printable(&e.body.detail.to_string()));

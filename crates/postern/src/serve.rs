@@ -123,6 +123,11 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     let dialers = Dialers {
         http: Arc::new(HttpChannel::with_reuse(connection_reuse()?)),
         upstreams,
+        exposed_all: config
+            .upstreams
+            .iter()
+            .filter_map(|(n, u)| Some((n.clone(), u.expose_all.clone()?)))
+            .collect(),
     };
     let registry = Registry::new(&config.tools, &resolved, &dialers)?;
     let store = resolve_store_path(&config.gateway.store, &dir);

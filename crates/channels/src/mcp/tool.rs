@@ -189,7 +189,19 @@ impl Channel for McpTool {
         _arguments: &Map<String, Value>,
         _secret: &dyn Fn(&str) -> bool,
     ) -> Result<Value, String> {
-        Ok(json!({"target": {"upstream": self.upstream.name(), "tool": self.tool}}))
+        // The upstream's own annotations as it lists them now: recorded so that an
+        // investigation sees what the upstream claimed (untrusted: the class decides).
+        let state = self.upstream.state();
+        let annotations = state
+            .tools
+            .iter()
+            .find(|t| t.name == self.tool)
+            .and_then(|t| t.annotations.clone());
+        let mut target = json!({"target": {"upstream": self.upstream.name(), "tool": self.tool}});
+        if let Some(a) = annotations {
+            target["upstream_annotations"] = a;
+        }
+        Ok(target)
     }
 
     fn send<'a>(&'a self, action: Action<'a>) -> Pending<'a, Outcome> {

@@ -14,7 +14,9 @@ use serde_json::Value;
 
 pub use secret::SecretRef;
 pub use tls::{CertificateFingerprint, ListenerTls};
-pub use upstream::{Upstream, UpstreamTransport, DEFAULT_UPSTREAM_TIMEOUT};
+pub use upstream::{
+    ExposeAll, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW, DEFAULT_UPSTREAM_TIMEOUT,
+};
 
 use crate::class::{ActionClass, RecoveryMethod};
 use crate::contract::{
@@ -116,8 +118,22 @@ pub struct Actor {
     /// both on the same request.
     pub client_cert_fingerprint: Option<CertificateFingerprint>,
     pub session_approval: SessionApproval,
-    /// Tools the actor may call; `None` means all.
+    /// Tools the actor may call; `None` means all. `"PREFIX*"` names every tool of the
+    /// `expose = "all"` upstream with that prefix.
     pub tools: Option<BTreeSet<String>>,
+}
+
+impl Actor {
+    /// Whether the actor's `tools` list lets it call `tool`.
+    pub fn may_call(&self, tool: &str) -> bool {
+        self.tools.as_ref().is_none_or(|allowed| {
+            allowed.contains(tool)
+                || allowed.iter().any(|t| {
+                    t.strip_suffix('*')
+                        .is_some_and(|stem| tool.starts_with(stem))
+                })
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,10 +314,11 @@ impl Config {
 
         let mut upstreams = BTreeMap::new();
         for (name, u) in raw.upstream {
-            let upstream =
-                upstream::parse_upstream(&name, u, &credentials).map_err(|m| at(0, m))?;
+            let upstream = upstream::parse_upstream(&name, u, &credentials, gateway.retention)
+                .map_err(|m| at(0, m))?;
             upstreams.insert(name, upstream);
         }
+        check_prefixes(&upstreams).map_err(|m| at(0, m))?;
 
         let mut tools: Vec<ToolContract> = Vec::new();
         for t in raw.tool {
@@ -341,13 +358,22 @@ impl Config {
             let allowed = match a.tools {
                 None => None,
                 Some(list) => {
-                    if let Some(unknown) = list
-                        .iter()
-                        .find(|t| !tools.iter().any(|c| &c.name == *t) && *t != "execution_status")
-                    {
+                    let exposed_all = |t: &str| {
+                        t.strip_suffix('*').is_some_and(|stem| {
+                            upstreams
+                                .values()
+                                .filter_map(|u| u.expose_all.as_ref())
+                                .any(|e| e.prefix == stem)
+                        })
+                    };
+                    if let Some(unknown) = list.iter().find(|t| {
+                        !tools.iter().any(|c| &c.name == *t)
+                            && *t != "execution_status"
+                            && !exposed_all(t)
+                    }) {
                         return Err(at(
                             offset,
-                            format!("actor {name:?}: tool {unknown:?} is not declared"),
+                            format!("actor {name:?}: tool {unknown:?} is not declared (an upstream's expose = \"all\" tools are named \"PREFIX*\")"),
                         ));
                     }
                     Some(list.into_iter().collect())
@@ -504,7 +530,7 @@ fn build_credential(name: &str, c: raw::RawCredential) -> Result<Credential, Str
     })
 }
 
-fn parse_approval(value: Option<&str>) -> Result<Approval, String> {
+pub(super) fn parse_approval(value: Option<&str>) -> Result<Approval, String> {
     match value {
         None | Some("session") => Ok(Approval::Session),
         Some("every_call") => Ok(Approval::EveryCall),
@@ -701,6 +727,23 @@ fn build_tool(
         long_running: t.long_running,
     };
     draft.validate().map_err(|e| e.to_string())
+}
+
+/// Two `expose = "all"` upstreams whose prefixes overlap could serve two tools under one name:
+/// refused at start-up rather than resolved by order.
+fn check_prefixes(upstreams: &BTreeMap<String, Upstream>) -> Result<(), String> {
+    let all: Vec<(&String, &str)> = upstreams
+        .iter()
+        .filter_map(|(n, u)| Some((n, u.expose_all.as_ref()?.prefix.as_str())))
+        .collect();
+    for (i, (a, pa)) in all.iter().enumerate() {
+        for (b, pb) in &all[i + 1..] {
+            if pa.starts_with(pb) || pb.starts_with(pa) {
+                return Err(format!("upstream.{a}.prefix {pa:?} and upstream.{b}.prefix {pb:?} overlap: two of their tools could get one name; give each a prefix that does not begin the other"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 1-based line and column of a byte offset.

@@ -93,6 +93,11 @@ pub(super) struct RawUpstream {
     pub credential: Option<String>,
     pub ca_file: Option<String>,
     pub timeout: Option<String>,
+    pub expose: Option<String>,
+    pub prefix: Option<String>,
+    pub default_class: Option<String>,
+    pub match_window: Option<String>,
+    pub approval: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -8,16 +8,58 @@ use serde_json::Value;
 
 use super::raw::{RawMcp, RawUpstream};
 use super::{Credential, CredentialKind};
-use crate::contract::{McpSpec, StatusTool, ToolErrorVerdict};
+use crate::class::ActionClass;
+use crate::contract::{
+    ChannelSpec, McpSpec, StatusTool, ToolContract, ToolContractDraft, ToolErrorVerdict,
+};
 use crate::duration::parse_duration;
 
 /// An upstream MCP server.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Upstream {
     pub transport: UpstreamTransport,
     /// How long a call waits for an answer unless its tool says otherwise.
     pub timeout: Duration,
+    /// `expose = "all"`: every tool it lists is served under one default contract.
+    pub expose_all: Option<ExposeAll>,
 }
+
+/// `expose = "all"`: each tool the upstream lists is served as `<prefix><its name>` under a
+/// copy of `template` (class `default_class`, default `irreversible`; window `match_window`,
+/// default 10m). A tool that a `[[tool]]` re-exports explicitly is served only under that
+/// contract; a name that a `[[tool]]` or `execution_status` already has is not served.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExposeAll {
+    pub prefix: String,
+    template: ToolContract,
+}
+
+impl ExposeAll {
+    /// The contract of the upstream's tool `tool`, served as `name`.
+    pub fn contract(&self, name: &str, tool: &str) -> ToolContract {
+        let mut c = self.template.clone();
+        c.name = name.to_string();
+        if let ChannelSpec::Mcp(m) = &mut c.channel {
+            m.tool = tool.to_string();
+        }
+        c
+    }
+
+    /// The default contract itself (named `<prefix>tool`).
+    pub fn template(&self) -> &ToolContract {
+        &self.template
+    }
+
+    /// The name an upstream tool is served under, if it can have one (a tool name is 1-64
+    /// letters, digits, '_', '-' or '.').
+    pub fn served_name(&self, tool: &str) -> Option<String> {
+        let name = format!("{}{tool}", self.prefix);
+        crate::contract::valid_tool_name(&name).then_some(name)
+    }
+}
+
+/// The match window of an `expose = "all"` tool unless the upstream says otherwise.
+pub const DEFAULT_EXPOSE_WINDOW: Duration = Duration::from_secs(600);
 
 /// How the gateway reaches an upstream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,8 +95,9 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(super) fn parse_upstream(
     name: &str,
-    u: RawUpstream,
+    mut u: RawUpstream,
     credentials: &BTreeMap<String, Credential>,
+    retention: Duration,
 ) -> Result<Upstream, String> {
     let field = |f: &str, m: String| format!("upstream.{name}.{f}: {m}");
     if !valid_name(name) {
@@ -69,6 +112,7 @@ pub(super) fn parse_upstream(
             d => d,
         },
     };
+    let expose_all = expose_all(name, &mut u, timeout, retention)?;
     let transport = match (u.command, u.url) {
         (Some(command), None) => {
             if command.is_empty() || command[0].is_empty() {
@@ -118,7 +162,85 @@ pub(super) fn parse_upstream(
             ))
         }
     };
-    Ok(Upstream { transport, timeout })
+    Ok(Upstream {
+        transport,
+        timeout,
+        expose_all,
+    })
+}
+
+/// The `expose`, `prefix`, `default_class`, `match_window` and `approval` keys of an upstream.
+fn expose_all(
+    name: &str,
+    u: &mut RawUpstream,
+    timeout: Duration,
+    retention: Duration,
+) -> Result<Option<ExposeAll>, String> {
+    let field = |f: &str, m: String| format!("upstream.{name}.{f}: {m}");
+    match u.expose.as_deref() {
+        Some("all") => {}
+        Some(other) => return Err(field("expose", format!("{other:?} is not \"all\" (leave it out to serve only the tools a [[tool]] re-exports)"))),
+        None => {
+            for (set, key) in [
+                (u.prefix.is_some(), "prefix"),
+                (u.default_class.is_some(), "default_class"),
+                (u.match_window.is_some(), "match_window"),
+                (u.approval.is_some(), "approval"),
+            ] {
+                if set {
+                    return Err(field(key, "applies only with expose = \"all\"".into()));
+                }
+            }
+            return Ok(None);
+        }
+    }
+    let prefix = u.prefix.take().unwrap_or_else(|| format!("{name}_"));
+    if !prefix.is_empty() && !crate::contract::valid_tool_name(&prefix) {
+        return Err(field(
+            "prefix",
+            format!("{prefix:?} may hold only letters, digits, '_', '-' or '.'"),
+        ));
+    }
+    let class = match u.default_class.take() {
+        None => ActionClass::Irreversible,
+        Some(s) => ActionClass::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| field("default_class", format!("{s:?} is not one of read_only, idempotent_write, conditional_write, irreversible, remote_command")))?,
+    };
+    let match_window = match u.match_window.take() {
+        Some(w) => parse_duration(&w).map_err(|e| field("match_window", e.to_string()))?,
+        None if class.is_read_only() => Duration::ZERO,
+        None => DEFAULT_EXPOSE_WINDOW,
+    };
+    let approval =
+        super::parse_approval(u.approval.take().as_deref()).map_err(|m| field("approval", m))?;
+    let draft = ToolContractDraft {
+        name: format!("{prefix}tool"),
+        class: Some(class),
+        channel: Some(ChannelSpec::Mcp(McpSpec {
+            server: name.to_string(),
+            // Named per tool by `contract`; validated here under a stand-in.
+            tool: "tool".into(),
+            timeout,
+            on_tool_error: ToolErrorVerdict::Unknown,
+            schema_from_upstream: true,
+        })),
+        match_window: Some(match_window),
+        retention: (!class.is_read_only()).then_some(retention.max(match_window)),
+        approval,
+        ..ToolContractDraft::default()
+    };
+    let template = draft.validate().map_err(|e| {
+        field(
+            "default_class",
+            format!(
+                "{class} cannot be served without a contract of its own: {}",
+                e.reason
+            ),
+        )
+    })?;
+    Ok(Some(ExposeAll { prefix, template }))
 }
 
 pub(super) fn mcp_spec(

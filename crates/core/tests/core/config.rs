@@ -137,6 +137,53 @@ fn upstream_mcp_tools_default_to_irreversible() {
 }
 
 #[test]
+fn an_upstream_exposed_whole_gets_one_default_contract() {
+    let text = format!("{GATEWAY}[upstream.files]\ncommand = [\"files-mcp\"]\nexpose = \"all\"\n[[actor]]\nname = \"a\"\ntools = [\"files_*\"]\n");
+    let c = Config::parse(&text, "x.toml").unwrap();
+    let all = c.upstreams["files"].expose_all.as_ref().unwrap();
+    assert_eq!(all.prefix, "files_");
+    let delete = all.contract("files_delete", "delete");
+    assert_eq!(delete.class, ActionClass::Irreversible);
+    assert_eq!(delete.recovery.method, RecoveryMethod::Review);
+    assert_eq!(delete.match_window, Duration::from_secs(600));
+    assert_eq!(delete.channel.target(), "files/delete");
+    assert!(c.actor("a").unwrap().may_call("files_delete"));
+    assert!(!c.actor("a").unwrap().may_call("other"));
+    assert_eq!(all.served_name("bad name"), None);
+
+    let read = format!("{GATEWAY}[upstream.docs]\nurl = \"http://127.0.0.1:1/mcp\"\nexpose = \"all\"\nprefix = \"\"\ndefault_class = \"read_only\"\n");
+    let c = Config::parse(&read, "x.toml").unwrap();
+    let all = c.upstreams["docs"].expose_all.as_ref().unwrap();
+    assert_eq!(
+        all.contract("search", "search").match_window,
+        Duration::ZERO
+    );
+
+    for (body, wanted) in [
+        ("expose = \"some\"\n", "upstream.u.expose: \"some\" is not \"all\""),
+        ("prefix = \"u_\"\n", "upstream.u.prefix: applies only with expose = \"all\""),
+        ("expose = \"all\"\ndefault_class = \"conditional_write\"\n", "upstream.u.default_class: conditional_write cannot be served without a contract of its own"),
+        ("expose = \"all\"\ndefault_class = \"sometimes\"\n", "upstream.u.default_class: \"sometimes\" is not one of"),
+        ("expose = \"all\"\nprefix = \"a b\"\n", "upstream.u.prefix: \"a b\" may hold only"),
+        ("expose = \"all\"\napproval = \"maybe\"\n", "upstream.u.approval: \"maybe\" is not"),
+    ] {
+        let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\n{body}");
+        let err = parse_err(&text).to_string();
+        assert!(err.contains(wanted), "{body}: {err}");
+    }
+    let overlap = format!("{GATEWAY}[upstream.a]\ncommand = [\"a\"]\nexpose = \"all\"\nprefix = \"x_\"\n[upstream.b]\ncommand = [\"b\"]\nexpose = \"all\"\nprefix = \"x_y_\"\n");
+    assert!(
+        parse_err(&overlap).to_string().contains("overlap"),
+        "{}",
+        parse_err(&overlap)
+    );
+    let unknown = format!("{GATEWAY}[upstream.a]\ncommand = [\"a\"]\nexpose = \"all\"\n[[actor]]\nname = \"x\"\ntools = [\"b_*\"]\n");
+    assert!(parse_err(&unknown)
+        .to_string()
+        .contains("\"b_*\" is not declared"));
+}
+
+#[test]
 fn duplicate_names_are_refused() {
     let t = "[[tool]]\nname = \"t\"\nclass = \"read_only\"\nhttp = { method = \"GET\", url = \"http://127.0.0.1:9/\" }\n";
     let err = parse_err(&format!("{GATEWAY}{t}{t}"));

@@ -202,7 +202,15 @@ impl Gateway {
     pub fn waits_for_people(&self) -> bool {
         self.registry
             .iter()
-            .any(|e| self.approval_ttl(&e.contract).is_some())
+            .iter()
+            .map(|e| &*e.contract)
+            .chain(
+                self.registry
+                    .upstreams()
+                    .iter()
+                    .filter_map(|x| x.default_contract()),
+            )
+            .any(|c| self.approval_ttl(c).is_some())
             || self
                 .config
                 .actors
@@ -546,11 +554,11 @@ impl Gateway {
         // A locked vault: nothing is dispatched (which would spend the approval on a request
         // that cannot leave); it stays authorized, and the agent's identical call sends it once
         // the vault is unlocked.
-        if self.vault_refuses(entry).is_some() {
+        if self.vault_refuses(&entry).is_some() {
             return Ok(());
         }
         let target = self
-            .target_of(entry, &call.arguments)
+            .target_of(&entry, &call.arguments)
             .map_err(GatewayError::Internal)?;
         let dispatched = self
             .ledger
@@ -569,7 +577,7 @@ impl Gateway {
         let gateway = self.clone();
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
-                let _ = gateway.send(entry, dispatched, &call, Attempt::New).await;
+                let _ = gateway.send(&entry, dispatched, &call, Attempt::New).await;
             }
         });
         Ok(())

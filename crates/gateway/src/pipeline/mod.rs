@@ -182,7 +182,11 @@ impl Gateway {
     pub async fn watch_tool_pins(&self) -> Result<(), GatewayError> {
         let pins = self.registry.pins().clone();
         pins.load(&self.ledger).await?;
-        crate::pins::watch(pins, self.ledger.clone(), self.registry.upstreams());
+        crate::pins::watch(
+            pins,
+            self.ledger.clone(),
+            self.registry.upstreams().to_vec(),
+        );
         Ok(())
     }
 
@@ -194,14 +198,13 @@ impl Gateway {
     pub fn tools_for<'a>(&'a self, actor: &'a str) -> impl Iterator<Item = ListedTool> + 'a {
         self.registry
             .iter()
+            .into_iter()
             .filter(move |e| self.may_call(actor, &e.contract.name))
-            .map(ToolEntry::listed)
+            .map(|e| e.listed())
     }
 
     fn may_call(&self, actor: &str, tool: &str) -> bool {
-        self.config
-            .actor(actor)
-            .is_some_and(|a| a.tools.as_ref().is_none_or(|t| t.contains(tool)))
+        self.config.actor(actor).is_some_and(|a| a.may_call(tool))
     }
 
     /// Performs (or recovers) one call.
@@ -210,7 +213,7 @@ impl Gateway {
             return self.execution_status(&call).await;
         }
         let (entry, accepted) = self.admit(&call).await?;
-        self.finish(entry, accepted, &call).await
+        self.finish(&entry, accepted, &call).await
     }
 
     /// Accepts (or matches) a call durably and finishes it in the background; returns once the
@@ -243,7 +246,7 @@ impl Gateway {
         }
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
-                let _ = gateway.finish(entry, accepted, &call).await;
+                let _ = gateway.finish(&entry, accepted, &call).await;
             }
             if let Ok(mut running) = gateway.running.lock() {
                 running.remove(&id);
@@ -280,7 +283,10 @@ impl Gateway {
     }
 
     /// Validates and accepts (or matches) a call, durably.
-    async fn admit(&self, call: &ToolCall) -> Result<(&ToolEntry, AcceptOutcome), GatewayError> {
+    async fn admit(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(Arc<ToolEntry>, AcceptOutcome), GatewayError> {
         let entry = self
             .registry
             .get(&call.tool)
@@ -313,7 +319,7 @@ impl Gateway {
             Arguments::from_value(arguments_value).map_err(|e| invalid(e.to_string()))?;
         // Where the request will go, checked before anything is recorded: an argument that
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
-        let target = self.target_of(entry, &call.arguments).map_err(invalid)?;
+        let target = self.target_of(&entry, &call.arguments).map_err(invalid)?;
         for (what, key) in [
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
@@ -339,7 +345,7 @@ impl Gateway {
         )
         .map_err(|e| invalid(e.to_string()))?;
         let at = now();
-        let then = self.first_events(entry, call, target, at).await?;
+        let then = self.first_events(&entry, call, target, at).await?;
         let mut request = AcceptRequest::new(record, &self.key, contract, at)
             .map_err(|e| invalid(e.to_string()))?
             .then(then);

@@ -15,6 +15,16 @@ pub struct UpstreamView {
     /// `None` when up; else why not.
     pub down: Option<String>,
     pub tools: Vec<UpstreamToolView>,
+    /// Tools it lists that `expose = "all"` serves under no name, with why (a name a
+    /// `[[tool]]` or a built-in already has, or one MCP clients refuse).
+    pub not_served: Vec<NotServed>,
+}
+
+/// A listed upstream tool that is not served.
+#[derive(Clone, Debug, Serialize)]
+pub struct NotServed {
+    pub tool: String,
+    pub why: String,
 }
 
 /// One re-exported upstream tool.
@@ -38,10 +48,12 @@ impl Gateway {
         let pins = self.registry.pins();
         self.registry
             .upstreams()
-            .into_iter()
-            .map(|(upstream, exposed)| {
+            .iter()
+            .map(|exposure| {
+                let upstream = &exposure.upstream;
                 let state = upstream.state();
-                let tools = exposed
+                let tools = exposure
+                    .exposed(&state.tools)
                     .into_iter()
                     .map(|name| {
                         let listed = state.tools.iter().find(|t| t.name == name);
@@ -69,7 +81,12 @@ impl Gateway {
                     .collect();
                 UpstreamView {
                     name: upstream.name().to_string(),
-                    down: state.up.err(),
+                    not_served: exposure
+                        .not_served(&state.tools)
+                        .into_iter()
+                        .map(|(tool, why)| NotServed { tool, why })
+                        .collect(),
+                    down: state.up.clone().err(),
                     tools,
                 }
             })
@@ -85,18 +102,18 @@ impl Gateway {
         digest: Option<&str>,
         by: &str,
     ) -> Result<String, GatewayError> {
-        let (link, exposed) = self
+        let exposure = self
             .registry
             .upstreams()
-            .into_iter()
-            .find(|(u, _)| u.name() == upstream)
+            .iter()
+            .find(|x| x.upstream.name() == upstream)
             .ok_or_else(|| {
                 GatewayError::Internal(format!("no upstream {upstream:?} re-exports tools here"))
             })?;
-        if !exposed.iter().any(|t| t == tool) {
+        let state = exposure.upstream.state();
+        if !exposure.exposed(&state.tools).iter().any(|t| t == tool) {
             return Err(GatewayError::UnknownTool(format!("{upstream}/{tool}")));
         }
-        let state = link.state();
         let listed = state.tools.iter().find(|t| t.name == tool).ok_or_else(|| {
             GatewayError::Internal(format!(
                 "upstream {upstream} does not list {tool:?} now: there is no version to accept"
