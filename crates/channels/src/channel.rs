@@ -76,6 +76,9 @@ pub struct Action<'a> {
     /// Sent with every dispatch of the execution (an idempotency key, `_meta`), so a
     /// cooperating target can de-duplicate.
     pub execution_id: &'a str,
+    /// The execution's intent fingerprint (hex): an SSH marker records it, so that recovery
+    /// reads only a marker of the same intent.
+    pub intent: &'a str,
     pub arguments: &'a Map<String, Value>,
     /// The tool's credential as resolved for this dispatch (config or vault).
     pub credential: Option<Credential>,
@@ -87,6 +90,22 @@ pub struct Action<'a> {
     pub cancel: CancellationToken,
     /// Where the target's progress reports go, if the caller asked for them.
     pub progress: Option<ProgressSink>,
+}
+
+impl Action<'_> {
+    /// Every form of every secret this action's answer must not carry: the call's secret
+    /// arguments and the credential.
+    pub fn redaction_needles(&self) -> Vec<Vec<u8>> {
+        let mut needles: Vec<Vec<u8>> = self
+            .secrets
+            .iter()
+            .flat_map(|s| crate::http::secret_forms(s.expose()))
+            .collect();
+        if let Some(c) = &self.credential {
+            needles.extend(c.redaction_needles());
+        }
+        crate::http::sorted_needles(needles)
+    }
 }
 
 /// A progress report from the target, passed on to the caller.
@@ -107,6 +126,11 @@ pub enum Question {
     Status,
     /// Does the precondition of a conditional write still hold?
     Precondition,
+    /// What does the host's durable marker of this execution say (ssh)? `Yes`: it finished
+    /// (the answer is its exit code and output); `NotFound`: the command never started; `No`:
+    /// it started and died unfinished, or the marker holds another intent; `NoAnswer`:
+    /// unreachable, or still running after a bounded wait.
+    Marker,
 }
 
 /// What the target said to a [`Question`].

@@ -3,7 +3,8 @@
 //! [`Outcome`], and answers recovery's read-only [`Question`]s. The HTTP channel
 //! ([`http::HttpChannel`], HTTP/1.1 over TCP or TLS; [`http::HttpTool`] per tool) and the MCP
 //! channel ([`mcp::Upstream`], an upstream MCP server over stdio or Streamable HTTP;
-//! [`mcp::McpTool`] per tool) are here; SSH comes later, in its own module.
+//! [`mcp::McpTool`] per tool) and the SSH channel ([`ssh::SshTool`]: remote commands under a
+//! durable marker on the host, over kept connections with pinned host keys) are here.
 //!
 //! Architecture invariant: this crate knows no SQL; MCP wire types appear only in [`mcp`], on
 //! the client side of an upstream link, and never cross the [`Channel`] trait. The HTTP
@@ -47,6 +48,7 @@
 
 pub mod http;
 pub mod mcp;
+pub mod ssh;
 
 mod channel;
 mod error;

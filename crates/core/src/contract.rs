@@ -75,11 +75,40 @@ pub struct SshSpec {
     pub host: String,
     pub port: u16,
     pub user: String,
-    /// Pinned host key (OpenSSH public key line).
+    /// Pinned host key: an OpenSSH public key line (`ssh-ed25519 AAAA…`) or its SHA-256
+    /// fingerprint (`SHA256:…`).
     pub host_key: String,
     pub credential: String,
-    /// Command template; `{name}` is replaced by the shell-quoted argument.
+    /// Command template; `{name}` is replaced by the POSIX-shell-quoted argument.
     pub command: String,
+    /// The directory the command runs in on the host (`None`: the user's home).
+    pub cwd: Option<String>,
+    /// How long a dispatch stays connected waiting for the command to end; after that its
+    /// outcome is unknown and the marker answers the retry.
+    pub timeout: Duration,
+    /// Exit codes that mean "nothing changed": `rejected`. Other non-zero codes are unknown.
+    pub unchanged_exit_codes: Vec<i32>,
+    /// Where the markers live on the host (`None`: `${POSTERN_MARKER_DIR:-$HOME/.postern/exec}`).
+    pub marker_dir: Option<String>,
+}
+
+impl SshSpec {
+    /// The argument names the command template uses, in order of first use.
+    pub fn placeholders(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        let mut rest = self.command.as_str();
+        while let Some(start) = rest.find('{') {
+            let Some(len) = rest[start..].find('}') else {
+                break;
+            };
+            let name = &rest[start + 1..start + len];
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            rest = &rest[start + len + 1..];
+        }
+        names
+    }
 }
 
 /// One tool of an upstream MCP server, re-exported under this contract.
@@ -139,7 +168,7 @@ impl ChannelSpec {
     pub fn target(&self) -> String {
         match self {
             ChannelSpec::Http(h) => h.request.url.clone(),
-            ChannelSpec::Ssh(s) => format!("ssh://{}@{}:{}", s.user, s.host, s.port),
+            ChannelSpec::Ssh(s) => format!("{}@{}:{}", s.user, s.host, s.port),
             ChannelSpec::Mcp(m) => format!("{}/{}", m.server, m.tool),
         }
     }
@@ -283,6 +312,17 @@ impl ToolContractDraft {
         validate_schema(&input_schema).map_err(|r| err("input_schema", r))?;
         validate_arguments(&self.arguments, &input_schema, &|f, r| err(f, r))?;
         validate_channel(&channel, &|f, r| err(f, r))?;
+        if let ChannelSpec::Ssh(s) = &channel {
+            let props = input_schema.get("properties").and_then(Value::as_object);
+            for name in s.placeholders() {
+                if !props.is_some_and(|p| p.contains_key(name)) {
+                    return Err(err(
+                        "ssh.command",
+                        format!("{{{name}}} is not a property of input_schema"),
+                    ));
+                }
+            }
+        }
 
         let (match_window, retention) = if class.is_read_only() {
             if self.match_window.is_some_and(|w| !w.is_zero()) {
@@ -525,11 +565,18 @@ fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), Cont
             if s.host.is_empty() || s.user.is_empty() || s.command.is_empty() {
                 return Err(err("ssh", "host, user and command are required".into()));
             }
-            if s.host_key.split_whitespace().count() < 2 {
+            let fingerprint = s.host_key.strip_prefix("SHA256:");
+            if fingerprint.is_none_or(str::is_empty) && s.host_key.split_whitespace().count() < 2 {
                 return Err(err(
                     "ssh.host_key",
-                    "must be a pinned OpenSSH public key line (\"ssh-ed25519 AAAA…\")".into(),
+                    "must be a pinned OpenSSH public key line (\"ssh-ed25519 AAAA…\") or its fingerprint (\"SHA256:…\", as ssh-keygen -lf prints)".into(),
                 ));
+            }
+            if s.command.matches('{').count() != s.command.matches('}').count() {
+                return Err(err("ssh.command", "has an unbalanced {placeholder}".into()));
+            }
+            if s.timeout.is_zero() {
+                return Err(err("ssh.timeout", "must be greater than zero".into()));
             }
         }
         ChannelSpec::Mcp(m) => {

@@ -10,6 +10,7 @@ use postern_channels::http::{
     ClientIdentity, Credential, HttpSender, HttpTool, TlsProfile, TrustedRoots,
 };
 use postern_channels::mcp::{McpTool, Upstream, UpstreamTool};
+use postern_channels::ssh::{SshLinks, SshTool};
 use postern_channels::Channel;
 use postern_core::config::ExposeAll;
 use postern_core::contract::{ChannelSpec, ToolContract};
@@ -68,6 +69,8 @@ pub struct Dialers {
     pub upstreams: HashMap<String, Arc<Upstream>>,
     /// The upstreams (of `upstreams`) that serve every tool they list.
     pub exposed_all: HashMap<String, ExposeAll>,
+    /// The SSH connections every ssh tool shares (one per host, user and key).
+    pub ssh: Arc<SshLinks>,
 }
 
 impl Dialers {
@@ -77,6 +80,7 @@ impl Dialers {
             http,
             upstreams: HashMap::new(),
             exposed_all: HashMap::new(),
+            ssh: Arc::default(),
         }
     }
 }
@@ -84,8 +88,8 @@ impl Dialers {
 /// A configured credential, read: what it puts on a request.
 #[derive(Clone, Debug, Default)]
 pub struct ResolvedCredential {
-    /// The header (bearer, basic, header kinds); `None` for `mtls` and for a secret in the
-    /// vault.
+    /// What the credential puts on a request: a header (bearer, basic, header kinds) or an
+    /// SSH private key (`ssh_key`); `None` for `mtls` and for a secret in the vault.
     pub header: Option<Credential>,
     /// A secret in the vault, read at each request.
     pub vault: Option<VaultCredential>,
@@ -353,24 +357,23 @@ impl Registry {
                     c.name
                 ))
             })?;
-            let (mut credential, mut vault_credential) = (None, None);
+            let resolved_credential = match c.channel.credential_ref() {
+                Some(name) => Some((
+                    name,
+                    resolved.credentials.get(name).ok_or_else(|| {
+                        GatewayError::Internal(format!(
+                            "tool {}: credential {name} was not resolved",
+                            c.name
+                        ))
+                    })?,
+                )),
+                None => None,
+            };
+            let credential = resolved_credential.and_then(|(_, r)| r.header.clone());
+            let vault_credential = resolved_credential.and_then(|(_, r)| r.vault.clone());
             let mut upstream = None;
             let channel: Arc<dyn Channel> = match &c.channel {
                 ChannelSpec::Http(h) => {
-                    let resolved_credential = match &h.credential {
-                        Some(name) => Some((
-                            name.as_str(),
-                            resolved.credentials.get(name).ok_or_else(|| {
-                                GatewayError::Internal(format!(
-                                    "tool {}: credential {name} was not resolved",
-                                    c.name
-                                ))
-                            })?,
-                        )),
-                        None => None,
-                    };
-                    credential = resolved_credential.and_then(|(_, r)| r.header.clone());
-                    vault_credential = resolved_credential.and_then(|(_, r)| r.vault.clone());
                     let tls = profiles
                         .for_tool(h.ca_file.as_deref(), resolved_credential, resolved)
                         .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
@@ -409,12 +412,12 @@ impl Registry {
                         crate::pipeline::MAX_RESPONSE_BYTES,
                     ))
                 }
-                ChannelSpec::Ssh(_) => {
-                    return Err(GatewayError::Internal(format!(
-                        "tool {:?}: the ssh channel is not built yet",
-                        c.name
-                    )))
-                }
+                ChannelSpec::Ssh(s) => Arc::new(SshTool::new(
+                    s,
+                    &c.arguments.defaults,
+                    dialers.ssh.clone(),
+                    crate::pipeline::MAX_RESPONSE_BYTES,
+                )),
             };
             order.push(c.name.clone());
             tools.insert(

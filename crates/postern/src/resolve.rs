@@ -7,7 +7,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use postern_channels::http::{ClientIdentity, Credential, Secret, TlsProfile, TrustedRoots};
 use postern_channels::mcp::{UpstreamSpec, UpstreamTransport as ChannelTransport};
-use postern_core::config::{ClientCertificate, Config, SecretRef, UpstreamTransport};
+use postern_core::config::{
+    ClientCertificate, Config, CredentialKind, SecretRef, UpstreamTransport,
+};
 use postern_core::contract::ChannelSpec;
 use postern_gateway::vault::VaultCredential;
 use postern_gateway::{Resolved, ResolvedCredential};
@@ -35,7 +37,12 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
                 secrets::resolve(secret, dir).with_context(|| format!("credential {name}"))?,
             )),
         };
-        // Only bearer, basic and header credentials put a header on an HTTP request.
+        if let (CredentialKind::SshKey, Some(key)) = (&c.kind, &secret) {
+            postern_channels::ssh::check_private_key(key)
+                .map_err(|why| anyhow::anyhow!("credential {name}: {why}"))?;
+        }
+        // Bearer, basic and header credentials put a header on an HTTP request; an ssh_key
+        // is the SSH channel's private key.
         let header = secret.and_then(|s| Credential::from_kind(&c.kind, s).ok());
         let client_identity = match &c.client_certificate {
             Some(cert) => {

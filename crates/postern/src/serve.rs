@@ -128,6 +128,7 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
             .iter()
             .filter_map(|(n, u)| Some((n.clone(), u.expose_all.clone()?)))
             .collect(),
+        ssh: Arc::default(),
     };
     let registry = Registry::new(&config.tools, &resolved, &dialers)?;
     let store = resolve_store_path(&config.gateway.store, &dir);

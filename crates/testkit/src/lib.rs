@@ -4,7 +4,10 @@
 //!
 //! The one place certificates for tests (and demos) are made: the channels crate's tests, the
 //! `postern` binary's end-to-end tests, the gateway benchmark and `postern demo`'s https scene,
-//! whose private CA it makes, all use it.
+//! whose private CA it makes, all use it. [`sshd`] starts a real OpenSSH server with a
+//! throw-away config and a proxy that cuts connections, for the SSH channel's tests.
+
+pub mod sshd;
 
 use std::io;
 use std::net::SocketAddr;

@@ -43,6 +43,9 @@ pub enum Credential {
     Basic { username: String, password: Secret },
     /// `<name>: <value>`.
     Header { name: String, value: Secret },
+    /// An OpenSSH private key (an `ssh_key` credential): the SSH channel's, never on an HTTP
+    /// request.
+    PrivateKey(Secret),
 }
 
 impl Credential {
@@ -59,18 +62,17 @@ impl Credential {
                 name: name.clone(),
                 value: secret,
             }),
-            CredentialKind::SshKey => Err(ChannelError::Credential {
-                reason: "an ssh_key credential cannot be used on an HTTP request".to_string(),
-            }),
+            CredentialKind::SshKey => Ok(Credential::PrivateKey(secret)),
             CredentialKind::Mtls => Err(ChannelError::Credential {
                 reason: "an mtls credential puts no header on a request: its client certificate is shown in the TLS handshake (see ClientIdentity)".to_string(),
             }),
         }
     }
 
-    /// The header this credential adds: (name, value). The value holds the secret.
-    pub(crate) fn header(&self) -> (String, Secret) {
-        match self {
+    /// The header this credential adds: (name, value). The value holds the secret. `None`
+    /// for a private key, which no HTTP request carries.
+    pub(crate) fn header(&self) -> Option<(String, Secret)> {
+        Some(match self {
             Credential::Bearer(token) => (
                 "authorization".to_string(),
                 Secret(format!("Bearer {}", token.expose())),
@@ -80,7 +82,8 @@ impl Credential {
                 Secret(format!("Basic {}", basic_token(username, password))),
             ),
             Credential::Header { name, value } => (name.clone(), value.clone()),
-        }
+            Credential::PrivateKey(_) => return None,
+        })
     }
 
     /// Every form of the secret that must never come back out of the channel: the raw secret,
@@ -94,6 +97,12 @@ impl Credential {
                 sorted(needles)
             }
             Credential::Header { value, .. } => secret_forms(value.expose()),
+            Credential::PrivateKey(key) => key
+                .expose()
+                .lines()
+                .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+                .flat_map(secret_forms)
+                .collect(),
         }
     }
 }

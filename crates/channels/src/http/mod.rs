@@ -268,8 +268,7 @@ fn build_request(req: &HttpDispatch) -> Result<(Request<Full<Bytes>>, String), S
     if req.body.is_some() {
         builder = builder.header(CONTENT_TYPE, "application/json");
     }
-    if let Some(credential) = &req.credential {
-        let (name, value) = credential.header();
+    if let Some((name, value)) = req.credential.as_ref().and_then(Credential::header) {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("credential header name {name:?} is not valid"))?;
         let mut value = HeaderValue::from_str(value.expose())

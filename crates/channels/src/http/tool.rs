@@ -131,6 +131,7 @@ impl Channel for HttpTool {
         let request = match question {
             Question::Status => self.status_query.as_ref()?,
             Question::Precondition => self.precondition.as_ref()?,
+            Question::Marker => return None,
         };
         Some(Box::pin(async move {
             let Ok(d) = self.dispatch(request, &action, false) else {

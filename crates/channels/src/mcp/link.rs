@@ -318,8 +318,8 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
                     value.set_sensitive(true);
                     headers.insert(name, value);
                 }
-                Some(Credential::Basic { .. }) => {
-                    return Err("a basic credential is not used for upstreams".into())
+                Some(Credential::Basic { .. } | Credential::PrivateKey(_)) => {
+                    return Err("only a bearer or header credential is used for upstreams".into())
                 }
                 None => {}
             }

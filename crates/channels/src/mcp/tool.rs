@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Upstream, EXECUTION_ID_META};
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
-use crate::http::{redact, secret_forms, sorted_needles};
+use crate::http::redact;
 
 /// One upstream tool under a contract.
 pub struct McpTool {
@@ -117,18 +117,6 @@ impl McpTool {
         Call::Answered(answer)
     }
 
-    fn needles(action: &Action<'_>) -> Vec<Vec<u8>> {
-        let mut needles: Vec<Vec<u8>> = action
-            .secrets
-            .iter()
-            .flat_map(|s| secret_forms(s.expose()))
-            .collect();
-        if let Some(c) = &action.credential {
-            needles.extend(c.redaction_needles());
-        }
-        sorted_needles(needles)
-    }
-
     fn answer(
         &self,
         result: &CallToolResult,
@@ -137,7 +125,7 @@ impl McpTool {
     ) -> Answer {
         let bytes = serde_json::to_vec(result).unwrap_or_default();
         let cap = self.max_response_bytes;
-        let body = redact(&bytes, bytes.len(), usize::MAX, &Self::needles(action));
+        let body = redact(&bytes, bytes.len(), usize::MAX, &action.redaction_needles());
         let size = body.len() as u64;
         let truncated = body.len() > cap;
         let body = if truncated {
@@ -234,7 +222,7 @@ impl Channel for McpTool {
                     // The server refused the request as such: nothing was applied.
                     let body = serde_json::to_vec(&json!({"error": {"code": e.code.0, "message": e.message}}))
                         .unwrap_or_default();
-                    let body = redact(&body, body.len(), self.max_response_bytes, &Self::needles(&action));
+                    let body = redact(&body, body.len(), self.max_response_bytes, &action.redaction_needles());
                     Outcome::Answered(Answer {
                         status: None,
                         verdict: AnswerVerdict::Rejected { retryable: true },
@@ -261,7 +249,7 @@ impl Channel for McpTool {
     fn ask<'a>(&'a self, question: Question, action: Action<'a>) -> Option<Pending<'a, Reading>> {
         let status = match question {
             Question::Status => self.status_tool.as_ref()?,
-            Question::Precondition => return None,
+            Question::Precondition | Question::Marker => return None,
         };
         Some(Box::pin(async move {
             let arguments = fill(&status.arguments, action.arguments, action.execution_id);

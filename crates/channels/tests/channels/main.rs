@@ -6,6 +6,7 @@ mod failures;
 mod redaction;
 mod render;
 mod reuse;
+mod ssh;
 mod support;
 mod tls;
 mod tls_servers;

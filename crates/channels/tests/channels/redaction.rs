@@ -148,8 +148,12 @@ fn credentials_come_from_configured_kinds() {
             value: secret()
         }
     );
-    let err = Credential::from_kind(&CredentialKind::SshKey, secret()).unwrap_err();
-    assert!(err.to_string().contains("ssh_key"));
+    // An ssh_key is the SSH channel's private key: no HTTP request carries it.
+    assert_eq!(
+        Credential::from_kind(&CredentialKind::SshKey, secret()).unwrap(),
+        Credential::PrivateKey(secret())
+    );
+    let err = Credential::from_kind(&CredentialKind::Mtls, secret()).unwrap_err();
     assert!(!err.to_string().contains(TOKEN));
 }
 
@@ -189,7 +193,9 @@ async fn every_encoded_form_of_every_secret_is_redacted() {
         let secrets: Vec<String> = credential
             .as_ref()
             .map(|c| match c {
-                Credential::Bearer(s) | Credential::Header { value: s, .. } => s.expose(),
+                Credential::Bearer(s)
+                | Credential::Header { value: s, .. }
+                | Credential::PrivateKey(s) => s.expose(),
                 Credential::Basic { password, .. } => password.expose(),
             })
             .into_iter()

@@ -567,6 +567,12 @@ fn build_tool(
         (Some(h), None, None) => {
             if let Some(c) = &h.credential {
                 known_credential(c)?;
+                if credentials[c].kind == CredentialKind::SshKey {
+                    return Err(field(
+                        "http.credential",
+                        format!("{c:?} is an ssh_key, which no HTTP request carries"),
+                    ));
+                }
             }
             check_tls_fields(&h, credentials).map_err(|(f, m)| field(f, m))?;
             let method = h.method.to_ascii_uppercase();
@@ -611,6 +617,21 @@ fn build_tool(
                 host_key: s.host_key,
                 credential: s.credential,
                 command: s.command,
+                cwd: s.cwd,
+                timeout: dur(&s.timeout, "ssh.timeout")?.unwrap_or(Duration::from_secs(60)),
+                unchanged_exit_codes: s
+                    .unchanged_exit_codes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| match c {
+                        1..=255 => Ok(c as i32),
+                        _ => Err(field(
+                            "ssh.unchanged_exit_codes",
+                            format!("{c} is not an exit code of 1-255"),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+                marker_dir: s.marker_dir,
             }))
         }
         (None, None, Some(m)) => Some(ChannelSpec::Mcp(

@@ -145,6 +145,10 @@ pub(super) struct RawSsh {
     pub host_key: String,
     pub credential: String,
     pub command: String,
+    pub cwd: Option<String>,
+    pub timeout: Option<String>,
+    pub unchanged_exit_codes: Option<Vec<i64>>,
+    pub marker_dir: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -74,6 +74,7 @@ http = { method = "POST", url = "http://127.0.0.1:9000/wires" }
 name = "restart_service"
 class = "remote_command"
 match_window = "2m"
+input_schema = { type = "object", required = ["service"], properties = { service = { type = "string" } } }
 ssh = { host = "127.0.0.1", port = 2222, user = "deploy", host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample", credential = "deploy-key", command = "systemctl restart {service}" }
 "#;
 

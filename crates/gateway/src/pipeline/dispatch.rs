@@ -30,8 +30,14 @@ impl Gateway {
         attempt: Attempt,
     ) -> Result<CallReport, GatewayError> {
         let id = s.id.to_string();
+        let intent = s.fingerprint.to_string();
         let forward_cancel = CancellationToken::new();
-        let action = match self.action(entry, &call.arguments, &id, forward_cancel.clone()) {
+        let action = match self.action(
+            entry,
+            &call.arguments,
+            (&id, &intent),
+            forward_cancel.clone(),
+        ) {
             Ok(mut action) => {
                 action.progress = call.progress.clone();
                 action
@@ -87,11 +93,12 @@ impl Gateway {
         &self,
         entry: &ToolEntry,
         arguments: &'a Map<String, Value>,
-        id: &'a str,
+        (id, intent): (&'a str, &'a str),
         cancel: CancellationToken,
     ) -> Result<Action<'a>, String> {
         Ok(Action {
             execution_id: id,
+            intent,
             arguments,
             credential: self.credential_for(entry)?,
             // The call's own secrets never come back in what the target answers.

@@ -1,7 +1,6 @@
 //! What a configuration promises that this build cannot keep: refused at start-up.
 
 use postern_core::config::Config;
-use postern_core::contract::ChannelSpec;
 
 /// What the configuration promises that this build does not do. A promise the gateway would
 /// silently ignore (an approval nobody is asked for, a channel never dialled) is a start-up
@@ -29,12 +28,15 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
         if t.approval == Approval::EveryCall && config.operators.is_empty() {
             unkept.push(format!("tool {:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls", t.name));
         }
-        match &t.channel {
-            ChannelSpec::Http(_) | ChannelSpec::Mcp(_) => {}
-            ChannelSpec::Ssh(_) => unkept.push(format!(
-                "tool {:?}: the ssh channel is not built yet",
-                t.name
-            )),
+    }
+    if config.operators.is_empty() {
+        for (name, u) in &config.upstreams {
+            if u.expose_all
+                .as_ref()
+                .is_some_and(|e| e.template().approval == Approval::EveryCall)
+            {
+                unkept.push(format!("upstream {name:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls"));
+            }
         }
     }
     unkept

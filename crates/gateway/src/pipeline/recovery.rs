@@ -166,7 +166,7 @@ impl Gateway {
         let mut known_not_applied = false;
         let mut unsettled = false;
         if status_query_first && recovery.has_status_probe() {
-            match self.read(entry, Question::Status, call, id).await {
+            match self.read(entry, Question::Status, call, &prior).await {
                 Reading::Yes(a) => {
                     // The target knows this execution's key: it was applied.
                     let applied = Outcome::Answered(with_verdict(a, AnswerVerdict::Applied));
@@ -187,7 +187,7 @@ impl Gateway {
         let redispatch = match fallback {
             UnknownFallback::RedispatchSameKey => true,
             UnknownFallback::RedispatchIfPreconditionHolds => {
-                match self.read(entry, Question::Precondition, call, id).await {
+                match self.read(entry, Question::Precondition, call, &prior).await {
                     Reading::Yes(_) => true,
                     // The precondition answered and no longer holds: a human decides.
                     Reading::No | Reading::NotFound => false,
@@ -202,7 +202,36 @@ impl Gateway {
                     && recovery.has_status_probe()
                     && entry.contract.class != postern_core::ActionClass::Irreversible
             }
-            UnknownFallback::QueryMarker => false,
+            UnknownFallback::QueryMarker => {
+                match self.read(entry, Question::Marker, call, &prior).await {
+                    // It finished on the host: its exit code and output are the result. An exit
+                    // code the contract cannot read as applied or unchanged goes to a person.
+                    Reading::Yes(a) if a.verdict != AnswerVerdict::Unknown => {
+                        return match self
+                            .record_outcome(
+                                &prior,
+                                Outcome::Answered(a),
+                                Attempt::Recovered,
+                                Some("marker"),
+                            )
+                            .await
+                        {
+                            Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {
+                                self.attach(id).await
+                            }
+                            other => other,
+                        };
+                    }
+                    Reading::Yes(_) => false,
+                    // No marker: the command provably never started; the same execution is
+                    // sent again (its claim makes a second start impossible).
+                    Reading::NotFound => true,
+                    // Started and died unfinished, or another intent's marker: a person decides.
+                    Reading::No => false,
+                    // Unreachable, or still running after the wait: settled by a later retry.
+                    Reading::NoAnswer => return self.stay_unknown(id).await,
+                }
+            }
         };
         if redispatch && call.is_cancelled() {
             // The caller went away while we looked: its outcome stays unknown, nothing re-sent.
@@ -255,11 +284,11 @@ impl Gateway {
         entry: &ToolEntry,
         question: Question,
         call: &ToolCall,
-        id: ExecutionId,
+        prior: &ExecutionSummary,
     ) -> Reading {
-        let id = id.to_string();
+        let (id, intent) = (prior.id.to_string(), prior.fingerprint.to_string());
         let cancel = tokio_util::sync::CancellationToken::new();
-        let Ok(action) = self.action(entry, &call.arguments, &id, cancel) else {
+        let Ok(action) = self.action(entry, &call.arguments, (&id, &intent), cancel) else {
             return Reading::NoAnswer;
         };
         let reading = match entry.channel.ask(question, action) {

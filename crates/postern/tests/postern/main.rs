@@ -17,6 +17,7 @@ mod limits;
 mod lost_answer;
 mod resume;
 mod serve;
+mod ssh;
 mod starter;
 mod stdio;
 mod storage;

@@ -1,0 +1,227 @@
+//! The durable marker protocol: the POSIX `sh` scripts the gateway sends to the host, and what
+//! their reports mean.
+//!
+//! A dispatch sends [`dispatch_script`] to `sh -s` on the host. With
+//! `M = <marker dir>/<execution id>`:
+//! 1. `mkdir "$M"` is the claim (atomic): if it exists the script runs nothing and reports
+//!    `claimed-before`; if it cannot be made (no space, not writable) it reports `refused`.
+//! 2. The fingerprint is written to `$M/intent` (then synced), the rendered command to
+//!    `$M/command` and the runner to `$M/run`; a failure here removes the claim and reports
+//!    `refused` — nothing ran.
+//! 3. The runner is started detached (`setsid`, stdin from /dev/null, its own session: a dropped
+//!    SSH connection does not stop it). It takes the start gate `mkdir "$M/go"`, writes
+//!    `$M/started` (time, pid) and only then runs the command with `/bin/sh`, its stdout and
+//!    stderr captured to `$M/stdout` and `$M/stderr` (each capped at [`CAPTURE_BYTES`]); at the
+//!    end it writes `$M/finished` (exit code, time) atomically (temp file, then `mv`) and
+//!    removes `$M/command`.
+//! 4. The script reports `claimed`, waits for the runner and reports `finished` with the exit
+//!    code and the output sizes, followed by the output itself (or `lost`).
+//!
+//! Recovery sends [`query_script`]: `none` (no marker: the command provably never started),
+//! `finished` (the result), `running` (the runner's pid is alive), `dead` (started, no
+//! `finished`, pid gone: it may have half-run), `foreign` (the marker holds another intent), or
+//! `starting`. A claim whose runner never took the start gate is abandoned by the query taking
+//! the gate itself, so it can never start later; the marker is then removed and reported
+//! `none`, and the same execution may be dispatched again (its new claim is again exclusive).
+//!
+//! Every report line begins with a nonce chosen per script, so nothing the command (or a
+//! shell's start-up file) prints can be taken for one; the command's output never reaches
+//! the connection before the `finished` line that gives its exact size.
+
+use crate::ssh::command::quote;
+
+/// The cap on each of the command's stdout and stderr as kept on the host.
+pub const CAPTURE_BYTES: u64 = 1 << 20;
+
+/// Where the markers live: the tool's `marker_dir`, or the host's
+/// `${POSTERN_MARKER_DIR:-$HOME/.postern/exec}`.
+fn marker_dir(configured: Option<&str>) -> String {
+    match configured {
+        Some(dir) => format!("D={}", quote(dir)),
+        None => "D=\"${POSTERN_MARKER_DIR:-$HOME/.postern/exec}\"".to_string(),
+    }
+}
+
+/// The runner, kept in `$M/run` and started detached as `sh "$M/run" M CWD CAP`.
+const RUNNER: &str = r#"M=$1; C=$2; CAP=$3
+if [ -n "$C" ]; then cd "$C" || exit 0; fi
+mkdir "$M/go" 2>/dev/null || exit 0
+printf '%s %s\n' "$(date +%s)" "$$" > "$M/started.tmp" && mv "$M/started.tmp" "$M/started" || exit 0
+cap() { head -c "$CAP" > "$1"; cat > /dev/null; }
+{ { sh "$M/command" 3>&- </dev/null; echo $? > "$M/rc"; } 2>&1 1>&3 3>&- | cap "$M/stderr"; } 3>&1 | cap "$M/stdout"
+rc=$(cat "$M/rc" 2>/dev/null || echo 255)
+printf '%s %s\n' "$rc" "$(date +%s)" > "$M/finished.tmp"
+sync "$M/finished.tmp" 2>/dev/null
+mv "$M/finished.tmp" "$M/finished"
+rm -f "$M/command" "$M/rc"
+"#;
+
+/// Prints the `finished` report of a marker and the captured output.
+const REPORT: &str = r#"report() {
+  read rc t < "$M/finished"
+  echo "$N finished $rc $(wc -c < "$M/stdout") $(wc -c < "$M/stderr")"
+  cat "$M/stdout" "$M/stderr"
+}
+"#;
+
+/// What every script starts with: the nonce, the execution, its intent and the marker path.
+fn preamble(nonce: &str, execution_id: &str, fingerprint: &str, dir: Option<&str>) -> String {
+    format!(
+        "set -u\numask 077\nN={}\nE={}\nF={}\n{}\nM=\"$D/$E\"\n{REPORT}",
+        quote(nonce),
+        quote(execution_id),
+        quote(fingerprint),
+        marker_dir(dir)
+    )
+}
+
+/// The script of one dispatch: claim, record the intent, start the command detached, wait and
+/// report.
+pub fn dispatch_script(
+    nonce: &str,
+    execution_id: &str,
+    fingerprint: &str,
+    command: &str,
+    cwd: Option<&str>,
+    dir: Option<&str>,
+) -> String {
+    let mut s = preamble(nonce, execution_id, fingerprint, dir);
+    s.push_str(&format!("C={}\n", quote(cwd.unwrap_or(""))));
+    s.push_str(&format!(
+        r#"if [ -n "$C" ] && ! [ -d "$C" ]; then echo "$N refused the working directory $C does not exist"; exit 0; fi
+mkdir -p "$D" 2>/dev/null
+if ! mkdir "$M" 2>/dev/null; then
+  if [ -d "$M" ]; then echo "$N claimed-before"; else echo "$N refused the marker $M cannot be created (is $D writable, is the disk full?)"; fi
+  exit 0
+fi
+if ! {{ printf '%s\n' "$F" > "$M/intent.tmp" && mv "$M/intent.tmp" "$M/intent" && printf '%s\n' {command} > "$M/command" && printf '%s' {runner} > "$M/run"; }} 2>/dev/null; then
+  rm -rf "$M"; echo "$N refused the marker $M cannot be written (is the disk full?)"; exit 0
+fi
+sync "$M/intent" "$M" 2>/dev/null
+if command -v setsid >/dev/null 2>&1; then
+  setsid sh "$M/run" "$M" "$C" {cap} </dev/null >/dev/null 2>&1 &
+else
+  nohup sh "$M/run" "$M" "$C" {cap} </dev/null >/dev/null 2>&1 &
+fi
+P=$!
+echo "$N claimed $P"
+wait "$P"
+if [ -e "$M/finished" ]; then report; else echo "$N lost"; fi
+"#,
+        command = quote(command),
+        runner = quote(RUNNER),
+        cap = CAPTURE_BYTES,
+    ));
+    whole(s)
+}
+
+/// The script as one function, called on its last line: `sh -s` reads and runs a script as
+/// it arrives, so a connection lost mid-script would otherwise run a part of it; a function
+/// is run only once it has arrived whole.
+fn whole(body: String) -> String {
+    format!("postern_main() {{\n{body}}}\npostern_main\n")
+}
+
+/// The read-only question of recovery: what became of this execution on the host. (It writes
+/// only to abandon a claim whose command never started, so that it never will.)
+pub fn query_script(
+    nonce: &str,
+    execution_id: &str,
+    fingerprint: &str,
+    dir: Option<&str>,
+) -> String {
+    let mut s = preamble(nonce, execution_id, fingerprint, dir);
+    s.push_str(
+        r#"if [ ! -d "$M" ]; then echo "$N none"; exit 0; fi
+I=
+if [ -r "$M/intent" ]; then read I < "$M/intent"; fi
+if [ -n "$I" ] && [ "$I" != "$F" ]; then echo "$N foreign"; exit 0; fi
+if [ -e "$M/finished" ]; then report; exit 0; fi
+if [ -e "$M/started" ]; then
+  read t p < "$M/started"
+  if kill -0 "$p" 2>/dev/null && { [ ! -r "/proc/$p/cmdline" ] || tr '\0' ' ' < "/proc/$p/cmdline" | grep -q -- "$E"; }; then
+    echo "$N running $p"; exit 0
+  fi
+  if [ -e "$M/finished" ]; then report; else echo "$N dead $p"; fi
+  exit 0
+fi
+if mkdir "$M/go" 2>/dev/null; then rm -rf "$M"; echo "$N none abandoned"; else echo "$N starting"; fi
+"#,
+    );
+    whole(s)
+}
+
+/// A report of either script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// Nothing ran: why (no working directory, the marker could not be made or written).
+    Refused(String),
+    /// An earlier dispatch of this execution holds the claim.
+    ClaimedBefore,
+    /// Claimed and started; the connection ended before it finished (no later line).
+    Claimed,
+    /// The command ended.
+    Finished {
+        exit_code: i32,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// The runner ended without `finished`.
+    Lost,
+    /// No marker (or an abandoned claim, now removed): the command never started.
+    None,
+    /// The marker belongs to another intent.
+    Foreign,
+    Running,
+    /// Started, the pid gone, never finished: it may have half-run.
+    Dead,
+    Starting,
+}
+
+/// Reads the last report in `out` (a script's stdout); `None` when it holds none (the
+/// connection ended before the script said anything).
+pub fn parse(out: &[u8], nonce: &str) -> Option<Report> {
+    let prefix = format!("{nonce} ");
+    let mut report = None;
+    let mut at = 0;
+    while at < out.len() {
+        let end = out[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(out.len(), |i| at + i);
+        let line = String::from_utf8_lossy(&out[at..end]);
+        at = end + 1;
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        report = Some(match words.next().unwrap_or("") {
+            "refused" => Report::Refused(rest["refused".len()..].trim().to_string()),
+            "claimed-before" => Report::ClaimedBefore,
+            "claimed" => Report::Claimed,
+            "lost" => Report::Lost,
+            "none" => Report::None,
+            "foreign" => Report::Foreign,
+            "running" => Report::Running,
+            "dead" => Report::Dead,
+            "starting" => Report::Starting,
+            "finished" => {
+                let mut n = || words.next().and_then(|w| w.parse::<i64>().ok());
+                let (Some(code), Some(so), Some(se)) = (n(), n(), n()) else {
+                    return None;
+                };
+                let (so, se) = (so.max(0) as usize, se.max(0) as usize);
+                // The output follows the line, exactly as long as it says; shorter means the
+                // connection ended inside it: no report.
+                let body = out.get(at..at + so + se)?;
+                return Some(Report::Finished {
+                    exit_code: code as i32,
+                    stdout: body[..so].to_vec(),
+                    stderr: body[so..].to_vec(),
+                });
+            }
+            _ => continue,
+        });
+    }
+    report
+}

@@ -1,0 +1,184 @@
+//! The SSH channel's pieces that need no sshd: quoting against a real `/bin/sh`, the command
+//! template, and the marker protocol's scripts run by `sh -s` on this machine as a host would.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use postern_channels::ssh::command::{quote, render};
+use postern_channels::ssh::marker::{dispatch_script, parse, query_script, Report};
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+
+fn sh(script: &str) -> Vec<u8> {
+    let mut child = Command::new("sh")
+        .arg("-s")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap().stdout
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Whatever the word, the shell sees exactly it, as one word.
+    #[test]
+    fn a_quoted_word_is_one_word_of_data(word in "[^\u{0}]{0,40}") {
+        let out = sh(&format!("printf '%s|' {}\n", quote(&word)));
+        prop_assert_eq!(String::from_utf8_lossy(&out), format!("{word}|"));
+    }
+}
+
+#[test]
+fn the_template_refuses_what_no_word_can_carry() {
+    let args = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let id = |_: &str, v: String| v;
+    let none = Map::new();
+    assert_eq!(
+        render(
+            "echo {a} {n}",
+            &args(json!({"a": "x y", "n": 3})),
+            &none,
+            &id
+        )
+        .unwrap(),
+        "echo 'x y' '3'"
+    );
+    let defaults = args(json!({"n": 5}));
+    assert_eq!(
+        render("echo {n}", &none, &defaults, &id).unwrap(),
+        "echo '5'"
+    );
+    for (arguments, why) in [
+        (json!({"a": "x\u{0}y"}), "NUL"),
+        (json!({"a": {"b": 1}}), "string, number or boolean"),
+        (json!({}), "missing"),
+    ] {
+        let err = render("echo {a}", &args(arguments), &none, &id).unwrap_err();
+        assert!(err.contains(why), "{err}");
+    }
+    let masked = render(
+        "login {t}",
+        &args(json!({"t": "secret"})),
+        &none,
+        &|n, v| {
+            if n == "t" {
+                "***".into()
+            } else {
+                v
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(masked, "login '***'");
+}
+
+#[test]
+fn a_report_is_read_only_whole_and_only_with_its_nonce() {
+    let n = "POSTERN-1";
+    let out = b"motd junk\nPOSTERN-2 none\nPOSTERN-1 claimed 42\nPOSTERN-1 finished 3 4 2\nabcdef";
+    assert_eq!(
+        parse(out, n),
+        Some(Report::Finished {
+            exit_code: 3,
+            stdout: b"abcd".to_vec(),
+            stderr: b"ef".to_vec()
+        })
+    );
+    // Cut inside the output: no report (never a shortened result).
+    assert_eq!(parse(&out[..out.len() - 1], n), None);
+    assert_eq!(parse(b"POSTERN-1 claimed 42\n", n), Some(Report::Claimed));
+    assert_eq!(parse(b"POSTERN-2 claimed 42\n", n), None);
+}
+
+/// The scripts, run by `sh -s` here exactly as a host runs them.
+#[test]
+fn the_marker_protocol_claims_once_and_tells_what_happened() {
+    let dir = std::env::temp_dir().join(format!("postern-marker-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let markers = dir.join("m");
+    let d = markers.to_str().unwrap();
+    let out = dir.join("out");
+    let command = format!(
+        "echo ran >> {}; echo hello; echo oops >&2; exit 4",
+        out.display()
+    );
+    let dispatch = |nonce: &str, id: &str| {
+        parse(
+            &sh(&dispatch_script(nonce, id, "fp1", &command, None, Some(d))),
+            nonce,
+        )
+    };
+    let query = |id: &str, intent: &str| parse(&sh(&query_script("Q", id, intent, Some(d))), "Q");
+    assert_eq!(
+        dispatch("N1", "exe_a"),
+        Some(Report::Finished {
+            exit_code: 4,
+            stdout: b"hello\n".to_vec(),
+            stderr: b"oops\n".to_vec()
+        })
+    );
+    // The same execution again: its claim holds, nothing runs.
+    assert_eq!(dispatch("N2", "exe_a"), Some(Report::ClaimedBefore));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
+    assert!(matches!(
+        query("exe_a", "fp1"),
+        Some(Report::Finished { exit_code: 4, .. })
+    ));
+    assert_eq!(query("exe_a", "fp2"), Some(Report::Foreign));
+    assert_eq!(query("exe_b", "fp1"), Some(Report::None));
+
+    // Started, never finished, its process gone: it may have half-run.
+    let dead = markers.join("exe_dead");
+    std::fs::create_dir_all(dead.join("go")).unwrap();
+    std::fs::write(dead.join("intent"), "fp1\n").unwrap();
+    std::fs::write(dead.join("started"), "0 999999\n").unwrap();
+    assert_eq!(query("exe_dead", "fp1"), Some(Report::Dead));
+
+    // Claimed, the runner never started: the query takes the start gate and removes the claim.
+    let claimed = markers.join("exe_claimed");
+    std::fs::create_dir_all(&claimed).unwrap();
+    std::fs::write(claimed.join("intent"), "fp1\n").unwrap();
+    assert_eq!(query("exe_claimed", "fp1"), Some(Report::None));
+    assert!(!claimed.exists());
+    // It may then be dispatched, once.
+    assert!(matches!(
+        dispatch("N3", "exe_claimed"),
+        Some(Report::Finished { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\nran\n");
+
+    // A marker directory that cannot be made: refused, nothing ran.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let script = dispatch_script("N4", "exe_c", "fp1", &command, None, blocked.to_str());
+    assert!(matches!(
+        parse(&sh(&script), "N4"),
+        Some(Report::Refused(_))
+    ));
+    let script = dispatch_script(
+        "N5",
+        "exe_d",
+        "fp1",
+        &command,
+        Some("/nonexistent"),
+        Some(d),
+    );
+    assert!(matches!(
+        parse(&sh(&script), "N5"),
+        Some(Report::Refused(_))
+    ));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\nran\n");
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
