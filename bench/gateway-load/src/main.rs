@@ -11,6 +11,8 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
+//! `--ssh` compares a trivial remote command through Postern with a bare russh exec on a
+//! loopback sshd (see `ssh.rs`).
 //! `--upstream [--ctrlrun PATH] [--upstream-work-ms W,…]` compares, on one upstream MCP server, calls made directly,
 //! through Postern and through CTRLRun (see `upstream.rs`).
 //!
@@ -39,6 +41,7 @@ use serde_json::{json, Value};
 
 mod approvals;
 mod soak;
+mod ssh;
 mod tls;
 mod upstream;
 
@@ -392,6 +395,17 @@ fn main() {
             s.split(',').map(|w| w.parse().unwrap()).collect()
         });
         upstream::run(&rt, &postern, ctrlrun, &dir, calls, &work);
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--ssh") {
+        let calls = (
+            arg("--calls").map_or(300, |_| calls1),
+            arg("--calls").map_or(1200, |_| calls32),
+        );
+        ssh::run(&rt, &postern, &dir, calls);
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -32,7 +32,7 @@ impl Drop for Process {
 }
 
 /// One MCP session (protocol 2025-06-18) over a keep-alive connection.
-struct Session {
+pub(crate) struct Session {
     http: reqwest::Client,
     url: String,
     session: String,
@@ -40,7 +40,7 @@ struct Session {
 }
 
 impl Session {
-    async fn open(url: &str) -> Session {
+    pub(crate) async fn open(url: &str) -> Session {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -69,7 +69,7 @@ impl Session {
     }
 
     /// Ends the session (`DELETE`), so a later round's sessions are not over the per-actor cap.
-    async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let _ = self
             .http
             .delete(&self.url)
@@ -98,12 +98,19 @@ impl Session {
     /// One `create_invoice` for `customer` (the upstream working `work_ms` on it); panics
     /// unless the upstream applied it.
     async fn call(&mut self, customer: &str, through_postern: bool, work_ms: u64) {
-        self.next_id += 1;
         let mut arguments = json!({"customer": customer, "amount": 1});
         if work_ms > 0 {
             arguments["delay_ms"] = json!(work_ms);
         }
-        let body = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "create_invoice", "arguments": arguments}});
+        self.call_tool("create_invoice", arguments, through_postern)
+            .await;
+    }
+
+    /// One `tools/call`; panics unless it succeeded (through Postern: as a new completed
+    /// execution).
+    pub(crate) async fn call_tool(&mut self, name: &str, arguments: Value, through_postern: bool) {
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
         let text = self.post(&body).send().await.unwrap().text().await.unwrap();
         let msg = sse_message(&text);
         assert!(

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::net::TcpStream;
+
 use russh::client::{self, Handle, Msg};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
 use tokio::time::Instant;
@@ -74,7 +76,8 @@ impl SshLinks {
             cut: None,
         };
         let sent = async {
-            channel.exec(true, "sh -s").await?;
+            // No reply asked for: one small packet fewer from the server per command.
+            channel.exec(false, "sh -s").await?;
             channel.data_bytes(script.as_bytes().to_vec()).await?;
             channel.eof().await
         };
@@ -147,7 +150,11 @@ async fn connect(ep: &Endpoint<'_>) -> Result<Handle<HostKeyCheck>, String> {
         pinned: ep.host_key.to_string(),
         offered: offered.clone(),
     };
-    let connecting = client::connect(config, (ep.host, ep.port), check);
+    let connecting = async {
+        let tcp = TcpStream::connect((ep.host, ep.port)).await?;
+        tcp.set_nodelay(true)?;
+        client::connect_stream(config, tcp, check).await
+    };
     let mut handle = match tokio::time::timeout(ep.connect_timeout, connecting).await {
         Err(_) => {
             return Err(format!(

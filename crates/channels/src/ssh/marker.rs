@@ -14,8 +14,10 @@
 //!    stderr captured to `$M/stdout` and `$M/stderr` (each capped at [`CAPTURE_BYTES`]); at the
 //!    end it writes `$M/finished` (exit code, time) atomically (temp file, then `mv`) and
 //!    removes `$M/command`.
-//! 4. The script reports `claimed`, waits for the runner and reports `finished` with the exit
-//!    code and the output sizes, followed by the output itself (or `lost`).
+//! 4. The script waits for the runner and reports `finished` with the exit code and the
+//!    output sizes, followed by the output itself (or `lost`). Nothing is reported before
+//!    that (each report line is one more small write, and sshd delays small writes on exec
+//!    sessions): a connection cut after the claim leaves no report, which is unknown.
 //!
 //! Recovery sends [`query_script`]: `none` (no marker: the command provably never started),
 //! `finished` (the result), `running` (the runner's pid is alive), `dead` (started, no
@@ -104,7 +106,6 @@ else
   nohup sh "$M/run" "$M" "$C" {cap} </dev/null >/dev/null 2>&1 &
 fi
 P=$!
-echo "$N claimed $P"
 wait "$P"
 if [ -e "$M/finished" ]; then report; else echo "$N lost"; fi
 "#,

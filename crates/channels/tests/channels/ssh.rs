@@ -15,6 +15,7 @@ fn sh(script: &str) -> Vec<u8> {
         .arg("-s")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     child
@@ -181,4 +182,92 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
     ));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\nran\n");
     let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
+
+/// What recovery does with a marker report (the gateway's rule for `Question::Marker`).
+#[derive(Debug, PartialEq)]
+enum Settled {
+    Result,
+    Review,
+    Unsettled,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// The marker protocol under faults: the dispatch script cut at any byte (a connection lost
+    /// mid-script), the runner killed at any moment, then retries that follow the recovery
+    /// rule (`none` → dispatch the same execution again, `running`/`starting` → look again,
+    /// `finished` → the result, `dead`/`foreign` → review). The command never runs twice; a
+    /// `finished` report means it ran exactly once; "none" is never said of a command that ran.
+    #[test]
+    fn the_marker_never_lets_a_command_run_twice(
+        cut in proptest::option::of(0usize..4000),
+        kill_after_ms in proptest::option::of(0u64..250),
+        rounds in 1usize..4,
+    ) {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("postern-marker-model-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.join("m");
+        let d = d.to_str().unwrap();
+        let out = dir.join("out");
+        let ran = || std::fs::read_to_string(&out).unwrap_or_default().lines().count();
+        let command = format!("sleep 0.05; echo ran >> {}; sleep 0.1", out.display());
+        let script = dispatch_script("N", "exe_m", "fp", &command, None, Some(d));
+        let first: String = match cut {
+            Some(at) if at < script.len() => script.chars().take(at).collect(),
+            _ => script.clone(),
+        };
+        // The first dispatch, perhaps cut, its runner perhaps killed.
+        let mut child = Command::new("sh")
+            .arg("-s")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(first.as_bytes()).unwrap();
+        if let Some(ms) = kill_after_ms {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            if let Ok(started) = std::fs::read_to_string(Path::new(d).join("exe_m/started")) {
+                // The runner only, and only while it is this case's runner (its pid could be
+                // reused once it ended): its command may run on, as after a crash.
+                let pid = started.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+                if let Some(pid) = pid.filter(|p| *p > 1) {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    if String::from_utf8_lossy(&cmdline).contains(d) {
+                        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                    }
+                }
+            }
+        }
+        let _ = child.wait();
+        let mut settled = Settled::Unsettled;
+        for _ in 0..rounds * 20 {
+            let before = ran();
+            let report = parse(&sh(&query_script("Q", "exe_m", "fp", Some(d))), "Q");
+            match report {
+                Some(Report::None) => {
+                    prop_assert_eq!(before, 0, "none was said of a command that ran");
+                    let again = dispatch_script("N2", "exe_m", "fp", &command, None, Some(d));
+                    let _ = parse(&sh(&again), "N2");
+                }
+                Some(Report::Finished { .. }) => { settled = Settled::Result; break; }
+                Some(Report::Dead | Report::Foreign) => { settled = Settled::Review; break; }
+                Some(Report::Running | Report::Starting) | None => {
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                }
+                Some(other) => prop_assert!(false, "a query reported {other:?}"),
+            }
+        }
+        // Let anything still detached finish before counting.
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        prop_assert!(ran() <= 1, "the command ran {} times", ran());
+        if settled == Settled::Result {
+            prop_assert_eq!(ran(), 1);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -134,6 +134,15 @@ async fn a_remote_command_runs_once_under_its_marker() {
     let again = mcp.call("append", json!({"line": "one"}), json!({})).await;
     assert_eq!(execution_id(&again), id);
     assert_eq!(host.lines(), ["one"]);
+    // Another command goes over the same kept connection.
+    let two = mcp.call("append", json!({"line": "two"}), json!({})).await;
+    assert_eq!(execution(&two)["state"], "completed", "{two}");
+    assert_eq!(host.lines(), ["one", "two"]);
+    assert_eq!(
+        *host.proxy.connections.lock().unwrap(),
+        1,
+        "one connection, kept"
+    );
     // The record: channel ssh, target user@host:port, the rendered command.
     let shown = crate::harness::activity(&_dir.0, &["show", &id]);
     assert_eq!(shown["record"]["channel"], "ssh", "{shown}");
