@@ -336,4 +336,26 @@ async fn a_changed_host_key_or_no_way_in_is_failed_with_nothing_run() {
     );
     assert!(!text.contains("OPENSSH PRIVATE KEY"), "{resp}");
     assert_eq!(host.lines(), ["pinned"]);
+    served.stop();
+
+    // A host nobody listens on: failed, naming it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = host.config(&host.sshd.host_key).replace(
+        &format!("port = {}", host.proxy.port),
+        &format!("port = {port}"),
+    );
+    std::fs::write(dir.0.join("postern.toml"), text).unwrap();
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let resp = mcp
+        .call("append", json!({"line": "nowhere"}), json!({}))
+        .await;
+    assert_eq!(execution(&resp)["state"], "failed", "{resp}");
+    assert!(
+        resp.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{resp}"
+    );
+    assert_eq!(host.lines(), ["pinned"]);
 }
