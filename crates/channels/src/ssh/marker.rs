@@ -22,9 +22,11 @@
 //! Recovery sends [`query_script`]: `none` (no marker: the command provably never started),
 //! `finished` (the result), `running` (the runner's pid is alive), `dead` (started, no
 //! `finished`, pid gone: it may have half-run), `foreign` (the marker holds another intent), or
-//! `starting`. A claim whose runner never took the start gate is abandoned by the query taking
-//! the gate itself, so it can never start later; the marker is then removed and reported
-//! `none`, and the same execution may be dispatched again (its new claim is again exclusive).
+//! `starting`, or `abandoned`: a claim whose runner never took the start gate is abandoned by
+//! the query taking the gate itself, so it can never start later. An abandoned marker is never
+//! removed (removing it would reopen the gate to a dispatch still on its way): the command
+//! never ran, and a person settles it. The start gate and `started` are synced before the
+//! command runs, so a host that crashes cannot forget that it started.
 //!
 //! Every report line begins with a nonce chosen per script, so nothing the command (or a
 //! shell's start-up file) prints can be taken for one; the command's output never reaches
@@ -49,9 +51,11 @@ const RUNNER: &str = r#"M=$1; C=$2; CAP=$3
 if [ -n "$C" ]; then cd "$C" || exit 0; fi
 mkdir "$M/go" 2>/dev/null || exit 0
 printf '%s %s\n' "$(date +%s)" "$$" > "$M/started.tmp" && mv "$M/started.tmp" "$M/started" || exit 0
+sync "$M/started" "$M" 2>/dev/null
 cap() { head -c "$CAP" > "$1"; cat > /dev/null; }
 { { sh "$M/command" 3>&- </dev/null; echo $? > "$M/rc"; } 2>&1 1>&3 3>&- | cap "$M/stderr"; } 3>&1 | cap "$M/stdout"
-rc=$(cat "$M/rc" 2>/dev/null || echo 255)
+rc=$(cat "$M/rc" 2>/dev/null) || exit 0
+[ -n "$rc" ] || exit 0
 printf '%s %s\n' "$rc" "$(date +%s)" > "$M/finished.tmp"
 sync "$M/finished.tmp" 2>/dev/null
 mv "$M/finished.tmp" "$M/finished"
@@ -61,7 +65,10 @@ rm -f "$M/command" "$M/rc"
 /// Prints the `finished` report of a marker and the captured output.
 const REPORT: &str = r#"report() {
   read rc t < "$M/finished"
-  echo "$N finished $rc $(wc -c < "$M/stdout") $(wc -c < "$M/stderr")"
+  so=$(wc -c < "$M/stdout" 2>/dev/null) || so=0
+  se=$(wc -c < "$M/stderr" 2>/dev/null) || se=0
+  echo
+  echo "$N finished $rc $so $se"
   cat "$M/stdout" "$M/stderr"
 }
 "#;
@@ -69,7 +76,7 @@ const REPORT: &str = r#"report() {
 /// What every script starts with: the nonce, the execution, its intent and the marker path.
 fn preamble(nonce: &str, execution_id: &str, fingerprint: &str, dir: Option<&str>) -> String {
     format!(
-        "set -u\numask 077\nN={}\nE={}\nF={}\n{}\nM=\"$D/$E\"\n{REPORT}",
+        "set -u\numask 077\nN={}\nE={}\nF={}\n{}\ncase \"$D\" in /*) ;; *) D=\"$PWD/$D\" ;; esac\nM=\"$D/$E\"\n{REPORT}",
         quote(nonce),
         quote(execution_id),
         quote(fingerprint),
@@ -140,13 +147,13 @@ if [ -n "$I" ] && [ "$I" != "$F" ]; then echo "$N foreign"; exit 0; fi
 if [ -e "$M/finished" ]; then report; exit 0; fi
 if [ -e "$M/started" ]; then
   read t p < "$M/started"
-  if kill -0 "$p" 2>/dev/null && { [ ! -r "/proc/$p/cmdline" ] || tr '\0' ' ' < "/proc/$p/cmdline" | grep -q -- "$E"; }; then
+  if kill -0 "$p" 2>/dev/null && { [ ! -r "/proc/$p/cmdline" ] || tr '\0' ' ' < "/proc/$p/cmdline" | grep -qF -- "$E"; }; then
     echo "$N running $p"; exit 0
   fi
   if [ -e "$M/finished" ]; then report; else echo "$N dead $p"; fi
   exit 0
 fi
-if mkdir "$M/go" 2>/dev/null; then rm -rf "$M"; echo "$N none abandoned"; else echo "$N starting"; fi
+if mkdir "$M/go" 2>/dev/null; then echo "$N abandoned"; else echo "$N starting"; fi
 "#,
     );
     whole(s)
@@ -169,8 +176,11 @@ pub enum Report {
     },
     /// The runner ended without `finished`.
     Lost,
-    /// No marker (or an abandoned claim, now removed): the command never started.
+    /// No marker: the command never started.
     None,
+    /// A claim whose runner never took the start gate, now taken by the query: the command
+    /// never ran and never will under this marker.
+    Abandoned,
     /// The marker belongs to another intent.
     Foreign,
     Running,
@@ -202,6 +212,7 @@ pub fn parse(out: &[u8], nonce: &str) -> Option<Report> {
             "claimed" => Report::Claimed,
             "lost" => Report::Lost,
             "none" => Report::None,
+            "abandoned" => Report::Abandoned,
             "foreign" => Report::Foreign,
             "running" => Report::Running,
             "dead" => Report::Dead,
@@ -211,10 +222,13 @@ pub fn parse(out: &[u8], nonce: &str) -> Option<Report> {
                 let (Some(code), Some(so), Some(se)) = (n(), n(), n()) else {
                     return None;
                 };
-                let (so, se) = (so.max(0) as usize, se.max(0) as usize);
+                if !(0..=255).contains(&code) {
+                    return None;
+                }
+                let (so, se) = (usize::try_from(so).ok()?, usize::try_from(se).ok()?);
                 // The output follows the line, exactly as long as it says; shorter means the
                 // connection ended inside it: no report.
-                let body = out.get(at..at + so + se)?;
+                let body = out.get(at..at.checked_add(so)?.checked_add(se)?)?;
                 return Some(Report::Finished {
                     exit_code: code as i32,
                     stdout: body[..so].to_vec(),

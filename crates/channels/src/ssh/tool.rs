@@ -181,7 +181,9 @@ impl SshTool {
                     stderr,
                 }) => return Reading::Yes(self.answer(exit_code, &stdout, &stderr, &action)),
                 Some(Report::None) => return Reading::NotFound,
-                Some(Report::Dead | Report::Foreign) => return Reading::No,
+                // Half-run, another intent's marker, or a claim that never started and now
+                // never will: a person decides.
+                Some(Report::Dead | Report::Foreign | Report::Abandoned) => return Reading::No,
                 Some(Report::Running | Report::Starting) if Instant::now() < waited_until => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));

@@ -147,18 +147,15 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
     std::fs::write(dead.join("started"), "0 999999\n").unwrap();
     assert_eq!(query("exe_dead", "fp1"), Some(Report::Dead));
 
-    // Claimed, the runner never started: the query takes the start gate and removes the claim.
+    // Claimed, the runner never started: the query takes the start gate, so it never will;
+    // the marker stays (removing it would reopen the gate) and a dispatch finds it claimed.
     let claimed = markers.join("exe_claimed");
     std::fs::create_dir_all(&claimed).unwrap();
     std::fs::write(claimed.join("intent"), "fp1\n").unwrap();
-    assert_eq!(query("exe_claimed", "fp1"), Some(Report::None));
-    assert!(!claimed.exists());
-    // It may then be dispatched, once.
-    assert!(matches!(
-        dispatch("N3", "exe_claimed"),
-        Some(Report::Finished { .. })
-    ));
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\nran\n");
+    assert_eq!(query("exe_claimed", "fp1"), Some(Report::Abandoned));
+    assert!(claimed.join("go").exists());
+    assert_eq!(dispatch("N3", "exe_claimed"), Some(Report::ClaimedBefore));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
 
     // A marker directory that cannot be made: refused, nothing ran.
     let blocked = dir.join("file");
@@ -180,7 +177,7 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
         parse(&sh(&script), "N5"),
         Some(Report::Refused(_))
     ));
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\nran\n");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
 
@@ -255,7 +252,7 @@ proptest! {
                     let _ = parse(&sh(&again), "N2");
                 }
                 Some(Report::Finished { .. }) => { settled = Settled::Result; break; }
-                Some(Report::Dead | Report::Foreign) => { settled = Settled::Review; break; }
+                Some(Report::Dead | Report::Foreign | Report::Abandoned) => { settled = Settled::Review; break; }
                 Some(Report::Running | Report::Starting) | None => {
                     std::thread::sleep(std::time::Duration::from_millis(30));
                 }
