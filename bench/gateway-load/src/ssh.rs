@@ -18,7 +18,7 @@ use russh::client::{self, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use serde_json::json;
 
-use crate::upstream::Session;
+use crate::upstream::measure_calls;
 use crate::{Run, Served, WARMUP_PER_WORKER};
 
 /// The bench's own sshd: any key it shows is accepted (the channel's pinning is tested
@@ -88,41 +88,6 @@ async fn measure_bare(handle: Arc<Handle<Trusting>>, concurrency: usize, calls: 
     finish(workers, started).await
 }
 
-async fn measure_postern(url: &str, concurrency: usize, calls: usize, tag: &str) -> Run {
-    let mut clients = Vec::new();
-    for w in 0..concurrency {
-        let mut c = Session::open(url).await;
-        for i in 0..WARMUP_PER_WORKER {
-            c.call_tool("run", json!({"n": format!("{tag}-w{w}-{i}")}), true)
-                .await;
-        }
-        clients.push(c);
-    }
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let workers: Vec<_> = clients
-        .into_iter()
-        .map(|mut c| {
-            let (next, tag) = (next.clone(), tag.to_string());
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= calls {
-                        c.close().await;
-                        return lat;
-                    }
-                    let t = Instant::now();
-                    c.call_tool("run", json!({"n": format!("{tag}-{i}")}), true)
-                        .await;
-                    lat.push(t.elapsed());
-                }
-            })
-        })
-        .collect();
-    finish(workers, started).await
-}
-
 async fn finish(
     workers: Vec<tokio::task::JoinHandle<Vec<std::time::Duration>>>,
     started: Instant,
@@ -178,7 +143,15 @@ ssh = {{ host = "127.0.0.1", port = {port}, user = {user:?}, host_key = {host_ke
     let mut results = std::collections::HashMap::new();
     for (c, n) in [(1, calls.0), (16, calls.1)] {
         let bare = rt.block_on(measure_bare(handle.clone(), c, n));
-        let through = rt.block_on(measure_postern(&served.url, c, n, &format!("c{c}")));
+        let run = |n: &str| ("run", json!({ "n": n }));
+        let through = rt.block_on(measure_calls(
+            &served.url,
+            c,
+            n,
+            &format!("c{c}"),
+            true,
+            run,
+        ));
         for (route, r) in [("bare", bare), ("postern", through)] {
             println!(
                 "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",

@@ -95,17 +95,6 @@ impl Session {
         req
     }
 
-    /// One `create_invoice` for `customer` (the upstream working `work_ms` on it); panics
-    /// unless the upstream applied it.
-    async fn call(&mut self, customer: &str, through_postern: bool, work_ms: u64) {
-        let mut arguments = json!({"customer": customer, "amount": 1});
-        if work_ms > 0 {
-            arguments["delay_ms"] = json!(work_ms);
-        }
-        self.call_tool("create_invoice", arguments, through_postern)
-            .await;
-    }
-
     /// One `tools/call`; panics unless it succeeded (through Postern: as a new completed
     /// execution).
     pub(crate) async fn call_tool(&mut self, name: &str, arguments: Value, through_postern: bool) {
@@ -135,11 +124,33 @@ async fn measure(
     postern: bool,
     work_ms: u64,
 ) -> Run {
+    let call = move |n: &str| {
+        let mut arguments = json!({"customer": n, "amount": 1});
+        if work_ms > 0 {
+            arguments["delay_ms"] = json!(work_ms);
+        }
+        ("create_invoice", arguments)
+    };
+    measure_calls(url, concurrency, calls, tag, postern, call).await
+}
+
+/// `concurrency` MCP sessions call until `calls` are made, each call `call(unique tag)`
+/// (a tool and its arguments), after the warm-up calls; through Postern each must be a new
+/// completed execution.
+pub(crate) async fn measure_calls(
+    url: &str,
+    concurrency: usize,
+    calls: usize,
+    tag: &str,
+    postern: bool,
+    call: impl Fn(&str) -> (&'static str, Value) + Copy + Send + 'static,
+) -> Run {
     let mut clients = Vec::new();
     for w in 0..concurrency {
         let mut c = Session::open(url).await;
         for i in 0..WARMUP_PER_WORKER {
-            c.call(&format!("{tag}-w{w}-{i}"), postern, work_ms).await;
+            let (tool, arguments) = call(&format!("{tag}-w{w}-{i}"));
+            c.call_tool(tool, arguments, postern).await;
         }
         clients.push(c);
     }
@@ -157,8 +168,9 @@ async fn measure(
                         c.close().await;
                         return lat;
                     }
+                    let (tool, arguments) = call(&format!("{tag}-{i}"));
                     let t = Instant::now();
-                    c.call(&format!("{tag}-{i}"), postern, work_ms).await;
+                    c.call_tool(tool, arguments, postern).await;
                     lat.push(t.elapsed());
                 }
             })

@@ -26,4 +26,5 @@ mod tasks;
 mod tls_listener;
 mod tls_targets;
 mod upstream;
+mod upstream_edges;
 mod vault;
