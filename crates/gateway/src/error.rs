@@ -54,3 +54,36 @@ impl From<crate::pipeline::DecisionError> for GatewayError {
         GatewayError::Decision(Box::new(e))
     }
 }
+
+impl GatewayError {
+    /// A short, stable name for the kind of refusal (a metrics label, the calls log): never
+    /// the arguments or anything else the caller sent.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GatewayError::UnknownTool(_) => "unknown_tool",
+            GatewayError::Forbidden { .. } => "forbidden",
+            GatewayError::InvalidArguments { .. } => "invalid_arguments",
+            GatewayError::Conflict { .. } => "key_conflict",
+            GatewayError::Cancelled => "cancelled",
+            GatewayError::NotCancellable { .. } => "not_cancellable",
+            GatewayError::UnknownExecution(_) => "unknown_execution",
+            GatewayError::Ledger(_) => "ledger",
+            GatewayError::NotRecorded(_) => "not_recorded",
+            GatewayError::Unenforced(_) => "unenforced",
+            GatewayError::NoRun { .. } => "no_run",
+            GatewayError::RunRevoked { .. } => "run_revoked",
+            GatewayError::Withheld { .. } => "withheld",
+            GatewayError::Decision(_) => "decision",
+            GatewayError::Internal(_) => "internal",
+        }
+    }
+
+    /// The execution a refusal names, if any (a key conflict names the original).
+    pub fn execution(&self) -> Option<ExecutionId> {
+        match self {
+            GatewayError::Conflict { original, .. } => Some(*original),
+            GatewayError::NotCancellable { execution, .. } => Some(*execution),
+            _ => None,
+        }
+    }
+}

@@ -23,6 +23,7 @@ pub mod demo_target;
 pub mod demo_upstream;
 mod error;
 pub mod front;
+pub mod investigate;
 pub mod pins;
 mod pipeline;
 mod registry;
@@ -32,8 +33,8 @@ pub mod vault;
 
 pub use error::GatewayError;
 pub use pipeline::{
-    now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, RunView, ToolCall,
-    UpstreamToolView, UpstreamView,
+    call_json, now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, RunView,
+    ToolCall, UpstreamToolView, UpstreamView,
 };
 pub use registry::{Dialers, ListedTool, Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

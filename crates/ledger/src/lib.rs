@@ -49,8 +49,8 @@ use tokio::sync::{mpsc, oneshot};
 pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{
-    AcceptOutcome, AcceptRequest, ExecutionSummary, ExecutionView, ListFilter, NewEvent,
-    RecoveryReport, ResultBody, Run, RunDecision, StoredResult, ToolPin,
+    AcceptOutcome, AcceptRequest, CallRecord, ExecutionSummary, ExecutionView, ListFilter,
+    NewEvent, RecoveryReport, ResultBody, Run, RunDecision, RunEnd, StoredResult, ToolPin,
 };
 pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};
@@ -292,7 +292,11 @@ impl Ledger {
     pub fn append_later(&self, id: ExecutionId, event: NewEvent, now: Timestamp) {
         // Nobody reads the reply.
         let (tx, _) = oneshot::channel();
-        let op = Op::Append(id, Box::new(event), now, tx);
+        self.submit_later(Op::Append(id, Box::new(event), now, tx));
+    }
+
+    /// Queues `op` for the writer without waiting for it (or for room in its queue).
+    fn submit_later(&self, op: Op) {
         match &self.writes {
             WritePath::Combining(combiner) => combiner.submit(op),
             WritePath::Channel(writer) => {
@@ -313,9 +317,48 @@ impl Ledger {
         self.call(|tx| Op::StartRun(Box::new(run), tx)).await
     }
 
-    pub async fn end_run(&self, id: &str, at: Timestamp) -> Result<(), LedgerError> {
+    /// Records the end of a run (the first end recorded stays).
+    pub async fn end_run(&self, id: &str, at: Timestamp, how: RunEnd) -> Result<(), LedgerError> {
         let id = id.to_string();
-        self.call(|tx| Op::EndRun(id, at, tx)).await
+        self.call(|tx| Op::EndRun(id, at, how, tx)).await
+    }
+
+    /// Ends, as `idle_expired`, every open run that started before `before` and has had no
+    /// call since (whichever instance served it); returns their ids.
+    pub async fn expire_runs(
+        &self,
+        before: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<String>, LedgerError> {
+        let idle: Vec<String> = sqlx::query(
+            "SELECT id FROM runs WHERE ended_at IS NULL AND started_at < $1 AND NOT EXISTS (SELECT 1 FROM calls WHERE calls.run_id = runs.id AND calls.at >= $1)",
+        )
+        .bind(before.0)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| rows::get_str(row, "id"))
+        .collect::<Result<_, _>>()?;
+        for id in &idle {
+            self.end_run(id, now, RunEnd::IdleExpired).await?;
+        }
+        Ok(idle)
+    }
+
+    /// Records a call as answered. Nothing waits for it: it rides the next commit.
+    pub fn record_call(&self, call: CallRecord) {
+        let (tx, _) = oneshot::channel();
+        self.submit_later(Op::Stream(vec![StreamWrite::Call(Box::new(call))], tx));
+    }
+
+    /// The calls that reached an execution, oldest first.
+    pub async fn calls_of(&self, id: ExecutionId) -> Result<Vec<CallRecord>, LedgerError> {
+        self.store.calls_of(id).await
+    }
+
+    /// A run's calls, oldest first (at most `limit`).
+    pub async fn calls_in(&self, run: &str, limit: u32) -> Result<Vec<CallRecord>, LedgerError> {
+        self.store.calls_in(run, limit).await
     }
 
     /// The recovery scan: every execution left `dispatched` by a stopped instance is recorded
@@ -419,30 +462,12 @@ impl Ledger {
 
     /// One run of the Sessions log.
     pub async fn run(&self, id: &str) -> Result<Option<Run>, LedgerError> {
-        sqlx::query(&format!(
-            "SELECT {} FROM runs WHERE id = $1",
-            rows::RUN_COLUMNS
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?
-        .as_ref()
-        .map(rows::run)
-        .transpose()
+        self.store.run(id).await
     }
 
     /// Runs (the Sessions log), newest first.
     pub async fn runs(&self, limit: u32) -> Result<Vec<Run>, LedgerError> {
-        sqlx::query(&format!(
-            "SELECT {} FROM runs ORDER BY started_at DESC LIMIT {}",
-            rows::RUN_COLUMNS,
-            limit.max(1)
-        ))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::run)
-        .collect()
+        self.store.runs(limit).await
     }
 
     /// Every chain with its head position.
@@ -542,6 +567,13 @@ impl Ledger {
                 .await?
                 .rows_affected();
         }
+        // Refusals (no execution) age out with the transport state; a call that reached an
+        // execution goes with that execution's record.
+        removed += sqlx::query("DELETE FROM calls WHERE execution_id IS NULL AND at < $1")
+            .bind(before.0)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         removed += sqlx::query("DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < $1")
             .bind(before.0)
             .execute(&self.pool)

@@ -202,6 +202,8 @@ pub struct Run {
     pub transport: String,
     pub started_at: Timestamp,
     pub ended_at: Option<Timestamp>,
+    /// How it ended (with `ended_at`).
+    pub end_reason: Option<RunEnd>,
     /// The operator who authorized the run (session authorization), and when.
     pub authorized: Option<(String, Timestamp)>,
     /// The operator who revoked it, and when: its next calls are refused.
@@ -220,10 +222,68 @@ impl Run {
             transport,
             started_at,
             ended_at: None,
+            end_reason: None,
             authorized: None,
             revoked: None,
         }
     }
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The client closed its MCP session (`DELETE`).
+    Closed,
+    /// The transport ended (a stdio client went away).
+    TransportClosed,
+    /// No call for the gateway's `session_idle`.
+    IdleExpired,
+    /// The gateway serving it stopped gracefully. A client that carries on with the same
+    /// session (after a restart, or on another replica) resumes the run, and the end is cleared.
+    GatewayStopped,
+}
+
+impl RunEnd {
+    pub const ALL: [RunEnd; 4] = [
+        RunEnd::Closed,
+        RunEnd::TransportClosed,
+        RunEnd::IdleExpired,
+        RunEnd::GatewayStopped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEnd::Closed => "closed",
+            RunEnd::TransportClosed => "transport_closed",
+            RunEnd::IdleExpired => "idle_expired",
+            RunEnd::GatewayStopped => "gateway_stopped",
+        }
+    }
+
+    /// Whether a later call of the same run resumes it (the run did not choose to end).
+    pub fn resumable(self) -> bool {
+        matches!(self, RunEnd::IdleExpired | RunEnd::GatewayStopped)
+    }
+}
+
+/// One `tools/call` as the gateway answered it: who asked (run, JSON-RPC id), and which
+/// execution it reached, how — or that it was refused before any execution existed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    pub at: Timestamp,
+    pub actor: String,
+    pub tool: String,
+    pub run_id: Option<String>,
+    /// The JSON-RPC request id, as the client sent it (JSON text).
+    pub request_id: Option<String>,
+    pub execution_id: Option<ExecutionId>,
+    /// `new`, `attached`, `recovered`, or `refused` (no execution).
+    pub attempt: String,
+    pub operation_key: Option<String>,
+    /// The state the call reported, or for a refusal its kind (never its arguments).
+    pub outcome: String,
+    /// The gateway instance that answered it.
+    pub instance: String,
 }
 
 /// An operator's decision about a run.
@@ -246,6 +306,9 @@ pub struct ListFilter {
     pub actor: Option<String>,
     pub state: Option<String>,
     pub run_id: Option<String>,
+    pub tool: Option<String>,
+    pub fingerprint: Option<String>,
+    pub operation_key: Option<String>,
     pub limit: u32,
 }
 

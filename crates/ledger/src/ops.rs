@@ -26,7 +26,7 @@ pub(crate) enum Op {
     Abandoned(ExecutionId, String, Timestamp, Reply<bool>),
     Checkpoint(Timestamp, Reply<Option<Checkpoint>>),
     StartRun(Box<Run>, Reply<()>),
-    EndRun(String, Timestamp, Reply<()>),
+    EndRun(String, Timestamp, crate::model::RunEnd, Reply<()>),
     /// Records an operator's decision about a run (if not already recorded): whether it was.
     DecideRun(String, RunDecision, String, Timestamp, Reply<bool>),
     /// Sets a tool's pin (`Some`) and chains a `notice` event with the detail, in one commit.
@@ -63,7 +63,7 @@ impl Op {
             Op::Prune(_, _, tx) => drop(tx.send(Err(err()))),
             Op::StartRun(_, tx)
             | Op::Notice(_, _, _, tx)
-            | Op::EndRun(_, _, tx)
+            | Op::EndRun(_, _, _, tx)
             | Op::Stream(_, tx)
             | Op::Flush(tx)
             | Op::Heartbeat(_, tx) => drop(tx.send(Err(err()))),

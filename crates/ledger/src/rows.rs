@@ -7,7 +7,7 @@ use postern_core::{ActionClass, EventKind, ExecutionId, Fingerprint, Timestamp};
 
 use crate::db::RowAccess;
 use crate::error::LedgerError;
-use crate::model::{ExecutionSummary, Run, StoredResult, ToolPin};
+use crate::model::{CallRecord, ExecutionSummary, Run, RunEnd, StoredResult, ToolPin};
 
 pub(crate) const SUMMARY_COLUMNS: &str = "id, actor, tool, class, fingerprint, intent_scope, operation_key, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable";
 
@@ -140,7 +140,7 @@ pub(crate) fn result(row: &impl RowAccess) -> Result<StoredResult, LedgerError> 
 }
 
 /// The columns [`run`] reads.
-pub(crate) const RUN_COLUMNS: &str = "id, actor, client_name, client_version, protocol_version, transport, started_at, ended_at, authorized_by, authorized_at, revoked_by, revoked_at";
+pub(crate) const RUN_COLUMNS: &str = "id, actor, client_name, client_version, protocol_version, transport, started_at, ended_at, end_reason, authorized_by, authorized_at, revoked_by, revoked_at";
 
 pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
     Ok(Run {
@@ -152,8 +152,36 @@ pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
         transport: get_str(row, "transport")?,
         started_at: Timestamp(get_i64(row, "started_at")?),
         ended_at: get_opt_i64(row, "ended_at")?.map(Timestamp),
+        end_reason: get_opt_str(row, "end_reason")?
+            .map(|r| {
+                RunEnd::ALL
+                    .into_iter()
+                    .find(|e| e.as_str() == r)
+                    .ok_or_else(|| corrupt("end_reason", &r))
+            })
+            .transpose()?,
         authorized: decision(row, "authorized_by", "authorized_at")?,
         revoked: decision(row, "revoked_by", "revoked_at")?,
+    })
+}
+
+pub(crate) const CALL_COLUMNS: &str =
+    "at, actor, tool, run_id, request_id, execution_id, attempt, operation_key, outcome, instance";
+
+pub(crate) fn call(row: &impl RowAccess) -> Result<CallRecord, LedgerError> {
+    Ok(CallRecord {
+        at: Timestamp(get_i64(row, "at")?),
+        actor: get_str(row, "actor")?,
+        tool: get_str(row, "tool")?,
+        run_id: get_opt_str(row, "run_id")?,
+        request_id: get_opt_str(row, "request_id")?,
+        execution_id: get_opt_str(row, "execution_id")?
+            .map(|s| parse_id(&s))
+            .transpose()?,
+        attempt: get_str(row, "attempt")?,
+        operation_key: get_opt_str(row, "operation_key")?,
+        outcome: get_str(row, "outcome")?,
+        instance: get_str(row, "instance")?,
     })
 }
 

@@ -68,6 +68,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0008_upstream_tool_pins.sql"),
         postgres: include_str!("../migrations/postgres/0008_upstream_tool_pins.sql"),
     },
+    Migration {
+        version: 9,
+        name: "calls and run ends",
+        sqlite: include_str!("../migrations/sqlite/0009_calls_and_run_ends.sql"),
+        postgres: include_str!("../migrations/postgres/0009_calls_and_run_ends.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -41,6 +41,8 @@ pub enum StreamWrite {
         at: Timestamp,
     },
     DropSession(String),
+    /// One `tools/call` as answered (the Sessions log's calls, `activity trace`'s evidence).
+    Call(Box<crate::model::CallRecord>),
     /// The actor an MCP session belongs to (the first one recorded stays).
     SessionActor {
         id: String,
@@ -80,6 +82,22 @@ impl StreamWrite {
             StreamWrite::DropSession(id) => (
                 "DELETE FROM mcp_sessions WHERE id = $1",
                 vec![id.as_str().into_sql()],
+            ),
+            StreamWrite::Call(c) => (
+                "INSERT INTO calls (id, at, actor, tool, run_id, request_id, execution_id, attempt, operation_key, outcome, instance) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                vec![
+                    uuid::Uuid::now_v7().to_string().into_sql(),
+                    c.at.0.into_sql(),
+                    c.actor.as_str().into_sql(),
+                    c.tool.as_str().into_sql(),
+                    c.run_id.clone().into_sql(),
+                    c.request_id.clone().into_sql(),
+                    c.execution_id.map(|id| id.to_string()).into_sql(),
+                    c.attempt.as_str().into_sql(),
+                    c.operation_key.clone().into_sql(),
+                    c.outcome.as_str().into_sql(),
+                    c.instance.as_str().into_sql(),
+                ],
             ),
             StreamWrite::SessionActor { id, actor, at } => (
                 "INSERT INTO mcp_session_actors (session_id, actor, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",

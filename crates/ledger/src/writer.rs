@@ -311,7 +311,7 @@ impl<C: WriteConn> Writer<C> {
             }
             Op::Checkpoint(now, tx) => Done::Checkpoint(tx, self.checkpoint(now).await),
             Op::StartRun(run, tx) => {
-                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
+                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET ended_at = NULL, end_reason = NULL WHERE runs.end_reason IN ('idle_expired', 'gateway_stopped') AND runs.actor = excluded.actor", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
                     .map(|_| ());
                 Done::Unit(tx, r)
             }
@@ -340,12 +340,12 @@ impl<C: WriteConn> Writer<C> {
                 .await;
                 Done::Unit(tx, r)
             }
-            Op::EndRun(id, at, tx) => {
+            Op::EndRun(id, at, reason, tx) => {
                 let r = self
                     .conn
                     .exec(
-                        "UPDATE runs SET ended_at = $1 WHERE id = $2 AND ended_at IS NULL",
-                        params![at.0, &id],
+                        "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+                        params![at.0, reason.as_str(), &id],
                     )
                     .await
                     .map(|_| ());

@@ -14,6 +14,30 @@ pub enum ActivityCommand {
     List(ListArgs),
     /// One execution: its lifecycle with timestamps, fingerprint, target status, delivery.
     Show(ShowArgs),
+    /// The five questions of an incident answered from the record, with the evidence: one
+    /// agent process or two; authorized and dispatched; did the target answer; was the answer
+    /// lost after completion; did a later call reuse the execution, the key, or make a new
+    /// attempt. With --fingerprint or --key: every execution of that intent or key, side by
+    /// side, each with why it is separate from the one before.
+    Trace(TraceArgs),
+}
+
+#[derive(Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    store: StoreChoice,
+    /// The execution id (exe_…).
+    #[arg(required_unless_present_any = ["fingerprint", "key"], conflicts_with_all = ["fingerprint", "key"])]
+    pub(crate) id: Option<String>,
+    /// Every execution of this fingerprint (hmac-sha256:… as `activity show` prints it).
+    #[arg(long, conflicts_with = "key")]
+    pub(crate) fingerprint: Option<String>,
+    /// Every execution this operation key reached (with --actor: keys are per actor).
+    #[arg(long, requires = "actor")]
+    pub(crate) key: Option<String>,
+    /// Only this actor's executions.
+    #[arg(long)]
+    pub(crate) actor: Option<String>,
 }
 
 #[derive(Args)]
@@ -37,6 +61,9 @@ pub struct ListArgs {
     /// Only this actor's executions.
     #[arg(long)]
     actor: Option<String>,
+    /// Only this tool's executions.
+    #[arg(long)]
+    tool: Option<String>,
 }
 
 #[derive(Args)]
@@ -87,7 +114,7 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
         match cmd {
             ActivityCommand::List(a) => {
                 let ledger = open(&a.store).await?;
-                let rows = ledger.list(&ListFilter { actor: a.actor.clone(), limit: a.limit, ..Default::default() }).await?;
+                let rows = ledger.list(&ListFilter { actor: a.actor.clone(), tool: a.tool.clone(), limit: a.limit, ..Default::default() }).await?;
                 if a.store.json {
                     println!("{}", serde_json::to_string_pretty(&rows.iter().map(summary_json).collect::<Vec<_>>())?);
                 } else {
@@ -101,6 +128,7 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                     }
                 }
             }
+            ActivityCommand::Trace(a) => return crate::trace::run(a, open(&a.store).await?, a.store.json).await,
             ActivityCommand::Show(a) => {
                 let id: ExecutionId = a.id.parse()?;
                 let ledger = open(&a.store).await?;
@@ -147,7 +175,7 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
 /// Text from the target (or recorded from it) as it may be shown on a terminal: control
 /// characters (escape sequences that could rewrite the screen, fake a prompt or set the title)
 /// are written as `\u{..}` escapes.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_control() {

@@ -15,6 +15,7 @@ mod operator;
 mod resolve;
 mod secrets;
 mod serve;
+mod trace;
 mod upstream;
 mod vault;
 

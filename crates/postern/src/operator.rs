@@ -74,8 +74,15 @@ pub enum ApprovalsCommand {
 
 #[derive(Subcommand)]
 pub enum SessionsCommand {
-    /// The Sessions log: runs, newest first, with their authorization.
+    /// The Sessions log: runs, newest first, with their authorization and how they ended.
     List(GatewayArgs),
+    /// One run: its client, protocol, transport, start and end, authorization, and every call
+    /// it made with the execution each reached and how (new, attached, recovered, refused).
+    Show {
+        run: String,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
     /// Authorizes a run once (for actors with session_approval = "required"): its waiting
     /// calls are sent, its later calls go straight on.
     Authorize {
@@ -286,18 +293,63 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                     if runs.is_empty() {
                         println!("no runs yet");
                     }
+                    println!(
+                        "{:<52} {:<16} {:<24} {:<24} {:<30} AUTHORIZATION",
+                        "RUN", "ACTOR", "CLIENT", "STARTED", "ENDED"
+                    );
                     for r in runs {
                         println!(
-                            "{:<52} {:<16} {:<14} {}{}",
+                            "{:<52} {:<16} {:<24} {:<24} {:<30} {}{}",
                             text(&r["run_id"]),
                             text(&r["actor"]),
-                            text(&r["authorization"]),
+                            client(r),
                             text(&r["started_at"]),
+                            ended(r),
+                            text(&r["authorization"]),
                             r["authorized_by"]
                                 .as_str()
                                 .or(r["revoked_by"].as_str())
                                 .map(|by| format!(" by {by}"))
                                 .unwrap_or_default()
+                        );
+                    }
+                });
+                return Ok(0);
+            }
+            SessionsCommand::Show { run, gateway } => {
+                let ops = Ops::new(gateway)?;
+                let r = ops.get(&format!("/ops/runs/{}", segment(run))).await?;
+                ops.print(&r, |r| {
+                    println!("run          {}", text(&r["run_id"]));
+                    println!("actor        {}", text(&r["actor"]));
+                    println!("client       {}", client(r));
+                    println!(
+                        "protocol     {} over {}",
+                        r["protocol_version"].as_str().unwrap_or("?"),
+                        text(&r["transport"])
+                    );
+                    println!("started      {}", text(&r["started_at"]));
+                    println!("ended        {}", ended(r));
+                    println!(
+                        "authorized   {}{}",
+                        text(&r["authorization"]),
+                        r["authorized_by"]
+                            .as_str()
+                            .or(r["revoked_by"].as_str())
+                            .map(|by| format!(" by {by}"))
+                            .unwrap_or_default()
+                    );
+                    let calls = r["calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    println!("calls        {}", calls.len());
+                    for c in calls {
+                        println!(
+                            "  {}  id {:<8} {:<20} {:<10} {:<32} {}",
+                            text(&c["at"]),
+                            c["request_id"].as_str().unwrap_or("-"),
+                            text(&c["tool"]),
+                            text(&c["attempt"]),
+                            c["execution_id"].as_str().unwrap_or("-"),
+                            text(&c["outcome"])
                         );
                     }
                 });
@@ -314,6 +366,22 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
         });
         Ok(0)
     })
+}
+
+fn client(r: &Value) -> String {
+    match (r["client"].as_str(), r["client_version"].as_str()) {
+        (Some(n), Some(v)) => format!("{n} {v}"),
+        (Some(n), None) => n.to_string(),
+        _ => "-".to_string(),
+    }
+}
+
+fn ended(r: &Value) -> String {
+    match (r["ended_at"].as_str(), r["end_reason"].as_str()) {
+        (Some(t), Some(how)) => format!("{t} ({how})"),
+        (Some(t), None) => t.to_string(),
+        _ => "open".to_string(),
+    }
 }
 
 pub fn review(cmd: &ReviewCommand) -> Result<i32> {

@@ -234,6 +234,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             sign_periodically(&gateway);
         }
         postern_gateway::retention::keep_retention(&gateway);
+        gateway.keep_run_expiry();
         if gateway.waits_for_people() {
             expire_approvals_periodically(&gateway);
         }
@@ -296,6 +297,8 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
         }
+        // The runs this gateway served end with it (a client that carries on resumes its run).
+        gateway.end_open_runs().await;
         assembled.stop_upstreams.cancel();
         // Records the writer holds back (deliveries, stream state) are committed before exit.
         if let Err(e) = gateway.ledger().flush().await {

@@ -84,6 +84,8 @@ pub struct GatewaySettings {
     pub header_read_timeout: Duration,
     /// How long a kept-alive connection may stay open with no request in flight.
     pub idle_timeout: Duration,
+    /// A run (the Sessions log) with no call for this long is recorded ended, `idle_expired`.
+    pub session_idle: Duration,
     /// The listener speaks TLS with this certificate (HTTP/1.1 and HTTP/2 by ALPN); `None`:
     /// plain HTTP.
     pub tls: Option<ListenerTls>,
@@ -245,6 +247,7 @@ impl Config {
                 "gateway.header_read_timeout",
             )?,
             idle_timeout: positive_dur(&g.idle_timeout, "2m", "gateway.idle_timeout")?,
+            session_idle: positive_dur(&g.session_idle, "1h", "gateway.session_idle")?,
             tls: match g.tls {
                 Some(t) if t.cert.is_empty() || t.key.is_empty() => {
                     return Err(at(

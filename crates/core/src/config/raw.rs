@@ -42,6 +42,7 @@ pub(super) struct RawGateway {
     pub max_connections: Option<u32>,
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub session_idle: Option<String>,
     pub tls: Option<RawListenerTls>,
     pub vault: Option<String>,
     pub vault_passphrase: Option<SecretRef>,

@@ -1,8 +1,8 @@
 //! The MCP front: Streamable HTTP at `/mcp` (with bearer authentication, a strict look at the
 //! raw JSON, and delivery tracking) and stdio. The only module that knows MCP wire types.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -419,17 +419,16 @@ async fn forward(
     Response::from_parts(parts, Body::new(tracked))
 }
 
-/// The rmcp server handler.
-/// How many run and session ids the front remembers before it forgets them all (each is a
-/// cache over the ledger, which holds the truth).
+/// How many session ids the front remembers before it forgets them all (a cache over the
+/// ledger, which holds the truth).
 pub(crate) const REMEMBERED: usize = 10_000;
 
+/// The rmcp server handler.
 #[derive(Clone)]
 pub struct PosternMcp {
     gateway: Arc<Gateway>,
     /// Over stdio there is no token: the configured actor.
     stdio_actor: Option<String>,
-    runs: Arc<Mutex<HashSet<String>>>,
 }
 
 impl PosternMcp {
@@ -437,7 +436,6 @@ impl PosternMcp {
         PosternMcp {
             gateway,
             stdio_actor,
-            runs: Arc::default(),
         }
     }
 
@@ -468,37 +466,24 @@ impl PosternMcp {
                 .as_ref()
                 .map(|_| format!("stdio:{}", std::process::id()))
         })?;
-        let first = self
-            .runs
-            .lock()
-            .map(|mut r| {
-                // Only a cache of runs already recorded (a repeat is refused by the ledger and
-                // ignored): bounded, so session churn cannot grow it for ever.
-                if r.len() >= REMEMBERED {
-                    r.clear();
-                }
-                r.insert(id.clone())
-            })
-            .unwrap_or(false);
-        if first {
+        if !self.gateway.is_open_run(&id) {
             let info = ctx.peer.peer_info();
             let run = Run {
-                id: id.clone(),
-                actor: actor.to_string(),
                 client_name: info.as_ref().map(|i| i.client_info.name.clone()),
                 client_version: info.as_ref().map(|i| i.client_info.version.clone()),
                 protocol_version: ctx.protocol_version().map(|v| v.to_string()),
-                transport: if self.stdio_actor.is_some() {
-                    "stdio".into()
-                } else {
-                    "streamable-http".into()
-                },
-                started_at: now(),
-                ended_at: None,
-                authorized: None,
-                revoked: None,
+                ..Run::new(
+                    id.clone(),
+                    actor.to_string(),
+                    if self.stdio_actor.is_some() {
+                        "stdio".into()
+                    } else {
+                        "streamable-http".into()
+                    },
+                    now(),
+                )
             };
-            let _ = self.gateway.ledger().start_run(run).await;
+            self.gateway.open_run(run).await;
         }
         Some(id)
     }
@@ -699,6 +684,7 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
+            request_id: serde_json::to_string(&ctx.id).ok(),
             cancel: Some(cancel),
             progress: progress_sink(&ctx),
         };
@@ -787,13 +773,19 @@ fn tool_result(report: &crate::report::CallReport) -> CallToolResult {
 /// Serves MCP over stdin/stdout for a local agent, as the configured actor.
 pub async fn serve_stdio(gateway: Arc<Gateway>, actor: String) -> Result<(), GatewayError> {
     use rmcp::ServiceExt;
-    let service = PosternMcp::new(gateway, Some(actor))
+    let service = PosternMcp::new(gateway.clone(), Some(actor))
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
-    service
-        .waiting()
+    let ended = service.waiting().await;
+    // The client went away (or the transport broke): its run ends here.
+    let run = format!("stdio:{}", std::process::id());
+    if let Err(e) = gateway
+        .end_run(&run, postern_ledger::RunEnd::TransportClosed)
         .await
-        .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
+    {
+        tracing::warn!(run = %run, error = %e, "the stdio run's end could not be recorded");
+    }
+    ended.map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! | `POST /ops/approvals/{id}/approve` `{"fingerprint", "reason"?}` | the decision recorded |
 //! | `POST /ops/approvals/{id}/deny` `{"reason"?}` | the decision recorded |
 //! | `GET /ops/runs` | `{"runs": [RunView…]}`, the Sessions log, newest first |
+//! | `GET /ops/runs/{id}` | the run (how it ended, if it did) and its calls with their attempts |
 //! | `POST /ops/runs/{id}/authorize` | the run authorized once; its waiting calls are sent |
 //! | `POST /ops/runs/{id}/revoke` | the run revoked: its waiting calls denied, its next refused |
 //! | `GET /ops/vault` | `{"configured", "locked", "names"}` |
@@ -69,6 +70,7 @@ pub(super) fn router(
         .route("/ops/approvals/{id}/approve", post(approve))
         .route("/ops/approvals/{id}/deny", post(deny))
         .route("/ops/runs", get(runs))
+        .route("/ops/runs/{id}", get(run))
         .route("/ops/runs/{id}/authorize", post(authorize_run))
         .route("/ops/runs/{id}/revoke", post(revoke_run))
         .route("/ops/vault", get(vault_state))
@@ -235,6 +237,10 @@ async fn vault_lock(
 
 async fn runs(State(st): State<Arc<OpsState>>) -> Response {
     answer(st.gateway.run_views(200).await.map(|r| json!({"runs": r})))
+}
+
+async fn run(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
+    answer(st.gateway.run_with_calls(&id, 1000).await)
 }
 
 async fn authorize_run(

@@ -546,7 +546,11 @@ impl SessionStore for DurableSessions {
         // A closed session is an ended run in the Sessions log.
         let _ = self
             .ledger
-            .end_run(&format!("mcp-session:{session_id}"), now())
+            .end_run(
+                &format!("mcp-session:{session_id}"),
+                now(),
+                postern_ledger::RunEnd::Closed,
+            )
             .await;
         Ok(self
             .ledger

@@ -17,12 +17,13 @@ mod approvals;
 mod dispatch;
 mod promises;
 mod recovery;
+mod runs;
 mod sessions;
 mod upstreams;
 
 pub use approvals::{Decided, DecisionError, PendingDecision};
 pub use promises::unkept_promises;
-pub use sessions::RunView;
+pub use sessions::{call_json, RunView};
 pub use upstreams::{UpstreamToolView, UpstreamView};
 
 use crate::error::GatewayError;
@@ -50,6 +51,8 @@ pub struct ToolCall {
     pub reissue_key: Option<String>,
     pub intent_scope: Option<String>,
     pub run_id: Option<String>,
+    /// The JSON-RPC id of the request, as the client sent it (the calls log's evidence).
+    pub request_id: Option<String>,
     /// Fires on `notifications/cancelled` or a lost session. Before dispatch it cancels the
     /// call; after dispatch it is only recorded (DESIGN §3 rule 6: it does not un-send).
     pub cancel: Option<Cancellation>,
@@ -105,6 +108,8 @@ pub struct Gateway {
     held: approvals::HeldCalls,
     /// The vault credential secrets come from, if the config names one.
     vault: Option<crate::vault::VaultSlot>,
+    /// Runs this process recorded and has not seen end.
+    open_runs: runs::OpenRuns,
 }
 
 pub fn now() -> Timestamp {
@@ -147,6 +152,7 @@ impl Gateway {
             running: Default::default(),
             held: Default::default(),
             vault: None,
+            open_runs: runs::OpenRuns::default(),
         }
     }
 
@@ -220,7 +226,13 @@ impl Gateway {
     /// execution is recorded. The call's record is then the only way to its result (an MCP
     /// task reads it).
     pub async fn start(self: &Arc<Self>, call: ToolCall) -> Result<ExecutionSummary, GatewayError> {
-        let (_, accepted) = self.admit(&call).await?;
+        let (_, accepted) = match self.admit(&call).await {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                self.record_answer(runs::Asker::of(&call), Err(&e));
+                return Err(e);
+            }
+        };
         let summary = match &accepted {
             AcceptOutcome::Created(s) => s.clone(),
             // The same key with other arguments: an error naming the original, never its task.
@@ -236,6 +248,17 @@ impl Gateway {
             }
             AcceptOutcome::Existing { execution, .. } => execution.clone(),
         };
+        let attempt = match &accepted {
+            AcceptOutcome::Created(_) => Attempt::New,
+            _ => Attempt::Attached,
+        };
+        let asker = runs::Asker::of(&call);
+        self.record_call(
+            asker,
+            Some(summary.id),
+            attempt.as_str(),
+            summary.lifecycle.state.display_name(),
+        );
         if summary.lifecycle.state == State::Cancelled {
             return Err(GatewayError::Cancelled);
         }
@@ -259,7 +282,10 @@ impl Gateway {
     /// the caller's task: a spawned task per call cost ~0.4 ms at concurrency 1 here (measured
     /// with `bench/gateway-load`).
     pub async fn call_tracked(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
-        self.background.track_future(self.call(call)).await
+        let asker = runs::Asker::of(&call);
+        let answer = self.background.track_future(self.call(call)).await;
+        self.record_answer(asker, answer.as_ref());
+        answer
     }
 
     /// Waits (at most `within`) for executions finishing in the background.

@@ -31,9 +31,13 @@ pub struct RunView {
     pub run_id: String,
     pub actor: String,
     pub client: Option<String>,
+    pub client_version: Option<String>,
+    pub protocol_version: Option<String>,
     pub transport: String,
     pub started_at: String,
     pub ended_at: Option<String>,
+    /// How it ended: `closed`, `transport_closed`, `idle_expired`, `gateway_stopped`.
+    pub end_reason: Option<&'static str>,
     /// Whether the run's actor must be authorized per run.
     pub requires_authorization: bool,
     /// `pending`, `authorized` or `revoked`.
@@ -42,6 +46,22 @@ pub struct RunView {
     pub authorized_at: Option<String>,
     pub revoked_by: Option<String>,
     pub revoked_at: Option<String>,
+}
+
+/// A call of the calls log as the operator API and the CLI show it.
+pub fn call_json(c: &postern_ledger::CallRecord) -> serde_json::Value {
+    json!({
+        "at": c.at.to_string(),
+        "actor": c.actor,
+        "tool": c.tool,
+        "run_id": c.run_id,
+        "request_id": c.request_id,
+        "execution_id": c.execution_id.map(|id| id.to_string()),
+        "attempt": c.attempt,
+        "operation_key": c.operation_key,
+        "outcome": c.outcome,
+        "instance": c.instance,
+    })
 }
 
 impl Gateway {
@@ -92,6 +112,19 @@ impl Gateway {
             .iter()
             .map(|r| self.run_view(r))
             .collect())
+    }
+
+    /// One run with its calls (oldest first, at most `limit`).
+    pub async fn run_with_calls(
+        &self,
+        run_id: &str,
+        limit: u32,
+    ) -> Result<serde_json::Value, GatewayError> {
+        let view = self.run_view_of(run_id).await?;
+        let calls = self.ledger.calls_in(run_id, limit).await?;
+        let mut out = serde_json::to_value(&view).unwrap_or_default();
+        out["calls"] = calls.iter().map(call_json).collect();
+        Ok(out)
     }
 
     /// Authorizes a run once, and releases its waiting calls.
@@ -279,9 +312,12 @@ impl Gateway {
             run_id: run.id.clone(),
             actor: run.actor.clone(),
             client: run.client_name.clone(),
+            client_version: run.client_version.clone(),
+            protocol_version: run.protocol_version.clone(),
             transport: run.transport.clone(),
             started_at: run.started_at.to_string(),
             ended_at: run.ended_at.map(|t| t.to_string()),
+            end_reason: run.end_reason.map(|e| e.as_str()),
             requires_authorization,
             authorization,
             authorized_by: run.authorized.as_ref().map(|a| a.0.clone()),

@@ -62,7 +62,7 @@ impl<C: WriteConn> Writer<C> {
             let id_text = id.to_string();
             // Every delete finds its rows by a key (a scan per execution was what made a
             // prune of thousands hold the writer for seconds).
-            let deletes: [(&str, &[SqlValue]); 5] = [
+            let deletes: [(&str, &[SqlValue]); 6] = [
                 ("DELETE FROM results WHERE execution_id = $1", params![&id_text]),
                 (
                     "DELETE FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3 AND execution_id = $4",
@@ -73,6 +73,7 @@ impl<C: WriteConn> Writer<C> {
                     params![&keys.actor, &keys.operation_key, &id_text],
                 ),
                 ("DELETE FROM reissue_keys WHERE execution_id = $1", params![&id_text]),
+                ("DELETE FROM calls WHERE execution_id = $1", params![&id_text]),
                 ("DELETE FROM executions WHERE id = $1", params![&id_text]),
             ];
             for (sql, values) in deletes {

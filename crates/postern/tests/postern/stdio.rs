@@ -162,11 +162,30 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
         .await
         .unwrap();
     let runs = ledger.runs(10).await.unwrap();
-    assert!(
-        runs.iter()
-            .any(|r| r.actor == "billing" && r.transport == "stdio"),
-        "{runs:?}"
+    let run = runs
+        .iter()
+        .find(|r| r.actor == "billing" && r.transport == "stdio")
+        .unwrap_or_else(|| panic!("{runs:?}"));
+    // Its end is recorded as the transport closing, with the client it named.
+    assert_eq!(
+        run.end_reason,
+        Some(postern_ledger::RunEnd::TransportClosed),
+        "{run:?}"
     );
+    assert!(run.ended_at.is_some());
+    assert_eq!(run.client_name.as_deref(), Some("stdio-test"));
+    // Every call is in the calls log with its JSON-RPC id and attempt; the refusal too.
+    let calls = ledger.calls_in(&run.id, 10).await.unwrap();
+    let seen: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c.request_id.as_deref().unwrap_or("-"), c.attempt.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("3", "new"), ("4", "recovered"), ("5", "refused")],
+        "{calls:?}"
+    );
+    assert_eq!(calls[2].outcome, "invalid_arguments");
     let shown = ledger.summary(id.parse().unwrap()).await.unwrap().unwrap();
     assert_eq!(shown.actor, "billing");
 }

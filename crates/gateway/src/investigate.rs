@@ -1,0 +1,580 @@
+//! `activity trace`: the five questions of an incident (seed 000, "investigate the sequence,
+//! not the count"), answered in plain sentences from the record, each with its evidence.
+//!
+//! 1. One agent process or two? 2. Authorized and dispatched? 3. Did the target answer?
+//! 4. Was the answer lost after completion? 5. Did a later call reuse the execution, reuse the
+//! key, or create a new attempt?
+//!
+//! Only the record speaks here: the lifecycle events (what was sent and answered), the calls
+//! log (who asked, and how each call related to the execution), the Sessions log (which agent
+//! processes existed) and the other executions of the same intent. Nothing is inferred that
+//! the record does not show, and where it cannot tell, the answer says so.
+
+use std::collections::BTreeSet;
+
+use postern_core::lifecycle::{Resolution, State, Verdict};
+use postern_core::{EventKind, Timestamp};
+use postern_ledger::{CallRecord, ExecutionSummary, ExecutionView, Run};
+use serde::Serialize;
+use serde_json::Value;
+
+/// One fact an answer rests on.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Evidence {
+    /// What the fact is, in words (`event 3 dispatched`, `call from run R`).
+    pub what: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The lifecycle event's position (`n`), when the fact is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<u32>,
+}
+
+/// One question, its answer in a sentence or two, and the facts behind it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    pub question: &'static str,
+    pub answer: String,
+    pub evidence: Vec<Evidence>,
+}
+
+/// The five answers for one execution.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trace {
+    pub execution_id: String,
+    pub tool: String,
+    pub actor: String,
+    pub state: String,
+    pub fingerprint: String,
+    pub answers: Vec<Answer>,
+}
+
+/// What a trace is built from: the execution, the calls that reached it, the runs those calls
+/// (and the execution) came from, and the other executions of the same intent (same actor and
+/// fingerprint) or the same operation key.
+pub struct TraceInput<'a> {
+    pub view: &'a ExecutionView,
+    pub calls: &'a [CallRecord],
+    pub runs: &'a [Run],
+    pub related: &'a [ExecutionSummary],
+}
+
+pub const QUESTIONS: [&str; 5] = [
+    "One agent process or two?",
+    "Was it authorized and dispatched?",
+    "Did the target answer?",
+    "Was the answer lost after completion?",
+    "Did a later call reuse the execution, reuse the key, or create a new attempt?",
+];
+
+/// The runs whose calls a trace must show: the execution's own and every caller's.
+pub fn runs_to_read(view: &ExecutionView, calls: &[CallRecord]) -> Vec<String> {
+    let mut ids: BTreeSet<String> = calls.iter().filter_map(|c| c.run_id.clone()).collect();
+    ids.extend(view.summary.run_id.clone());
+    ids.into_iter().collect()
+}
+
+pub fn trace(input: &TraceInput<'_>) -> Trace {
+    let s = &input.view.summary;
+    Trace {
+        execution_id: s.id.to_string(),
+        tool: s.tool.clone(),
+        actor: s.actor.clone(),
+        state: s.lifecycle.state.name().to_string(),
+        fingerprint: s.fingerprint.to_string(),
+        answers: vec![
+            processes(input),
+            authorized(input.view),
+            target_answer(input.view),
+            delivery(input.view),
+            later_calls(input),
+        ],
+    }
+}
+
+fn at(t: Timestamp) -> Option<String> {
+    Some(t.to_string())
+}
+
+fn event_evidence(view: &ExecutionView, n: u32, what: String, t: Timestamp) -> Evidence {
+    Evidence {
+        what,
+        at: at(t),
+        execution_id: Some(view.summary.id.to_string()),
+        event: Some(n),
+        ..Evidence::default()
+    }
+}
+
+fn call_evidence(c: &CallRecord) -> Evidence {
+    Evidence {
+        what: format!("call of {} ({}): {}", c.tool, c.attempt, c.outcome),
+        at: at(c.at),
+        execution_id: c.execution_id.map(|id| id.to_string()),
+        run_id: c.run_id.clone(),
+        request_id: c.request_id.clone(),
+        operation_key: c.operation_key.clone(),
+        ..Evidence::default()
+    }
+}
+
+fn describe_run(r: &Run) -> String {
+    let client = match (&r.client_name, &r.client_version) {
+        (Some(n), Some(v)) => format!("client {n} {v}"),
+        (Some(n), None) => format!("client {n}"),
+        _ => "client unnamed".to_string(),
+    };
+    let ended = match (r.ended_at, r.end_reason) {
+        (Some(t), Some(how)) => format!(", ended {t} ({})", how.as_str()),
+        (Some(t), None) => format!(", ended {t}"),
+        _ => ", still open".to_string(),
+    };
+    format!(
+        "run {} ({client}, {}{}, started {}{ended})",
+        r.id,
+        r.transport,
+        r.protocol_version
+            .as_ref()
+            .map(|p| format!(" {p}"))
+            .unwrap_or_default(),
+        r.started_at
+    )
+}
+
+fn run_evidence(r: &Run) -> Evidence {
+    Evidence {
+        what: describe_run(r),
+        at: at(r.started_at),
+        run_id: Some(r.id.clone()),
+        ..Evidence::default()
+    }
+}
+
+/// 1. The runs that sent calls matching this execution.
+fn processes(input: &TraceInput<'_>) -> Answer {
+    let ids = runs_to_read(input.view, input.calls);
+    let mut evidence: Vec<Evidence> = ids
+        .iter()
+        .map(|id| match input.runs.iter().find(|r| &r.id == id) {
+            Some(r) => run_evidence(r),
+            None => Evidence {
+                what: format!("run {id} (not in the Sessions log any more)"),
+                run_id: Some(id.clone()),
+                ..Evidence::default()
+            },
+        })
+        .collect();
+    evidence.extend(input.calls.iter().map(call_evidence));
+    let sessionless = input.calls.iter().filter(|c| c.run_id.is_none()).count();
+    let mut answer = match ids.len() {
+        0 => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
+        1 => format!(
+            "One agent process: every call that reached this execution came from {}.",
+            input
+                .runs
+                .iter()
+                .find(|r| r.id == ids[0])
+                .map_or_else(|| format!("run {}", ids[0]), describe_run)
+        ),
+        n => format!(
+            "{n} agent processes: calls reached this execution from runs {}.",
+            ids.join(", ")
+        ),
+    };
+    if sessionless > 0 && !ids.is_empty() {
+        answer.push_str(&format!(
+            " {sessionless} call(s) named no run, so they may have come from another process."
+        ));
+    }
+    let others: Vec<&ExecutionSummary> = input
+        .related
+        .iter()
+        .filter(|e| {
+            e.id != input.view.summary.id && e.fingerprint == input.view.summary.fingerprint
+        })
+        .collect();
+    if !others.is_empty() {
+        let described: Vec<String> = others
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} ({}, accepted {}, from {})",
+                    e.id,
+                    e.lifecycle.state.name(),
+                    e.accepted_at,
+                    e.run_id.as_deref().unwrap_or("no run")
+                )
+            })
+            .collect();
+        answer.push_str(&format!(
+            " The same intent (same actor and fingerprint) also has execution(s) {}.",
+            described.join("; ")
+        ));
+        evidence.extend(others.iter().map(|e| Evidence {
+            what: format!(
+                "another execution of this intent: {}",
+                e.lifecycle.state.name()
+            ),
+            at: at(e.accepted_at),
+            execution_id: Some(e.id.to_string()),
+            run_id: e.run_id.clone(),
+            operation_key: e.operation_key.clone(),
+            fingerprint: Some(e.fingerprint.to_string()),
+            ..Evidence::default()
+        }));
+    }
+    Answer {
+        question: QUESTIONS[0],
+        answer,
+        evidence,
+    }
+}
+
+fn text(detail: &Value, key: &str) -> Option<String> {
+    detail.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// 2. Authorized (by whom) and dispatched (when, how often).
+fn authorized(view: &ExecutionView) -> Answer {
+    let mut evidence = Vec::new();
+    let mut sentences = Vec::new();
+    let mut dispatches = Vec::new();
+    for e in &view.events {
+        let b = &e.body;
+        let d = &b.detail;
+        match b.event {
+            EventKind::ApprovalRequested => {
+                sentences.push(format!("An approval was requested at {}.", b.at));
+                evidence.push(event_evidence(view, b.n, "approval_requested".into(), b.at));
+            }
+            EventKind::Authorized => {
+                let by = text(d, "approved_by")
+                    .map(|op| format!("approved by operator {op}"))
+                    .or_else(|| {
+                        text(d, "run_authorized_by")
+                            .map(|op| format!("its run authorized by operator {op}"))
+                    })
+                    .unwrap_or_else(|| {
+                        "by policy (the tool's contract asks no approval)".to_string()
+                    });
+                sentences.push(format!("Authorized {by} at {}.", b.at));
+                evidence.push(event_evidence(view, b.n, format!("authorized: {by}"), b.at));
+            }
+            EventKind::Denied => {
+                let by = text(d, "denied_by").unwrap_or_else(|| "policy".into());
+                let why = text(d, "reason")
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                sentences.push(format!("Denied by {by} at {}{why}.", b.at));
+                evidence.push(event_evidence(view, b.n, format!("denied by {by}"), b.at));
+            }
+            EventKind::Rejected | EventKind::Cancelled => {
+                let why = text(d, "reason")
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                sentences.push(format!(
+                    "{} at {} before dispatch{why}.",
+                    b.event.name(),
+                    b.at
+                ));
+                evidence.push(event_evidence(view, b.n, b.event.name().into(), b.at));
+            }
+            EventKind::Dispatched => {
+                dispatches.push(b.at);
+                evidence.push(event_evidence(view, b.n, "dispatched".into(), b.at));
+            }
+            _ => {}
+        }
+    }
+    match dispatches.as_slice() {
+        [] => sentences.push("It was never dispatched: nothing was sent to the target.".into()),
+        [one] => sentences.push(format!("Dispatched once, at {one}.")),
+        many => sentences.push(format!(
+            "Dispatched {} times ({}): recovery sent it again after establishing the earlier send had no effect.",
+            many.len(),
+            many.iter().map(Timestamp::to_string).collect::<Vec<_>>().join(", ")
+        )),
+    }
+    Answer {
+        question: QUESTIONS[1],
+        answer: sentences.join(" "),
+        evidence,
+    }
+}
+
+/// 3. The target's answer: status and time, or why the outcome is unknown.
+fn target_answer(view: &ExecutionView) -> Answer {
+    let mut evidence = Vec::new();
+    let mut sentences = Vec::new();
+    let dispatched = view
+        .events
+        .iter()
+        .any(|e| e.body.event == EventKind::Dispatched);
+    for e in &view.events {
+        let b = &e.body;
+        let d = &b.detail;
+        let status = d
+            .get("target_status")
+            .and_then(Value::as_u64)
+            .map(|s| format!(" status {s}"))
+            .unwrap_or_default();
+        let via = text(d, "via")
+            .map(|v| format!(", learnt by {v}"))
+            .unwrap_or_default();
+        let sentence = match b.event {
+            EventKind::Completed(Verdict::Applied) => {
+                format!("The target answered{status} at {}{via}: applied.", b.at)
+            }
+            EventKind::Completed(Verdict::Rejected) => format!(
+                "The target answered{status} at {}{via}: rejected, nothing applied.",
+                b.at
+            ),
+            EventKind::Failed => format!(
+                "The request failed at {} without reaching the target{}.",
+                b.at,
+                text(d, "reason").map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+            EventKind::OutcomeUnknown => format!(
+                "At {} the outcome became unknown{}{status}: the gateway cannot tell whether the target applied it.",
+                b.at,
+                text(d, "reason").map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+            EventKind::ReviewRequired => format!("At {} it was sent to an operator's review.", b.at),
+            EventKind::Resolved(r) => format!(
+                "At {} operator {} resolved it: {}.",
+                b.at,
+                text(d, "resolved_by").unwrap_or_else(|| "?".into()),
+                match r {
+                    Resolution::Applied => "applied",
+                    Resolution::NotApplied => "not applied",
+                }
+            ),
+            _ => continue,
+        };
+        evidence.push(event_evidence(view, b.n, b.event.name().into(), b.at));
+        sentences.push(sentence);
+    }
+    if sentences.is_empty() {
+        sentences.push(if dispatched {
+            "Not yet: it was dispatched and no answer is recorded (still in flight).".into()
+        } else {
+            "The target was never asked.".into()
+        });
+    }
+    Answer {
+        question: QUESTIONS[2],
+        answer: sentences.join(" "),
+        evidence,
+    }
+}
+
+/// 4. Deliveries and lost deliveries after completion.
+fn delivery(view: &ExecutionView) -> Answer {
+    let mut evidence = Vec::new();
+    let completed = view.events.iter().find(|e| {
+        matches!(
+            e.body.event,
+            EventKind::Completed(_) | EventKind::Resolved(_)
+        )
+    });
+    let (mut lost, mut delivered) = (Vec::new(), Vec::new());
+    for e in &view.events {
+        let b = &e.body;
+        match b.event {
+            EventKind::DeliveryFailed => {
+                lost.push(b.at);
+                evidence.push(event_evidence(view, b.n, "delivery_failed".into(), b.at));
+            }
+            EventKind::Delivered => {
+                delivered.push(b.at);
+                evidence.push(event_evidence(view, b.n, "delivered".into(), b.at));
+            }
+            _ => {}
+        }
+    }
+    let answer = match (completed, lost.first(), delivered.first()) {
+        (None, _, _) => format!(
+            "No: there was no completed answer to lose (the execution is {}).",
+            view.summary.lifecycle.state.name()
+        ),
+        (Some(c), Some(l), Some(d)) => format!(
+            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l} ({} lost deliveries); it was delivered later, at {d}.",
+            c.body.at,
+            lost.len()
+        ),
+        (Some(c), Some(l), None) => format!(
+            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l}; it has not been delivered since.",
+            c.body.at
+        ),
+        (Some(_), None, Some(d)) => format!("No: the answer was delivered at {d}."),
+        (Some(c), None, None) => match view.summary.lifecycle.state {
+            State::Resolved(_) => format!(
+                "Not applicable: an operator resolved it at {}; the agent reads the resolution with execution_status.",
+                c.body.at
+            ),
+            _ => format!(
+                "Not known: the target completed at {} and no delivery is recorded (a task or status read that has not been polled yet).",
+                c.body.at
+            ),
+        },
+    };
+    Answer {
+        question: QUESTIONS[3],
+        answer,
+        evidence,
+    }
+}
+
+/// 5. Every call that touched the execution, with its attempt kind; and the other executions
+/// of the same intent or key, with why they are separate.
+fn later_calls(input: &TraceInput<'_>) -> Answer {
+    let s = &input.view.summary;
+    let mut evidence: Vec<Evidence> = input.calls.iter().map(call_evidence).collect();
+    let mut sentences = Vec::new();
+    let later: Vec<&CallRecord> = input.calls.iter().filter(|c| c.attempt != "new").collect();
+    if input.calls.is_empty() {
+        sentences.push("No call is recorded in the calls log for this execution (its calls predate the log, or the gateway stopped before recording them).".to_string());
+    } else if later.is_empty() {
+        sentences.push(format!(
+            "No later call reached it: {} call(s), the one that created it.",
+            input.calls.len()
+        ));
+    } else {
+        for c in &later {
+            let who = format!(
+                "A call at {} (run {}, JSON-RPC id {}{})",
+                c.at,
+                c.run_id.as_deref().unwrap_or("none"),
+                c.request_id.as_deref().unwrap_or("?"),
+                c.operation_key
+                    .as_ref()
+                    .map(|k| format!(", operation key {k}"))
+                    .unwrap_or_default()
+            );
+            let how = match c.attempt.as_str() {
+                "attached" => "reused this execution while it was in progress (attached): nothing new was sent for it".to_string(),
+                "recovered" => "reused this execution and was answered from its record (recovered): nothing new was sent for it, unless the dispatches above say recovery re-sent it".to_string(),
+                "refused" => format!("was refused ({}) and changed nothing", c.outcome),
+                other => format!("reached it as {other}"),
+            };
+            sentences.push(format!("{who} {how}."));
+        }
+    }
+    for other in input.related.iter().filter(|e| e.id != s.id) {
+        let why = why_separate(s, other);
+        sentences.push(format!(
+            "Execution {} ({}, accepted {}) is a separate attempt: {why}.",
+            other.id,
+            other.lifecycle.state.name(),
+            other.accepted_at
+        ));
+        evidence.push(Evidence {
+            what: format!("separate execution: {why}"),
+            at: at(other.accepted_at),
+            execution_id: Some(other.id.to_string()),
+            run_id: other.run_id.clone(),
+            operation_key: other.operation_key.clone(),
+            fingerprint: Some(other.fingerprint.to_string()),
+            ..Evidence::default()
+        });
+    }
+    Answer {
+        question: QUESTIONS[4],
+        answer: sentences.join(" "),
+        evidence,
+    }
+}
+
+/// Why `other` did not match `this` (both recorded; the record's own facts only).
+pub fn why_separate(this: &ExecutionSummary, other: &ExecutionSummary) -> String {
+    let (first, second) = if other.id > this.id {
+        (this, other)
+    } else {
+        (other, this)
+    };
+    if first.fingerprint != second.fingerprint {
+        return "its arguments differ (another fingerprint), so it is another intent".into();
+    }
+    if first.intent_scope != second.intent_scope {
+        return format!(
+            "its intent scope differs ({} vs {})",
+            first.intent_scope, second.intent_scope
+        );
+    }
+    match (&first.operation_key, &second.operation_key) {
+        (a, Some(b)) if a.as_ref() != Some(b) => {
+            return format!(
+                "the later call carried a new operation key ({b}), which asks for a new action"
+            )
+        }
+        _ => {}
+    }
+    format!(
+        "the same intent arrived {} after the first ({} at that time or outside the tool's match window), so the gateway treated it as a new action",
+        gap(first.accepted_at, second.accepted_at),
+        first.lifecycle.state.name()
+    )
+}
+
+fn gap(a: Timestamp, b: Timestamp) -> String {
+    let ms = (b.0 - a.0).max(0);
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=119_999 => format!("{:.1} s", ms as f64 / 1000.0),
+        _ => format!("{:.1} min", ms as f64 / 60_000.0),
+    }
+}
+
+/// The executions `trace --fingerprint` / `--key` sets side by side, oldest first, each with
+/// why it did not match the one before it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideBySide {
+    pub execution_id: String,
+    pub actor: String,
+    pub tool: String,
+    pub state: String,
+    pub dispatches: u32,
+    pub fingerprint: String,
+    pub operation_key: Option<String>,
+    pub run_id: Option<String>,
+    pub accepted_at: String,
+    /// Why this one is not the one before it (`None` for the first).
+    pub separate_because: Option<String>,
+}
+
+pub fn side_by_side(executions: &[ExecutionSummary]) -> Vec<SideBySide> {
+    let mut sorted: Vec<&ExecutionSummary> = executions.iter().collect();
+    sorted.sort_by_key(|e| e.id);
+    let mut out: Vec<SideBySide> = Vec::with_capacity(sorted.len());
+    for (i, e) in sorted.iter().enumerate() {
+        out.push(SideBySide {
+            execution_id: e.id.to_string(),
+            actor: e.actor.clone(),
+            tool: e.tool.clone(),
+            state: e.lifecycle.state.name().to_string(),
+            dispatches: e.lifecycle.dispatches,
+            fingerprint: e.fingerprint.to_string(),
+            operation_key: e.operation_key.clone(),
+            run_id: e.run_id.clone(),
+            accepted_at: e.accepted_at.to_string(),
+            separate_because: i.checked_sub(1).map(|p| {
+                if sorted[p].actor != e.actor {
+                    format!("another actor ({} vs {})", sorted[p].actor, e.actor)
+                } else {
+                    why_separate(sorted[p], e)
+                }
+            }),
+        });
+    }
+    out
+}

@@ -1,0 +1,163 @@
+//! `postern activity trace`: the investigation view (see `postern_gateway::investigate`).
+
+use anyhow::{bail, Result};
+use postern_core::ExecutionId;
+use postern_gateway::investigate::{self, TraceInput};
+use postern_ledger::{ListFilter, StoreReader};
+
+use crate::activity::{printable, TraceArgs};
+
+/// How many executions of one intent or key a trace sets side by side.
+const RELATED: u32 = 50;
+
+pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
+    if let Some(id) = &a.id {
+        return one(id, &store, json).await;
+    }
+    let filter = ListFilter {
+        actor: a.actor.clone(),
+        fingerprint: a.fingerprint.clone(),
+        operation_key: a.key.clone(),
+        limit: RELATED,
+        ..ListFilter::default()
+    };
+    let mut found = store.list(&filter).await?;
+    // A key names one execution; its intent's other executions explain the duplicate.
+    if a.key.is_some() {
+        if let Some(first) = found.first().cloned() {
+            let same_intent = ListFilter {
+                actor: Some(first.actor.clone()),
+                fingerprint: Some(first.fingerprint.to_string()),
+                limit: RELATED,
+                ..ListFilter::default()
+            };
+            for e in store.list(&same_intent).await? {
+                if !found.iter().any(|f| f.id == e.id) {
+                    found.push(e);
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        bail!(
+            "no execution of that {} in this store",
+            if a.key.is_some() {
+                "key"
+            } else {
+                "fingerprint"
+            }
+        );
+    }
+    let rows = investigate::side_by_side(&found);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(0);
+    }
+    println!("{} execution(s), oldest first:", rows.len());
+    for r in &rows {
+        println!(
+            "  {}  {}  {} {}  state {}  sent {}x  key {}  run {}",
+            r.execution_id,
+            r.accepted_at,
+            r.actor,
+            r.tool,
+            r.state,
+            r.dispatches,
+            r.operation_key
+                .as_deref()
+                .map(printable)
+                .unwrap_or_else(|| "-".into()),
+            r.run_id
+                .as_deref()
+                .map(printable)
+                .unwrap_or_else(|| "-".into()),
+        );
+        if let Some(why) = &r.separate_because {
+            println!("      separate from the one before: {}", printable(why));
+        }
+    }
+    Ok(0)
+}
+
+async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
+    let id: ExecutionId = id.parse()?;
+    let Some(view) = store.execution(id).await? else {
+        bail!("no execution {id} in this store");
+    };
+    let calls = store.calls_of(id).await?;
+    let mut runs = Vec::new();
+    for run in investigate::runs_to_read(&view, &calls) {
+        runs.extend(store.run(&run).await?);
+    }
+    let s = &view.summary;
+    let mut related = store
+        .list(&ListFilter {
+            actor: Some(s.actor.clone()),
+            fingerprint: Some(s.fingerprint.to_string()),
+            limit: RELATED,
+            ..ListFilter::default()
+        })
+        .await?;
+    if let Some(key) = &s.operation_key {
+        for e in store
+            .list(&ListFilter {
+                actor: Some(s.actor.clone()),
+                operation_key: Some(key.clone()),
+                limit: RELATED,
+                ..ListFilter::default()
+            })
+            .await?
+        {
+            if !related.iter().any(|r| r.id == e.id) {
+                related.push(e);
+            }
+        }
+    }
+    let trace = investigate::trace(&TraceInput {
+        view: &view,
+        calls: &calls,
+        runs: &runs,
+        related: &related,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&trace)?);
+        return Ok(0);
+    }
+    println!(
+        "execution    {} ({} by {})",
+        trace.execution_id,
+        trace.tool,
+        printable(&trace.actor)
+    );
+    println!("state        {}", trace.state);
+    println!("fingerprint  {}", trace.fingerprint);
+    for (i, answer) in trace.answers.iter().enumerate() {
+        println!();
+        println!("{}. {}", i + 1, answer.question);
+        println!("   {}", printable(&answer.answer));
+        for e in &answer.evidence {
+            let mut facts = Vec::new();
+            for (name, v) in [
+                ("execution", &e.execution_id),
+                ("run", &e.run_id),
+                ("json-rpc id", &e.request_id),
+                ("key", &e.operation_key),
+                ("fingerprint", &e.fingerprint),
+            ] {
+                if let Some(v) = v {
+                    facts.push(format!("{name} {}", printable(v)));
+                }
+            }
+            if let Some(n) = e.event {
+                facts.push(format!("event {n}"));
+            }
+            println!(
+                "     - {}  {}  [{}]",
+                e.at.as_deref().unwrap_or("-"),
+                printable(&e.what),
+                facts.join(", ")
+            );
+        }
+    }
+    Ok(0)
+}
