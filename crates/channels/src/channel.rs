@@ -32,6 +32,21 @@ pub enum Outcome {
     Answered(Answer),
 }
 
+impl Outcome {
+    /// A short stable name (a metrics label): `not_sent`, `unknown`, `applied`, `rejected`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::NotSent { .. } => "not_sent",
+            Outcome::Unknown { .. } => "unknown",
+            Outcome::Answered(a) => match a.verdict {
+                AnswerVerdict::Applied => "applied",
+                AnswerVerdict::Rejected { .. } => "rejected",
+                AnswerVerdict::Unknown => "unknown",
+            },
+        }
+    }
+}
+
 /// What the target answered, with every secret the channel knows redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -90,6 +105,10 @@ pub struct Action<'a> {
     pub cancel: CancellationToken,
     /// Where the target's progress reports go, if the caller asked for them.
     pub progress: Option<ProgressSink>,
+    /// The W3C `traceparent` of this dispatch (the gateway's span, or the client's when no
+    /// tracer runs): sent as the `traceparent` header over HTTP and in `_meta` over MCP, so
+    /// the target's own spans join the agent's trace. Never a secret, never part of the intent.
+    pub traceparent: Option<String>,
 }
 
 impl Action<'_> {

@@ -58,6 +58,8 @@ pub struct SeenRequest {
     pub idempotency_key: Option<String>,
     /// Whether an `Authorization` header was present (its value is never kept).
     pub has_authorization: bool,
+    /// The W3C `traceparent` header (the gateway passes its span's context on).
+    pub traceparent: Option<String>,
     pub body: String,
 }
 
@@ -255,6 +257,7 @@ async fn record_and_authorize(State(api): State<InvoiceApi>, req: Request, next:
         query: parts.uri.query().map(str::to_owned),
         idempotency_key: header(&parts.headers, "idempotency-key"),
         has_authorization: authorization.is_some(),
+        traceparent: header(&parts.headers, "traceparent"),
         body: String::from_utf8_lossy(&bytes).into_owned(),
     });
     if let Some(token) = &api.token {

@@ -29,6 +29,7 @@ mod pipeline;
 mod registry;
 mod report;
 pub mod retention;
+pub mod telemetry;
 pub mod vault;
 
 pub use error::GatewayError;

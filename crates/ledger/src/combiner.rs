@@ -117,6 +117,11 @@ impl Combiner {
         self.combine(false, false);
     }
 
+    /// Requests queued and not yet taken into a commit.
+    pub fn queued(&self) -> usize {
+        lock(&self.queue).len()
+    }
+
     /// Tells the thread to commit what is held and stop.
     pub fn close(&self) {
         lock(&self.signal).closed = true;

@@ -81,6 +81,19 @@ impl std::fmt::Display for StorageFault {
 }
 
 impl StorageFault {
+    /// A short stable name (a metrics label).
+    pub fn label(self) -> &'static str {
+        match self {
+            StorageFault::Busy => "busy",
+            StorageFault::Unavailable => "unavailable",
+            StorageFault::Full => "full",
+            StorageFault::ReadOnly => "read_only",
+            StorageFault::Constraint => "constraint",
+            StorageFault::Corrupt => "corrupt",
+            StorageFault::Other => "other",
+        }
+    }
+
     /// Whether waiting may cure it without an operator (a lock released, a server back).
     pub fn is_transient(self) -> bool {
         matches!(self, StorageFault::Busy | StorageFault::Unavailable)

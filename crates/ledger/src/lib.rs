@@ -35,6 +35,7 @@ mod retention;
 mod rows;
 mod schema;
 mod streams;
+pub mod telemetry;
 mod writer;
 
 use std::sync::Arc;
@@ -50,7 +51,8 @@ pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{
     AcceptOutcome, AcceptRequest, CallRecord, ExecutionSummary, ExecutionView, ListFilter,
-    NewEvent, RecoveryReport, ResultBody, Run, RunDecision, RunEnd, StoredResult, ToolPin,
+    NewEvent, RecoveryReport, ResultBody, Run, RunDecision, RunEnd, StoreHealth, StoredResult,
+    ToolPin,
 };
 pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};
@@ -244,6 +246,14 @@ impl Ledger {
         self.dialect
     }
 
+    /// Write requests waiting for the writer (a `/metrics` gauge).
+    pub fn queue_depth(&self) -> usize {
+        match &self.writes {
+            WritePath::Channel(tx) => tx.max_capacity() - tx.capacity(),
+            WritePath::Combining(combiner) => combiner.queued(),
+        }
+    }
+
     /// This instance's id (the owner recorded on the executions it touches).
     pub fn instance(&self) -> &str {
         &self.instance
@@ -272,7 +282,12 @@ impl Ledger {
     /// Accepts a request as a new execution or matches it to a prior one, atomically and
     /// durably.
     pub async fn accept(&self, req: AcceptRequest) -> Result<AcceptOutcome, LedgerError> {
-        self.call(|tx| Op::Accept(Box::new(req), tx)).await
+        use tracing::Instrument;
+        // A child of the call's span: the durable accept-or-match commit.
+        let span = tracing::info_span!("ledger.accept");
+        self.call(|tx| Op::Accept(Box::new(req), tx))
+            .instrument(span)
+            .await
     }
 
     /// Appends one lifecycle event; durable when this returns.
@@ -282,7 +297,10 @@ impl Ledger {
         event: NewEvent,
         now: Timestamp,
     ) -> Result<ExecutionSummary, LedgerError> {
+        use tracing::Instrument;
+        let span = tracing::info_span!("ledger.append", event = %event.kind);
         self.call(|tx| Op::Append(id, Box::new(event), now, tx))
+            .instrument(span)
             .await
     }
 
@@ -458,6 +476,11 @@ impl Ledger {
             .iter()
             .map(rows::tool_pin)
             .collect()
+    }
+
+    /// The waiting executions and the last checkpoint (see [`StoreReader::health`]).
+    pub async fn health(&self, now: Timestamp) -> Result<StoreHealth, LedgerError> {
+        self.store.health(now).await
     }
 
     /// One run of the Sessions log.

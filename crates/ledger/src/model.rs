@@ -325,3 +325,22 @@ pub struct ToolPin {
     /// The operator who accepted this version; `None`: pinned at first sight.
     pub accepted_by: Option<String>,
 }
+
+/// What `postern status` and the `/metrics` gauges read from the store.
+#[derive(Clone, Debug, Default)]
+pub struct StoreHealth {
+    /// Executions waiting for a person's decision.
+    pub awaiting_approval: u64,
+    /// When the oldest of them started waiting.
+    pub oldest_approval_since: Option<Timestamp>,
+    /// Executions an operator must resolve.
+    pub needs_review: u64,
+    /// Executions whose outcome is unknown now (recovered when the agent retries).
+    pub outcome_unknown: u64,
+    /// Of those, the ones that became unknown within the last hour.
+    pub unknown_last_hour: u64,
+    /// Executions sent and not yet answered.
+    pub dispatched: u64,
+    /// The newest signed checkpoint of any chain.
+    pub last_checkpoint: Option<postern_audit::Checkpoint>,
+}

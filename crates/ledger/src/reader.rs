@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use postern_audit::{ChainedEvent, Checkpoint};
 use postern_core::ExecutionId;
 
-use crate::model::{CallRecord, ExecutionSummary, ExecutionView, ListFilter, Run};
+use crate::model::{CallRecord, ExecutionSummary, ExecutionView, ListFilter, Run, StoreHealth};
+use postern_core::Timestamp;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
 
@@ -285,6 +286,53 @@ impl StoreReader {
             .iter()
             .map(rows::pruned_range)
             .collect()
+    }
+
+    /// The figures an operator watches (`postern status`, `/metrics` gauges): each an indexed
+    /// count of the few executions in a waiting state, so it stays cheap on a million rows.
+    pub async fn health(&self, now: Timestamp) -> Result<StoreHealth, LedgerError> {
+        let count = |state: &'static str| {
+            sqlx::query("SELECT COUNT(*) AS n FROM executions WHERE state = $1")
+                .bind(state)
+                .fetch_one(&self.pool)
+        };
+        let n = |row: sqlx::any::AnyRow| -> Result<u64, LedgerError> {
+            Ok(u64::try_from(rows::get_i64(&row, "n")?).unwrap_or(0))
+        };
+        let awaiting_approval = n(count("awaiting_approval").await?)?;
+        let needs_review = n(count("needs_review").await?)?;
+        let outcome_unknown = n(count("outcome_unknown").await?)?;
+        let dispatched = n(count("dispatched").await?)?;
+        let hour_ago = now.0 - 3_600_000;
+        let unknown_last_hour = n(sqlx::query(
+            "SELECT COUNT(*) AS n FROM executions WHERE state = 'outcome_unknown' AND state_since >= $1",
+        )
+        .bind(hour_ago)
+        .fetch_one(&self.pool)
+        .await?)?;
+        let oldest_approval = sqlx::query(
+            "SELECT MIN(state_since) AS at FROM executions WHERE state = 'awaiting_approval'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest_approval_since = rows::get_opt_i64(&oldest_approval, "at")?.map(Timestamp);
+        let last_checkpoint = sqlx::query(
+            "SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY at DESC LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(rows::checkpoint)
+        .transpose()?;
+        Ok(StoreHealth {
+            awaiting_approval,
+            oldest_approval_since,
+            needs_review,
+            outcome_unknown,
+            unknown_last_hour,
+            dispatched,
+            last_checkpoint,
+        })
     }
 
     /// Every signed checkpoint, by chain and position.

@@ -34,7 +34,7 @@ fn get_u32(row: &impl RowAccess, col: &str) -> Result<u32, LedgerError> {
     u32::try_from(get_i64(row, col)?).map_err(|e| corrupt(col, e))
 }
 
-fn get_opt_i64(row: &impl RowAccess, col: &str) -> Result<Option<i64>, LedgerError> {
+pub(crate) fn get_opt_i64(row: &impl RowAccess, col: &str) -> Result<Option<i64>, LedgerError> {
     row.opt_int(col)
 }
 

@@ -137,6 +137,8 @@ impl<C: WriteConn> Writer<C> {
 
     /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
     pub async fn commit_begun(&mut self, batch: Vec<Op>) {
+        let started = std::time::Instant::now();
+        let requests = batch.len();
         let mut done = Vec::with_capacity(batch.len());
         let head_before = match self.open_head().await {
             Ok(h) => h,
@@ -219,7 +221,17 @@ impl<C: WriteConn> Writer<C> {
             }
             return;
         }
-        let failure = self.finish_commit(head_before).await.err();
+        let events: Vec<EventKind> = self.pending.iter().map(|(e, _)| e.body.event).collect();
+        let failure = match self.finish_commit(head_before).await {
+            Ok(commit_statement) => {
+                crate::telemetry::committed(requests, &events, started.elapsed(), commit_statement);
+                None
+            }
+            Err(why) => {
+                crate::telemetry::commit_failed(why.0);
+                Some(why)
+            }
+        };
         if failure.is_some() {
             let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
@@ -239,7 +251,7 @@ impl<C: WriteConn> Writer<C> {
     async fn finish_commit(
         &mut self,
         head_before: (u64, [u8; 32]),
-    ) -> Result<(), (StorageFault, String)> {
+    ) -> Result<std::time::Duration, (StorageFault, String)> {
         let nothing = |e: LedgerError| {
             let (fault, msg) = e.as_fault();
             (
@@ -258,8 +270,9 @@ impl<C: WriteConn> Writer<C> {
                     .map_err(nothing)?;
             }
         }
+        let commit = std::time::Instant::now();
         match self.conn.exec("COMMIT", &[]).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(commit.elapsed()),
             Err(e) if e.fault() == Some(StorageFault::Unavailable) => Err((
                 StorageFault::Unavailable,
                 format!("the connection was lost during the commit, so whether this request was recorded is unknown until the store is back: {e}"),

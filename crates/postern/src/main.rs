@@ -15,6 +15,8 @@ mod operator;
 mod resolve;
 mod secrets;
 mod serve;
+mod status;
+mod telemetry;
 mod trace;
 mod upstream;
 mod vault;
@@ -78,6 +80,9 @@ enum Command {
     /// Executions under review on a running gateway: list, resolve as applied or not applied.
     #[command(subcommand)]
     Review(operator::ReviewCommand),
+    /// A running gateway at a glance: store, upstreams, vault, pending approvals and reviews,
+    /// unknown outcomes, the last signed checkpoint (an operator's token).
+    Status(status::StatusArgs),
     /// Upstream MCP servers on a running gateway: list their links and tools; accept a tool
     /// version an upstream changed (tool pinning).
     #[command(subcommand)]
@@ -139,6 +144,7 @@ fn main() -> ExitCode {
         Command::Vault(cmd) => vault::run(&cmd),
         Command::DemoUpstream(a) => demo_upstream(&a),
         Command::Upstream(cmd) => upstream::run(&cmd),
+        Command::Status(a) => status::run(&a),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

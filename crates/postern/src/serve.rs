@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// Override `[gateway] listen` (e.g. 127.0.0.1:0 for an ephemeral port).
     #[arg(long)]
     pub listen: Option<String>,
+    /// Log lines on stderr as text or as JSON objects (filter with POSTERN_LOG).
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: crate::telemetry::LogFormat,
 }
 
 /// Everything `serve` and `demo` need, built from a config file.
@@ -227,8 +230,22 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let telemetry = crate::load_config(&a.config)?.telemetry;
+        let installed = crate::telemetry::install(a.log_format, &telemetry)?;
+        postern_gateway::telemetry::install_metrics().map_err(anyhow::Error::msg)?;
+        let served = serve(a, &telemetry).await;
+        installed.shutdown().await;
+        served
+    })
+}
+
+async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Result<i32> {
+    {
         let assembled = assemble(&a.config).await?;
         let gateway = assembled.gateway;
+        if let Some(addr) = &telemetry.metrics_listen {
+            serve_metrics(addr, &gateway).await?;
+        }
         let signs = gateway.config().gateway.signing_key.is_some();
         if signs {
             sign_periodically(&gateway);
@@ -308,7 +325,25 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
             sign_head(&gateway).await;
         }
         Ok(0)
-    })
+    }
+}
+
+/// `[telemetry] metrics_listen`: `/metrics` without a token on its own address.
+async fn serve_metrics(addr: &str, gateway: &Arc<Gateway>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding telemetry.metrics_listen {addr}"))?;
+    eprintln!(
+        "postern: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    let gateway = gateway.clone();
+    tokio::spawn(async move {
+        if let Err(e) = postern_gateway::front::ops::serve_metrics_only(listener, gateway).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
+    Ok(())
 }
 
 /// Serves MCP on `listener` until SIGINT or SIGTERM.

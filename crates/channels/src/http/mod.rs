@@ -55,6 +55,8 @@ pub struct HttpDispatch {
     pub also_redact: Vec<Secret>,
     /// (header name, execution id): sent as `<name>: <execution id>` when present.
     pub idempotency: Option<(String, String)>,
+    /// Sent as the W3C `traceparent` header when present (and well formed).
+    pub traceparent: Option<String>,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub max_response_bytes: usize,
@@ -74,6 +76,7 @@ impl HttpDispatch {
             tls: None,
             also_redact: Vec::new(),
             idempotency: None,
+            traceparent: None,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),
             max_response_bytes: 1 << 20,
@@ -282,6 +285,14 @@ fn build_request(req: &HttpDispatch) -> Result<(Request<Full<Bytes>>, String), S
         let value = HeaderValue::from_str(key)
             .map_err(|_| format!("idempotency key {key:?} is not a valid header value"))?;
         builder = builder.header(name, value);
+    }
+    // A malformed one (it came from the client) is dropped, never a reason not to send.
+    if let Some(value) = req
+        .traceparent
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        builder = builder.header("traceparent", value);
     }
     let body = Full::new(Bytes::from(req.body.clone().unwrap_or_default()));
     let request = builder

@@ -78,6 +78,7 @@ impl HttpTool {
         d.outcome_rules = OutcomeRules::new();
         d.connect_timeout = self.connect_timeout;
         d.response_timeout = self.response_timeout;
+        d.traceparent = action.traceparent.clone();
         if keyed {
             if let Some(header) = &self.idempotency_header {
                 d.idempotency = Some((header.clone(), action.execution_id.to_string()));

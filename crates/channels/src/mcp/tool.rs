@@ -73,6 +73,10 @@ impl McpTool {
         };
         let mut meta = RequestMetaObject::new();
         meta.insert(EXECUTION_ID_META.into(), json!(action.execution_id));
+        if let Some(traceparent) = &action.traceparent {
+            // MCP's trace-context convention: W3C `traceparent` in the request's `_meta`.
+            meta.insert("traceparent".into(), json!(traceparent));
+        }
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.meta = Some(meta);
         params.arguments = Some(arguments);

@@ -4,6 +4,7 @@
 
 mod raw;
 mod secret;
+mod telemetry;
 mod tls;
 mod upstream;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use secret::SecretRef;
+pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ListenerTls};
 pub use upstream::{
     ExposeAll, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW, DEFAULT_UPSTREAM_TIMEOUT,
@@ -45,6 +47,7 @@ pub struct Config {
     pub credentials: BTreeMap<String, Credential>,
     pub upstreams: BTreeMap<String, Upstream>,
     pub tools: Vec<ToolContract>,
+    pub telemetry: Telemetry,
 }
 
 #[derive(Clone, Debug)]
@@ -437,6 +440,7 @@ impl Config {
             });
         }
 
+        let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         Ok(Config {
             gateway,
             actors,
@@ -444,6 +448,7 @@ impl Config {
             credentials,
             upstreams,
             tools,
+            telemetry,
         })
     }
 

@@ -21,6 +21,8 @@ pub(super) struct RawConfig {
     pub upstream: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub tool: Vec<RawTool>,
+    #[serde(default)]
+    pub telemetry: super::telemetry::RawTelemetry,
 }
 
 #[derive(Deserialize)]

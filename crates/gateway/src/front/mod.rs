@@ -27,7 +27,7 @@ mod auth;
 mod delivery;
 mod limits;
 pub mod listener;
-mod ops;
+pub mod ops;
 mod streams;
 mod tasks;
 
@@ -685,6 +685,12 @@ impl ServerHandler for PosternMcp {
                 .map(str::to_string),
             run_id,
             request_id: serde_json::to_string(&ctx.id).ok(),
+            // MCP's trace-context convention: W3C trace context in the request's `_meta`.
+            trace_parent: ctx
+                .meta
+                .get("traceparent")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             cancel: Some(cancel),
             progress: progress_sink(&ctx),
         };

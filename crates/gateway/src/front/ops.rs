@@ -10,6 +10,8 @@
 //! | `GET /ops/approvals/{id}` | one execution's `PendingDecision`, whatever its state |
 //! | `POST /ops/approvals/{id}/approve` `{"fingerprint", "reason"?}` | the decision recorded |
 //! | `POST /ops/approvals/{id}/deny` `{"reason"?}` | the decision recorded |
+//! | `GET /ops/status` | the gateway at a glance ([`crate::telemetry::Status`]) |
+//! | `GET /metrics` | Prometheus text: calls, events, latencies, the store's waiting executions |
 //! | `GET /ops/runs` | `{"runs": [RunView…]}`, the Sessions log, newest first |
 //! | `GET /ops/runs/{id}` | the run (how it ended, if it did) and its calls with their attempts |
 //! | `POST /ops/runs/{id}/authorize` | the run authorized once; its waiting calls are sent |
@@ -69,6 +71,8 @@ pub(super) fn router(
         .route("/ops/approvals/{id}", get(approval))
         .route("/ops/approvals/{id}/approve", post(approve))
         .route("/ops/approvals/{id}/deny", post(deny))
+        .route("/ops/status", get(status))
+        .route("/metrics", get(metrics_text))
         .route("/ops/runs", get(runs))
         .route("/ops/runs/{id}", get(run))
         .route("/ops/runs/{id}/authorize", post(authorize_run))
@@ -233,6 +237,51 @@ async fn vault_lock(
     vault.lock();
     eprintln!("postern: the vault was locked by operator {operator}");
     Json(json!({"locked": true, "locked_by": operator})).into_response()
+}
+
+async fn status(State(st): State<Arc<OpsState>>) -> Response {
+    answer(st.gateway.status().await)
+}
+
+async fn metrics_text(State(st): State<Arc<OpsState>>) -> Response {
+    metrics_response(&st.gateway).await
+}
+
+/// `[telemetry] metrics_listen`'s application: `GET /metrics` only, without a token (bind it
+/// where only Prometheus can reach it). Nothing else of the gateway is served there.
+pub async fn serve_metrics_only(
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+) -> std::io::Result<()> {
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let gateway = gateway.clone();
+            async move { metrics_response(&gateway).await }
+        }),
+    );
+    axum::serve(listener, app).await
+}
+
+/// The Prometheus text exposition (version 0.0.4), or 404 when this process keeps no metrics.
+pub(crate) async fn metrics_response(gateway: &Gateway) -> Response {
+    if !crate::telemetry::metrics_installed() {
+        return error(
+            StatusCode::NOT_FOUND,
+            "metrics are not enabled in this process",
+        );
+    }
+    match crate::telemetry::render(gateway).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 async fn runs(State(st): State<Arc<OpsState>>) -> Response {

@@ -121,6 +121,7 @@ impl Live {
                 };
                 !gone
             });
+            metrics::gauge!(crate::telemetry::STREAMS_LIVE).set(map.streams.len() as f64);
         }
         map.streams
             .entry(stream_id.to_string())
@@ -403,6 +404,7 @@ impl EventStore for DurableStreams {
     ) -> Result<EventStream, EventStoreError> {
         let (stream_id, after) = parse_event_id(last_event_id)
             .ok_or_else(|| format!("not a Postern event id: {last_event_id:?}"))?;
+        metrics::counter!(crate::telemetry::STREAM_RESUMES).increment(1);
         let mut queue = VecDeque::new();
         let mut live_rx = None;
         if let Some(live) = self.live.get(stream_id) {

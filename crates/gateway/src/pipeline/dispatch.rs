@@ -60,7 +60,17 @@ impl Gateway {
             .await?;
             return Err(GatewayError::Cancelled);
         }
-        let sending = entry.channel.send(action);
+        let target_span = tracing::info_span!(
+            "target",
+            tool = %s.tool,
+            execution_id = %s.id,
+            dispatch = s.lifecycle.dispatches,
+        );
+        let mut action = action;
+        action.traceparent =
+            crate::telemetry::traceparent_for(&target_span, call.trace_parent.as_deref());
+        let sent_at = std::time::Instant::now();
+        let sending = tracing::Instrument::instrument(entry.channel.send(action), target_span);
         tokio::pin!(sending);
         let outcome = match &call.cancel {
             Some(cancel) => tokio::select! {
@@ -74,6 +84,12 @@ impl Gateway {
             },
             None => sending.await,
         };
+        metrics::histogram!(
+            crate::telemetry::TARGET_SECONDS,
+            "tool" => s.tool.clone(),
+            "outcome" => outcome.label()
+        )
+        .record(sent_at.elapsed().as_secs_f64());
         self.record_outcome(&s, outcome, attempt, None).await
     }
 
@@ -115,6 +131,7 @@ impl Gateway {
                 .collect(),
             cancel,
             progress: None,
+            traceparent: None,
         })
     }
 
@@ -156,11 +173,14 @@ impl Gateway {
                 };
                 (NewEvent::new(event).with_detail(detail), None, None)
             }
-            Outcome::Unknown { reason } => (
-                NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
-                None,
-                None,
-            ),
+            Outcome::Unknown { reason } => {
+                tracing::warn!(execution_id = %id, tool = %dispatched.tool, reason = %reason, "outcome unknown: the target may or may not have applied it");
+                (
+                    NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({"reason": reason})),
+                    None,
+                    None,
+                )
+            }
             Outcome::Answered(a) => {
                 let response = response_value(&a.body);
                 let mut detail = match a.status {
@@ -183,7 +203,10 @@ impl Gateway {
                         ev
                     }
                     // A 500 may have half happened: unknown, never failed.
-                    AnswerVerdict::Unknown => NewEvent::new(EventKind::OutcomeUnknown),
+                    AnswerVerdict::Unknown => {
+                        tracing::warn!(execution_id = %id, tool = %dispatched.tool, status = ?a.status, "outcome unknown: the target's answer does not say whether it applied it");
+                        NewEvent::new(EventKind::OutcomeUnknown)
+                    }
                 };
                 ev.detail = detail;
                 ev.result = Some(result);
@@ -196,6 +219,7 @@ impl Gateway {
                 // The request's fate is known here but cannot be written down now: say so, and
                 // keep writing it until the store takes it.
                 let why = e.to_string();
+                tracing::error!(execution_id = %id, error = %why, "the target's answer could not be recorded; retrying in the background");
                 self.record_when_possible(id, event);
                 let mut report = self.report(dispatched, attempt, status, response);
                 report.next_step = Some(unrecorded_next_step(id, &why));
@@ -231,6 +255,7 @@ impl Gateway {
                 match ledger.append(id, event.clone(), now()).await {
                     Err(postern_ledger::LedgerError::Closed) => return,
                     Err(e) if e.fault().is_some() => {
+                        tracing::warn!(execution_id = %id, error = %e, retry_in = ?wait, "an outcome is still not recorded");
                         wait = (wait * 2).min(Duration::from_secs(5));
                     }
                     // Recorded, or refused as a transition (another instance settled it).

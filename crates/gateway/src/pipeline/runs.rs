@@ -68,6 +68,11 @@ impl Gateway {
         first
     }
 
+    /// How many runs this process serves (recorded and not seen end).
+    pub fn open_run_count(&self) -> usize {
+        self.open_runs.lock().len()
+    }
+
     /// Whether this process has recorded `run_id` and not seen it end.
     pub fn is_open_run(&self, run_id: &str) -> bool {
         self.open_runs.lock().contains(run_id)
@@ -140,6 +145,13 @@ impl Gateway {
         attempt: &str,
         outcome: &str,
     ) {
+        // A tool name that is not configured is the agent's string: never a label.
+        let (tool, class) = match self.registry.get(&asker.tool) {
+            Some(entry) => (asker.tool.as_str(), entry.contract.class.as_str()),
+            None => ("(unknown)", "none"),
+        };
+        crate::telemetry::count_call(tool, class, attempt, outcome);
+        tracing::debug!(tool, class, attempt, outcome, execution_id = ?execution_id.map(|id| id.to_string()), run = ?asker.run_id, "call answered");
         let (attempt, outcome) = (attempt.to_string(), outcome.to_string());
         self.ledger.record_call(CallRecord {
             at: now(),

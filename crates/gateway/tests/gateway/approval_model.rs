@@ -160,6 +160,8 @@ impl Run {
             reissue_key: None,
             intent_scope: None,
             run_id: None,
+            request_id: None,
+            trace_parent: None,
             cancel: None,
             progress: None,
         };

@@ -23,6 +23,7 @@ mod stdio;
 mod storage;
 mod targets;
 mod tasks;
+mod telemetry;
 mod tls_listener;
 mod tls_targets;
 mod upstream;
