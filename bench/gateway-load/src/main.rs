@@ -16,6 +16,8 @@
 //! `--upstream [--ctrlrun PATH] [--upstream-work-ms W,…]` compares, on one upstream MCP server, calls made directly,
 //! through Postern and through CTRLRun (see `upstream.rs`).
 //!
+//! `--telemetry [--rounds N]` measures what metrics, logs and spans cost (see `telemetry.rs`).
+//!
 //! `--approvals [--baseline-postern PATH] [--rounds N]` measures the human side instead (see `approvals.rs`):
 //! calls without approval against a baseline build, and the time from an approval to the
 //! target.
@@ -42,6 +44,7 @@ use serde_json::{json, Value};
 mod approvals;
 mod soak;
 mod ssh;
+mod telemetry;
 mod tls;
 mod upstream;
 
@@ -406,6 +409,14 @@ fn main() {
             arg("--calls").map_or(1200, |_| calls32),
         );
         ssh::run(&rt, &postern, &dir, calls);
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--telemetry") {
+        let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
+        rt.block_on(telemetry::compare(&postern, &dir, seconds, calls1, rounds));
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -43,6 +43,8 @@ pub const RUNS_OPEN: &str = "postern_runs_open";
 pub const UPSTREAM_UP: &str = "postern_upstream_up";
 pub const VAULT_LOCKED: &str = "postern_vault_locked";
 pub const SCRAPE_SECONDS: &str = "postern_scrape_store_seconds";
+/// Always 1, labelled with the version (joins other series to a build).
+pub const BUILD_INFO: &str = "postern_build_info";
 
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -72,6 +74,7 @@ pub fn install_metrics() -> Result<(), String> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| format!("metrics: {e}"))?;
     describe();
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let _ = PROMETHEUS.set(handle.clone());
     // Histogram samples wait in per-thread buffers until drained; a scrape drains them too.
     tokio::spawn(async move {
@@ -116,6 +119,7 @@ fn describe() {
     );
     describe_histogram!(ledger::BATCH_SIZE, Unit::Count, "requests per group commit");
     describe_gauge!(STREAMS_LIVE, "SSE streams this process carries");
+    describe_gauge!(BUILD_INFO, "1, labelled with the gateway's version");
     describe_gauge!(
         APPROVALS_PENDING,
         "executions awaiting an operator's approval"
@@ -331,9 +335,65 @@ pub(crate) fn traceparent_for(span: &tracing::Span, client: Option<&str>) -> Opt
         .map(|_| client.unwrap_or_default().trim().to_string())
 }
 
+/// Every metric name this process may export (the dashboard in `docs/` is held to it).
+pub const ALL_METRICS: [&str; 20] = [
+    CALLS,
+    TARGET_SECONDS,
+    STREAM_RESUMES,
+    STREAMS_LIVE,
+    APPROVALS_PENDING,
+    APPROVAL_OLDEST_SECONDS,
+    REVIEWS_PENDING,
+    UNKNOWN_OUTCOMES,
+    DISPATCHED,
+    LEDGER_QUEUE,
+    RUNS_OPEN,
+    UPSTREAM_UP,
+    VAULT_LOCKED,
+    SCRAPE_SECONDS,
+    postern_ledger::telemetry::EVENTS,
+    postern_ledger::telemetry::COMMIT_SECONDS,
+    postern_ledger::telemetry::COMMIT_STATEMENT_SECONDS,
+    postern_ledger::telemetry::BATCH_SIZE,
+    postern_ledger::telemetry::COMMIT_FAILURES,
+    BUILD_INFO,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Grafana dashboard queries only metrics the gateway exports.
+    #[test]
+    fn the_dashboard_names_only_exported_metrics() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/grafana-dashboard.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut seen = 0;
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if !word.starts_with("postern_") {
+                        continue;
+                    }
+                    let name = ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|s| word.strip_suffix(s).filter(|n| ALL_METRICS.contains(n)))
+                        .unwrap_or(word);
+                    assert!(
+                        ALL_METRICS.contains(&name),
+                        "the dashboard queries {word}, which nothing exports"
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 20, "the dashboard queries {seen} metrics");
+    }
 
     #[test]
     fn traceparent_is_parsed_strictly() {

@@ -291,25 +291,23 @@ impl StoreReader {
     /// The figures an operator watches (`postern status`, `/metrics` gauges): each an indexed
     /// count of the few executions in a waiting state, so it stays cheap on a million rows.
     pub async fn health(&self, now: Timestamp) -> Result<StoreHealth, LedgerError> {
-        let count = |state: &'static str| {
-            sqlx::query("SELECT COUNT(*) AS n FROM executions WHERE state = $1")
-                .bind(state)
-                .fetch_one(&self.pool)
+        // Literal states, never bound: only then can the planner use the partial index that
+        // holds just the executions in that state (migration 9), whatever the store's size.
+        let count = |state: &'static str, since: Option<i64>| {
+            let mut sql = format!("SELECT COUNT(*) AS n FROM executions WHERE state = '{state}'");
+            if let Some(t) = since {
+                sql.push_str(&format!(" AND state_since >= {t}"));
+            }
+            async move {
+                let row = sqlx::query(&sql).fetch_one(&self.pool).await?;
+                Ok::<u64, LedgerError>(u64::try_from(rows::get_i64(&row, "n")?).unwrap_or(0))
+            }
         };
-        let n = |row: sqlx::any::AnyRow| -> Result<u64, LedgerError> {
-            Ok(u64::try_from(rows::get_i64(&row, "n")?).unwrap_or(0))
-        };
-        let awaiting_approval = n(count("awaiting_approval").await?)?;
-        let needs_review = n(count("needs_review").await?)?;
-        let outcome_unknown = n(count("outcome_unknown").await?)?;
-        let dispatched = n(count("dispatched").await?)?;
-        let hour_ago = now.0 - 3_600_000;
-        let unknown_last_hour = n(sqlx::query(
-            "SELECT COUNT(*) AS n FROM executions WHERE state = 'outcome_unknown' AND state_since >= $1",
-        )
-        .bind(hour_ago)
-        .fetch_one(&self.pool)
-        .await?)?;
+        let awaiting_approval = count("awaiting_approval", None).await?;
+        let needs_review = count("needs_review", None).await?;
+        let outcome_unknown = count("outcome_unknown", None).await?;
+        let dispatched = count("dispatched", None).await?;
+        let unknown_last_hour = count("outcome_unknown", Some(now.0 - 3_600_000)).await?;
         let oldest_approval = sqlx::query(
             "SELECT MIN(state_since) AS at FROM executions WHERE state = 'awaiting_approval'",
         )

@@ -204,6 +204,21 @@ fn open_vault(config: &Config, dir: &Path) -> Result<Option<VaultSlot>> {
 /// (`bench/gateway-load --https`), not a setting: reuse is what the gateway does.
 pub const NO_CONNECTION_REUSE_VAR: &str = "POSTERN_MEASURE_WITHOUT_CONNECTION_REUSE";
 
+/// The variable that runs the gateway with no metrics recorder, no log subscriber and no span
+/// export. For measuring what they cost (`bench/gateway-load --telemetry`), not a setting.
+pub const NO_TELEMETRY_VAR: &str = "POSTERN_MEASURE_WITHOUT_TELEMETRY";
+
+fn measuring_without_telemetry() -> Result<bool> {
+    match std::env::var(NO_TELEMETRY_VAR).as_deref() {
+        Err(_) | Ok("" | "0") => Ok(false),
+        Ok("1") => {
+            eprintln!("postern: {NO_TELEMETRY_VAR}=1: no metrics, no logs, no spans");
+            Ok(true)
+        }
+        Ok(other) => bail!("{NO_TELEMETRY_VAR}={other:?}: expected 1 or 0"),
+    }
+}
+
 fn connection_reuse() -> Result<ConnectionReuse> {
     match std::env::var(NO_CONNECTION_REUSE_VAR).as_deref() {
         Err(_) | Ok("" | "0") => Ok(ConnectionReuse::Pooled),
@@ -231,6 +246,9 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         .build()?;
     rt.block_on(async {
         let telemetry = crate::load_config(&a.config)?.telemetry;
+        if measuring_without_telemetry()? {
+            return serve(a, &telemetry).await;
+        }
         let installed = crate::telemetry::install(a.log_format, &telemetry)?;
         postern_gateway::telemetry::install_metrics().map_err(anyhow::Error::msg)?;
         let served = serve(a, &telemetry).await;

@@ -27,3 +27,10 @@ CREATE INDEX runs_started ON runs (started_at);
 -- How a run ended: `closed` (the client deleted its session), `transport_closed`,
 -- `idle_expired`, `gateway_stopped`.
 ALTER TABLE runs ADD COLUMN end_reason TEXT;
+-- What an operator watches (`postern status`, the /metrics gauges): the executions waiting for
+-- someone, counted without reading the others. Partial indexes hold only the executions in
+-- that state (an execution passes through at most a few of them), so a commit of a finished
+-- one touches none; `dispatched` has its own since migration 3.
+CREATE INDEX executions_awaiting_approval ON executions (state_since) WHERE state = 'awaiting_approval';
+CREATE INDEX executions_needs_review ON executions (state_since) WHERE state = 'needs_review';
+CREATE INDEX executions_outcome_unknown ON executions (state_since) WHERE state = 'outcome_unknown';
