@@ -304,6 +304,7 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
+        let stop = StopSignal::listen();
         let addr = listener.local_addr()?;
         match &gateway.config().gateway.tls {
             Some(files) => {
@@ -318,14 +319,14 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
                 let handshake = TlsHandshake::new(identity, asks);
                 reload_on_sighup(files, handshake.clone());
                 println!("postern listening on https://{addr}/mcp");
-                serve_http(listener, handshake, &gateway, assembled.tokens).await;
+                serve_http(listener, handshake, &gateway, assembled.tokens, stop).await;
             }
             None => {
                 if !addr.ip().is_loopback() {
                     eprintln!("{}", plain_http_warning(addr));
                 }
                 println!("postern listening on http://{addr}/mcp");
-                serve_http(listener, PlainTcp, &gateway, assembled.tokens).await;
+                serve_http(listener, PlainTcp, &gateway, assembled.tokens, stop).await;
             }
         }
         // Executions finishing in the background (MCP tasks) get to record their end.
@@ -370,12 +371,13 @@ async fn serve_http<H: Handshake>(
     handshake: H,
     gateway: &Arc<Gateway>,
     tokens: Tokens,
+    stop: StopSignal,
 ) {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let app = postern_gateway::front::router(gateway.clone(), tokens, shutdown.clone());
     let limits = ListenerLimits::of(&gateway.config().gateway);
     postern_gateway::front::listener::serve(listener, handshake, app, limits, async move {
-        stop_signal().await;
+        stop.wait().await;
         // Open streams (a session's GET stream, a live replay) end now instead of holding
         // the stop until their clients leave.
         shutdown.cancel();
@@ -502,24 +504,38 @@ async fn sign_head(gateway: &Gateway) {
 }
 
 /// SIGINT or SIGTERM.
-async fn stop_signal() {
+/// SIGINT or SIGTERM, listened for from the moment it is made: made before the gateway says
+/// it listens, so a stop sent right after that line is never lost (a process started in the
+/// background by a non-interactive shell inherits SIGINT ignored until a handler is installed).
+struct StopSignal {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignal {
+    fn listen() -> StopSignal {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            StopSignal {
+                signals: signal(SignalKind::interrupt())
+                    .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+                    .ok(),
+            }
         }
+        #[cfg(not(unix))]
+        StopSignal {}
     }
-    #[cfg(not(unix))]
-    {
+
+    async fn wait(self) {
+        #[cfg(unix)]
+        if let Some((mut int, mut term)) = self.signals {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }
