@@ -1,14 +1,19 @@
 //! `activity trace`: the five questions of an incident (seed 000, "investigate the sequence,
 //! not the count"), answered in plain sentences from the record, each with its evidence.
 //!
-//! 1. One agent process or two? 2. Authorized and dispatched? 3. Did the target answer?
-//! 4. Was the answer lost after completion? 5. Did a later call reuse the execution, reuse the
-//! key, or create a new attempt?
+//! 1. One agent process or two?
+//! 2. Authorized and dispatched?
+//! 3. Did the target answer?
+//! 4. Was the answer lost after completion?
+//! 5. Did a later call reuse the execution, reuse the key, or create a new attempt?
 //!
 //! Only the record speaks here: the lifecycle events (what was sent and answered), the calls
 //! log (who asked, and how each call related to the execution), the Sessions log (which agent
 //! processes existed) and the other executions of the same intent. Nothing is inferred that
-//! the record does not show, and where it cannot tell, the answer says so.
+//! the record does not show, and where it cannot tell, the answer says so. One thing is read
+//! from times: the recovery steps a `recovered` call took are the recovery events (a status
+//! query's answer, a re-send, a review) recorded after the call before it was answered and up
+//! to its own answer (the calls log is written as each call is answered).
 
 use std::collections::BTreeSet;
 
@@ -116,9 +121,27 @@ fn event_evidence(view: &ExecutionView, n: u32, what: String, t: Timestamp) -> E
     }
 }
 
+/// The state a call's answer told the agent. The calls log records the execution's state as
+/// the call was answered, before that answer's own delivery: `completed_result_not_delivered`
+/// there is an answer that carried the result, which the agent read as `completed` (whether it
+/// arrived is the lifecycle's `delivered` / `delivery_failed`, answer 4).
+pub fn told(outcome: &str) -> &str {
+    match outcome {
+        "completed_result_not_delivered" => "completed",
+        other => other,
+    }
+}
+
+/// The built-in tool whose calls read an execution's record (and send nothing).
+const STATUS_TOOL: &str = "execution_status";
+
+fn is_status_read(c: &CallRecord) -> bool {
+    c.tool == STATUS_TOOL
+}
+
 fn call_evidence(c: &CallRecord) -> Evidence {
     Evidence {
-        what: format!("call of {} ({}): {}", c.tool, c.attempt, c.outcome),
+        what: format!("call of {} ({}): {}", c.tool, c.attempt, told(&c.outcome)),
         at: at(c.at),
         execution_id: c.execution_id.map(|id| id.to_string()),
         run_id: c.run_id.clone(),
@@ -160,40 +183,60 @@ fn run_evidence(r: &Run) -> Evidence {
     }
 }
 
-/// 1. The runs that sent calls matching this execution.
+/// Question 1: the runs that sent calls matching this execution (status reads are named
+/// apart: a run that only read the record sent no action).
 fn processes(input: &TraceInput<'_>) -> Answer {
-    let ids = runs_to_read(input.view, input.calls);
-    let mut evidence: Vec<Evidence> = ids
+    let (actions, reads): (Vec<&CallRecord>, Vec<&CallRecord>) =
+        input.calls.iter().partition(|c| !is_status_read(c));
+    let mut ids: Vec<String> = actions.iter().filter_map(|c| c.run_id.clone()).collect();
+    ids.extend(input.view.summary.run_id.clone());
+    ids.sort();
+    ids.dedup();
+    let described = |id: &String| {
+        input.runs.iter().find(|r| &r.id == id).map_or_else(
+            || format!("run {id} (not in the Sessions log any more)"),
+            describe_run,
+        )
+    };
+    let mut evidence: Vec<Evidence> = runs_to_read(input.view, input.calls)
         .iter()
         .map(|id| match input.runs.iter().find(|r| &r.id == id) {
             Some(r) => run_evidence(r),
             None => Evidence {
-                what: format!("run {id} (not in the Sessions log any more)"),
+                what: described(id),
                 run_id: Some(id.clone()),
                 ..Evidence::default()
             },
         })
         .collect();
     evidence.extend(input.calls.iter().map(call_evidence));
-    let sessionless = input.calls.iter().filter(|c| c.run_id.is_none()).count();
-    let mut answer = match ids.len() {
-        0 => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
-        1 => format!(
+    let sessionless = actions.iter().filter(|c| c.run_id.is_none()).count();
+    let mut answer = match ids.as_slice() {
+        [] if actions.is_empty() => "The record cannot tell: no call of this execution is in the calls log (it predates the log, or the gateway stopped before recording it).".to_string(),
+        [] => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
+        [one] => format!(
             "One agent process: every call that reached this execution came from {}.",
-            input
-                .runs
-                .iter()
-                .find(|r| r.id == ids[0])
-                .map_or_else(|| format!("run {}", ids[0]), describe_run)
+            described(one)
         ),
-        n => format!(
-            "{n} agent processes: calls reached this execution from runs {}.",
-            ids.join(", ")
+        many => format!(
+            "{} agent processes: calls reached this execution from {}.",
+            many.len(),
+            many.iter().map(described).collect::<Vec<_>>().join("; ")
         ),
     };
     if sessionless > 0 && !ids.is_empty() {
         answer.push_str(&format!(
             " {sessionless} call(s) named no run, so they may have come from another process."
+        ));
+    }
+    let mut readers: Vec<&str> = reads.iter().filter_map(|c| c.run_id.as_deref()).collect();
+    readers.sort();
+    readers.dedup();
+    readers.retain(|r| !ids.iter().any(|id| id == r));
+    if !readers.is_empty() {
+        answer.push_str(&format!(
+            " Run(s) {} only read its status ({STATUS_TOOL}).",
+            readers.join(", ")
         ));
     }
     let others: Vec<&ExecutionSummary> = input
@@ -300,7 +343,7 @@ fn authorized(view: &ExecutionView) -> Answer {
         [] => sentences.push("It was never dispatched: nothing was sent to the target.".into()),
         [one] => sentences.push(format!("Dispatched once, at {one}.")),
         many => sentences.push(format!(
-            "Dispatched {} times ({}): recovery sent it again after establishing the earlier send had no effect.",
+            "Dispatched {} times ({}): recovery sent the same execution again, with the same execution id as its idempotency key (or marker), never as a new action.",
             many.len(),
             many.iter().map(Timestamp::to_string).collect::<Vec<_>>().join(", ")
         )),
@@ -351,13 +394,16 @@ fn target_answer(view: &ExecutionView) -> Answer {
             ),
             EventKind::ReviewRequired => format!("At {} it was sent to an operator's review.", b.at),
             EventKind::Resolved(r) => format!(
-                "At {} operator {} resolved it: {}.",
+                "At {} operator {} resolved it: {}{}.",
                 b.at,
                 text(d, "resolved_by").unwrap_or_else(|| "?".into()),
                 match r {
                     Resolution::Applied => "applied",
                     Resolution::NotApplied => "not applied",
-                }
+                },
+                text(d, "reason")
+                    .map(|r| format!(" (\"{r}\")"))
+                    .unwrap_or_default()
             ),
             _ => continue,
         };
@@ -402,15 +448,25 @@ fn delivery(view: &ExecutionView) -> Answer {
             _ => {}
         }
     }
-    let answer = match (completed, lost.first(), delivered.first()) {
+    // The first delivery after the first loss: the answer that did arrive after it was lost.
+    let delivered_after = lost
+        .first()
+        .and_then(|l| delivered.iter().find(|d| *d >= l))
+        .or(delivered.first());
+    let answer = match (completed, lost.first(), delivered_after) {
         (None, _, _) => format!(
             "No: there was no completed answer to lose (the execution is {}).",
             view.summary.lifecycle.state.name()
         ),
+        (Some(c), Some(l), Some(d)) if d < l => format!(
+            "Yes: the target completed at {} and an answer was lost on its way to an agent at {l}, after it had been delivered at {d} (to another call); it has not been delivered since.",
+            c.body.at
+        ),
         (Some(c), Some(l), Some(d)) => format!(
-            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l} ({} lost deliveries); it was delivered later, at {d}.",
+            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l} ({} lost deliver{}); it was delivered later, at {d}.",
             c.body.at,
-            lost.len()
+            lost.len(),
+            if lost.len() == 1 { "y" } else { "ies" }
         ),
         (Some(c), Some(l), None) => format!(
             "Yes: the target completed at {} and the answer was lost on its way to the agent at {l}; it has not been delivered since.",
@@ -435,13 +491,23 @@ fn delivery(view: &ExecutionView) -> Answer {
     }
 }
 
-/// 5. Every call that touched the execution, with its attempt kind; and the other executions
-/// of the same intent or key, with why they are separate.
+/// Question 5: every call that touched the execution, with its attempt kind; and the other
+/// executions of the same intent or key, with why they are separate.
 fn later_calls(input: &TraceInput<'_>) -> Answer {
     let s = &input.view.summary;
     let mut evidence: Vec<Evidence> = input.calls.iter().map(call_evidence).collect();
     let mut sentences = Vec::new();
-    let later: Vec<&CallRecord> = input.calls.iter().filter(|c| c.attempt != "new").collect();
+    let created = input
+        .calls
+        .iter()
+        .filter(|c| c.attempt == "new" && !is_status_read(c))
+        .count();
+    let later: Vec<(usize, &CallRecord)> = input
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.attempt != "new" || is_status_read(c))
+        .collect();
     if input.calls.is_empty() {
         sentences.push("No call is recorded in the calls log for this execution (its calls predate the log, or the gateway stopped before recording them).".to_string());
     } else if later.is_empty() {
@@ -450,7 +516,10 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
             input.calls.len()
         ));
     } else {
-        for c in &later {
+        if created == 1 {
+            sentences.push("One call created it.".into());
+        }
+        for (i, c) in later {
             let who = format!(
                 "A call at {} (run {}, JSON-RPC id {}{})",
                 c.at,
@@ -461,11 +530,22 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
                     .map(|k| format!(", operation key {k}"))
                     .unwrap_or_default()
             );
-            let how = match c.attempt.as_str() {
-                "attached" => "reused this execution while it was in progress (attached): nothing new was sent for it".to_string(),
-                "recovered" => "reused this execution and was answered from its record (recovered): nothing new was sent for it, unless the dispatches above say recovery re-sent it".to_string(),
-                "refused" => format!("was refused ({}) and changed nothing", c.outcome),
-                other => format!("reached it as {other}"),
+            let since = i
+                .checked_sub(1)
+                .map(|p| input.calls[p].at)
+                .unwrap_or(Timestamp(i64::MIN));
+            let how = if is_status_read(c) {
+                format!(
+                    "read its record with {STATUS_TOOL} (told {}): nothing was sent",
+                    told(&c.outcome)
+                )
+            } else {
+                match c.attempt.as_str() {
+                    "attached" => format!("reused this execution while it was in progress (attached), nothing new was sent for it; it was told {}", told(&c.outcome)),
+                    "recovered" => recovered(input.view, since, c, &mut evidence),
+                    "refused" => format!("was refused ({}) and changed nothing", c.outcome),
+                    other => format!("reached it as {other}"),
+                }
             };
             sentences.push(format!("{who} {how}."));
         }
@@ -492,6 +572,70 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
         question: QUESTIONS[4],
         answer: sentences.join(" "),
         evidence,
+    }
+}
+
+/// What a call matched to the execution from its record (`recovered`) came to: the recovery
+/// steps the lifecycle records after the call before it (`since`) and up to this call's
+/// answer — a status query that settled an unknown outcome, a re-dispatch with the same key,
+/// a review — or, with none, the record alone.
+fn recovered(
+    view: &ExecutionView,
+    since: Timestamp,
+    c: &CallRecord,
+    evidence: &mut Vec<Evidence>,
+) -> String {
+    let mut steps = Vec::new();
+    let first_dispatch = view
+        .events
+        .iter()
+        .find(|e| e.body.event == EventKind::Dispatched)
+        .map(|e| e.body.n);
+    for e in view
+        .events
+        .iter()
+        .filter(|e| e.body.at > since && e.body.at <= c.at)
+    {
+        let b = &e.body;
+        let step = match b.event {
+            EventKind::Dispatched if Some(b.n) != first_dispatch => {
+                "recovery re-sent the SAME execution, with the same idempotency key".to_string()
+            }
+            EventKind::Completed(v) => match text(&b.detail, "via") {
+                Some(via) => format!(
+                    "recovery settled the unknown outcome by asking the target ({via}): {}",
+                    match v {
+                        Verdict::Applied => "it had applied it",
+                        Verdict::Rejected => "it had not applied it",
+                    }
+                ),
+                None => continue,
+            },
+            EventKind::OutcomeUnknown => "the outcome stayed unknown".to_string(),
+            EventKind::ReviewRequired => {
+                "the outcome being unknown, the tool's class sent it to an operator's review instead of sending it again".to_string()
+            }
+            _ => continue,
+        };
+        evidence.push(event_evidence(
+            view,
+            b.n,
+            format!("during the call at {}: {step}", c.at),
+            b.at,
+        ));
+        steps.push(format!("{step} (event {})", b.n));
+    }
+    if steps.is_empty() {
+        format!(
+            "reused this execution and was answered from its record (recovered), nothing was sent for it; it was told {}",
+            told(&c.outcome)
+        )
+    } else {
+        format!(
+            "reused this execution (recovered): {}; it was told {}",
+            steps.join(", then "),
+            told(&c.outcome)
+        )
     }
 }
 

@@ -50,6 +50,14 @@ impl Asker {
 }
 
 impl Gateway {
+    /// The run of this process's stdio client: `stdio:<pid>-<start, unix ms>`. The pid alone
+    /// would name two processes one run once the system reuses it (and then a later stdio
+    /// client would be recorded into, or resume, an earlier one's run).
+    pub fn stdio_run_id() -> &'static str {
+        static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        ID.get_or_init(|| format!("stdio:{}-{}", std::process::id(), now().0))
+    }
+
     /// Records `run` the first time this process sees it (and resumes it, if it ended only
     /// because it idled or a gateway stopped). Returns whether it was new here.
     pub async fn open_run(&self, run: Run) -> bool {

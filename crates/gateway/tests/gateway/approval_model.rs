@@ -160,6 +160,7 @@ impl Run {
             reissue_key: None,
             intent_scope: None,
             run_id: None,
+            request_id: None,
             cancel: None,
             progress: None,
         };

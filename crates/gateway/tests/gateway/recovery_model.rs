@@ -408,6 +408,7 @@ impl Run {
             reissue_key: case.with_reissue_key.then(|| "connect:model:1".to_string()),
             intent_scope: None,
             run_id: None,
+            request_id: None,
             cancel: Some(Cancellation::new(asked, gone)),
             progress: None,
         };

@@ -410,11 +410,15 @@ async fn runs_are_recorded() {
             transport: "streamable-http".into(),
             started_at: now(),
             ended_at: None,
+            end_reason: None,
             authorized: None,
             revoked: None,
         };
         ledger.start_run(run.clone()).await.unwrap();
-        ledger.end_run("run-1", now()).await.unwrap();
+        ledger
+            .end_run("run-1", now(), postern_ledger::RunEnd::Closed)
+            .await
+            .unwrap();
         let runs = ledger.runs(10).await.unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].client_name.as_deref(), Some("rmcp"));
