@@ -91,7 +91,8 @@ async fn run_ends_are_recorded_and_resumed_only_when_not_chosen() {
     }
 }
 
-/// The idle pass ends, as `idle_expired`, exactly the open runs with no call since the cut.
+/// The idle pass ends, as `idle_expired`, exactly the open runs neither seen nor called since
+/// the cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_idle_pass_ends_only_idle_open_runs() {
     for backend in BACKENDS {
@@ -107,6 +108,12 @@ async fn the_idle_pass_ends_only_idle_open_runs() {
         ledger.start_run(run("busy", "billing", old)).await.unwrap();
         ledger
             .start_run(run("young", "billing", now()))
+            .await
+            .unwrap();
+        // Started long ago, and seen again just now (a call arrived, not yet answered).
+        ledger.start_run(run("seen", "billing", old)).await.unwrap();
+        ledger
+            .start_run(run("seen", "billing", now()))
             .await
             .unwrap();
         ledger
@@ -131,6 +138,9 @@ async fn the_idle_pass_ends_only_idle_open_runs() {
         );
         assert_eq!(end_of(&ledger, "busy").await, (None, None), "{backend:?}");
         assert_eq!(end_of(&ledger, "young").await, (None, None), "{backend:?}");
+        assert_eq!(end_of(&ledger, "seen").await, (None, None), "{backend:?}");
+        let seen = ledger.run("seen").await.unwrap().unwrap();
+        assert_eq!(seen.started_at, old, "its first start stays: {backend:?}");
         assert_eq!(
             end_of(&ledger, "closed").await.1,
             Some(RunEnd::Closed),

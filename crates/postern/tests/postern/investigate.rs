@@ -593,3 +593,83 @@ async fn investigate_a_review_resolved_by_an_operator() {
         .unwrap_or_else(|| panic!("{a5}"));
     assert!(second < told_review && told_review < third, "{a5}");
 }
+
+/// (a), sessionless: a 2026-07-28 client names its run (`_meta["io.postern/run"]`), goes away
+/// while the target works (after dispatch: the execution runs on), and re-issues the call under
+/// a new JSON-RPC id. Both calls are in the calls log under that run; the answer the first
+/// never got is a lost delivery; the re-issue was answered from the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn investigate_a_lost_answer_of_a_sessionless_client() {
+    let s = setup("inv-sessionless").await;
+    s.target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_millis(800)));
+    let call = |rpc_id: i64| {
+        let body = json!({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": {
+            "name": "create_invoice",
+            "arguments": invoice("sessionless-co"),
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.postern/run": "nightly-agent-7"
+            }
+        }});
+        crate::harness::http_client()
+            .post(&s.served.url)
+            .bearer_auth(BILLING_TOKEN)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "create_invoice")
+            .body(body.to_string())
+            .send()
+    };
+    let pending = tokio::spawn(call(1));
+    let target = s.target.state.clone();
+    crate::harness::eventually("the call to reach the target", || posts(&target) == 1).await;
+    pending.abort();
+    let _ = pending.await;
+    let ids = executions(&s.dir.0);
+    assert_eq!(ids.len(), 1);
+    let id = ids[0].clone();
+    trace_when(&s.dir.0, &[&id], "the abandoned call's answer", |t| {
+        t["state"] != "dispatched" && calls(t).len() == 1
+    })
+    .await;
+
+    let again = call(2).await.unwrap().text().await.unwrap();
+    let again = crate::harness::sse_message(&again);
+    assert_eq!(execution_id(&again), id, "{again}");
+    assert_eq!(execution(&again)["attempt"], "recovered", "{again}");
+    assert_eq!(posts(&s.target.state), 1);
+
+    let t = trace_when(&s.dir.0, &[&id], "the re-issued call", |t| {
+        calls(t).len() == 2 && has_event(t, 4, "delivered")
+    })
+    .await;
+    assert_eq!(
+        calls(&t),
+        [
+            ("nightly-agent-7".into(), "1".into(), "new".into()),
+            ("nightly-agent-7".into(), "2".into(), "recovered".into())
+        ]
+    );
+    let a1 = answer(&t, 1);
+    assert!(
+        a1.starts_with("One agent process: every call that reached this execution came from run nightly-agent-7"),
+        "{a1}"
+    );
+    assert!(answer(&t, 2).contains("Dispatched once"));
+    assert!(answer(&t, 3).contains("answered status 201"));
+    let a4 = answer(&t, 4);
+    assert!(a4.starts_with("Yes:"), "{a4}");
+    assert_eq!(event_evidence(&t, 4), ["delivery_failed", "delivered"]);
+    assert!(
+        answer(&t, 5).contains(
+            "JSON-RPC id 2) reused this execution and was answered from its record (recovered)"
+        ),
+        "{}",
+        answer(&t, 5)
+    );
+}
