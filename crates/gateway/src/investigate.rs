@@ -151,12 +151,17 @@ fn call_evidence(c: &CallRecord) -> Evidence {
     }
 }
 
-fn describe_run(r: &Run) -> String {
-    let client = match (&r.client_name, &r.client_version) {
+/// `client NAME VERSION`, as the run's client named itself.
+fn client_of(r: &Run) -> String {
+    match (&r.client_name, &r.client_version) {
         (Some(n), Some(v)) => format!("client {n} {v}"),
         (Some(n), None) => format!("client {n}"),
         _ => "client unnamed".to_string(),
-    };
+    }
+}
+
+fn describe_run(r: &Run) -> String {
+    let client = client_of(r);
     let ended = match (r.ended_at, r.end_reason) {
         (Some(t), Some(how)) => format!(", ended {t} ({})", how.as_str()),
         (Some(t), None) => format!(", ended {t}"),
@@ -174,59 +179,107 @@ fn describe_run(r: &Run) -> String {
     )
 }
 
-fn run_evidence(r: &Run) -> Evidence {
-    Evidence {
-        what: describe_run(r),
-        at: at(r.started_at),
-        run_id: Some(r.id.clone()),
-        ..Evidence::default()
-    }
+/// The client every one of `ids` named, when they all named the same one.
+fn same_client(runs: &[Run], ids: &[String]) -> Option<String> {
+    let mut clients = ids.iter().map(|id| {
+        let r = runs.iter().find(|r| &r.id == id)?;
+        Some(format!(
+            "{} {}",
+            r.client_name.as_deref()?,
+            r.client_version.as_deref().unwrap_or("(no version)")
+        ))
+    });
+    let first = clients.next()??;
+    clients.all(|c| c.as_ref() == Some(&first)).then_some(first)
 }
 
-/// Question 1: the runs that sent calls matching this execution (status reads are named
-/// apart: a run that only read the record sent no action).
+/// Question 1: the runs that sent calls matching this execution, oldest first (status reads
+/// are named apart: a run that only read the record sent no action). Each run's evidence is
+/// its Sessions log entry and the calls it sent.
 fn processes(input: &TraceInput<'_>) -> Answer {
+    let run_of = |id: &str| input.runs.iter().find(|r| r.id == id);
     let (actions, reads): (Vec<&CallRecord>, Vec<&CallRecord>) =
         input.calls.iter().partition(|c| !is_status_read(c));
     let mut ids: Vec<String> = actions.iter().filter_map(|c| c.run_id.clone()).collect();
     ids.extend(input.view.summary.run_id.clone());
     ids.sort();
     ids.dedup();
-    let described = |id: &String| {
-        input.runs.iter().find(|r| &r.id == id).map_or_else(
-            || format!("run {id} (not in the Sessions log any more)"),
-            describe_run,
-        )
+    // Oldest run first (one the Sessions log no longer holds, last).
+    ids.sort_by_key(|id| run_of(id).map_or(i64::MAX, |r| r.started_at.0));
+    let named = |id: &String| match run_of(id) {
+        Some(r) => format!("run {id} ({})", client_of(r)),
+        None => format!("run {id} (not in the Sessions log any more)"),
     };
-    let mut evidence: Vec<Evidence> = runs_to_read(input.view, input.calls)
-        .iter()
-        .map(|id| match input.runs.iter().find(|r| &r.id == id) {
-            Some(r) => run_evidence(r),
-            None => Evidence {
-                what: described(id),
-                run_id: Some(id.clone()),
-                ..Evidence::default()
-            },
-        })
-        .collect();
-    evidence.extend(input.calls.iter().map(call_evidence));
-    let sessionless = actions.iter().filter(|c| c.run_id.is_none()).count();
+    let mut evidence = Vec::new();
+    let mut every_run = runs_to_read(input.view, input.calls);
+    every_run.sort_by_key(|id| run_of(id).map_or(i64::MAX, |r| r.started_at.0));
+    for id in &every_run {
+        let sent: Vec<String> = input
+            .calls
+            .iter()
+            .filter(|c| c.run_id.as_ref() == Some(id))
+            .map(|c| {
+                format!(
+                    "JSON-RPC id {} ({}{})",
+                    c.request_id.as_deref().unwrap_or("?"),
+                    c.attempt,
+                    if is_status_read(c) {
+                        ", a status read"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        let what = format!(
+            "{}: {}",
+            run_of(id).map_or_else(
+                || format!("run {id} (not in the Sessions log any more)"),
+                describe_run
+            ),
+            if sent.is_empty() {
+                "no call of it in the calls log (the execution names it)".to_string()
+            } else {
+                format!("sent {}", sent.join(", "))
+            }
+        );
+        evidence.push(Evidence {
+            what,
+            at: run_of(id).and_then(|r| at(r.started_at)),
+            run_id: Some(id.clone()),
+            ..Evidence::default()
+        });
+    }
+    let runless: Vec<&&CallRecord> = actions.iter().filter(|c| c.run_id.is_none()).collect();
+    evidence.extend(runless.iter().map(|c| Evidence {
+        what: format!("a call that named no run: {}", call_evidence(c).what),
+        ..call_evidence(c)
+    }));
     let mut answer = match ids.as_slice() {
         [] if actions.is_empty() => "The record cannot tell: no call of this execution is in the calls log (it predates the log, or the gateway stopped before recording it).".to_string(),
         [] => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
         [one] => format!(
-            "One agent process: every call that reached this execution came from {}.",
-            described(one)
+            "One agent process (one run): every call that reached this execution came from {}.",
+            named(one)
         ),
-        many => format!(
-            "{} agent processes: calls reached this execution from {}.",
-            many.len(),
-            many.iter().map(described).collect::<Vec<_>>().join("; ")
-        ),
+        many => {
+            let mut s = format!(
+                "{n} runs, so {n} agent processes as far as the gateway can tell: calls reached this execution from {}.",
+                many.iter().map(named).collect::<Vec<_>>().join(" and "),
+                n = many.len(),
+            );
+            if let Some(client) = same_client(input.runs, many) {
+                s.push_str(&format!(
+                    " All name the same client ({client}): instances of that agent, or one process that opened a new session (after a lost connection, say); the record cannot tell which."
+                ));
+            }
+            s
+        }
     };
-    if sessionless > 0 && !ids.is_empty() {
+    if !runless.is_empty() && !ids.is_empty() {
         answer.push_str(&format!(
-            " {sessionless} call(s) named no run, so they may have come from another process."
+            " {} call(s) named no run, so they may have come from another process.",
+            runless.len()
         ));
     }
     let mut readers: Vec<&str> = reads.iter().filter_map(|c| c.run_id.as_deref()).collect();

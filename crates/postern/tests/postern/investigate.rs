@@ -167,9 +167,10 @@ async fn investigate_a_lost_answer_after_commit() {
 
     // 1. One agent process: the run of the session, named with its client.
     let a1 = answer(&t, 1);
-    assert!(a1.starts_with("One agent process"), "{a1}");
     assert!(
-        a1.contains(&run) && a1.contains("client postern-tests"),
+        a1.starts_with(&format!(
+            "One agent process (one run): every call that reached this execution came from run {run} (client postern-tests "
+        )),
         "{a1}"
     );
     assert_eq!(runs_named(&t), std::slice::from_ref(&run));
@@ -265,8 +266,17 @@ async fn investigate_two_agent_processes_with_the_same_arguments() {
 
     // 1. Two processes, one execution.
     let a1 = answer(&t, 1);
-    assert!(a1.starts_with("2 agent processes"), "{a1}");
+    assert!(
+        a1.starts_with("2 runs, so 2 agent processes as far as the gateway can tell"),
+        "{a1}"
+    );
     assert!(a1.contains(&run_a) && a1.contains(&run_b), "{a1}");
+    // Both sessions named the harness's client: the answer says what that cannot tell apart.
+    assert!(
+        a1.contains("All name the same client (postern-tests ")
+            && a1.contains("the record cannot tell which"),
+        "{a1}"
+    );
     assert_eq!(runs_named(&t), both);
     assert!(!a1.contains("also has execution"), "{a1}");
 
@@ -331,7 +341,7 @@ async fn investigate_a_retry_with_a_new_key() {
     let fingerprint = t["fingerprint"].as_str().unwrap().to_string();
     // 1. One process; the same intent has another execution, named.
     let a1 = answer(&t, 1);
-    assert!(a1.starts_with("One agent process"), "{a1}");
+    assert!(a1.starts_with("One agent process (one run)"), "{a1}");
     assert!(a1.contains(&format!("also has execution(s) {id1}")), "{a1}");
     assert!(answer(&t, 2).contains("Dispatched once"));
     assert!(answer(&t, 3).contains("answered status 201"));
@@ -450,7 +460,7 @@ async fn investigate_an_unknown_outcome_settled_by_a_status_query() {
     let a1 = answer(&t, 1);
     assert!(
         a1.starts_with(&format!(
-            "One agent process: every call that reached this execution came from run {}",
+            "One agent process (one run): every call that reached this execution came from run {}",
             agent.run_id()
         )),
         "{a1}"
@@ -657,7 +667,7 @@ async fn investigate_a_lost_answer_of_a_sessionless_client() {
     );
     let a1 = answer(&t, 1);
     assert!(
-        a1.starts_with("One agent process: every call that reached this execution came from run nightly-agent-7"),
+        a1.starts_with("One agent process (one run): every call that reached this execution came from run nightly-agent-7"),
         "{a1}"
     );
     assert!(answer(&t, 2).contains("Dispatched once"));
