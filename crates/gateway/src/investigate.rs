@@ -23,6 +23,9 @@ use postern_ledger::{CallRecord, ExecutionSummary, ExecutionView, Run};
 use serde::Serialize;
 use serde_json::Value;
 
+mod separate;
+pub use separate::{side_by_side, why_separate, SideBySide};
+
 /// One fact an answer rests on.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Evidence {
@@ -690,88 +693,4 @@ fn recovered(
             told(&c.outcome)
         )
     }
-}
-
-/// Why `other` did not match `this` (both recorded; the record's own facts only).
-pub fn why_separate(this: &ExecutionSummary, other: &ExecutionSummary) -> String {
-    let (first, second) = if other.id > this.id {
-        (this, other)
-    } else {
-        (other, this)
-    };
-    if first.fingerprint != second.fingerprint {
-        return "its arguments differ (another fingerprint), so it is another intent".into();
-    }
-    if first.intent_scope != second.intent_scope {
-        return format!(
-            "its intent scope differs ({} vs {})",
-            first.intent_scope, second.intent_scope
-        );
-    }
-    match (&first.operation_key, &second.operation_key) {
-        (a, Some(b)) if a.as_ref() != Some(b) => {
-            return format!(
-                "the later call carried a new operation key ({b}), which asks for a new action"
-            )
-        }
-        _ => {}
-    }
-    format!(
-        "the same intent arrived {} after the first ({} at that time or outside the tool's match window), so the gateway treated it as a new action",
-        gap(first.accepted_at, second.accepted_at),
-        first.lifecycle.state.name()
-    )
-}
-
-fn gap(a: Timestamp, b: Timestamp) -> String {
-    let ms = (b.0 - a.0).max(0);
-    match ms {
-        0..=999 => format!("{ms} ms"),
-        1_000..=119_999 => format!("{:.1} s", ms as f64 / 1000.0),
-        _ => format!("{:.1} min", ms as f64 / 60_000.0),
-    }
-}
-
-/// The executions `trace --fingerprint` / `--key` sets side by side, oldest first, each with
-/// why it did not match the one before it.
-#[derive(Clone, Debug, Serialize)]
-pub struct SideBySide {
-    pub execution_id: String,
-    pub actor: String,
-    pub tool: String,
-    pub state: String,
-    pub dispatches: u32,
-    pub fingerprint: String,
-    pub operation_key: Option<String>,
-    pub run_id: Option<String>,
-    pub accepted_at: String,
-    /// Why this one is not the one before it (`None` for the first).
-    pub separate_because: Option<String>,
-}
-
-pub fn side_by_side(executions: &[ExecutionSummary]) -> Vec<SideBySide> {
-    let mut sorted: Vec<&ExecutionSummary> = executions.iter().collect();
-    sorted.sort_by_key(|e| e.id);
-    let mut out: Vec<SideBySide> = Vec::with_capacity(sorted.len());
-    for (i, e) in sorted.iter().enumerate() {
-        out.push(SideBySide {
-            execution_id: e.id.to_string(),
-            actor: e.actor.clone(),
-            tool: e.tool.clone(),
-            state: e.lifecycle.state.name().to_string(),
-            dispatches: e.lifecycle.dispatches,
-            fingerprint: e.fingerprint.to_string(),
-            operation_key: e.operation_key.clone(),
-            run_id: e.run_id.clone(),
-            accepted_at: e.accepted_at.to_string(),
-            separate_because: i.checked_sub(1).map(|p| {
-                if sorted[p].actor != e.actor {
-                    format!("another actor ({} vs {})", sorted[p].actor, e.actor)
-                } else {
-                    why_separate(sorted[p], e)
-                }
-            }),
-        });
-    }
-    out
 }

@@ -19,10 +19,31 @@ use crate::harness::{
 
 mod sessions;
 
-/// The harness config with operator alice (who resolves reviews and reads the Sessions log).
+/// The harness config with operator alice (who resolves reviews and reads the Sessions log),
+/// a tool with a one-second match window and one whose target refuses connections.
 fn with_operator(target: &str) -> String {
     format!(
-        "{}\n[[operator]]\nname = \"alice\"\ntoken = {{ file = \"alice.token\" }}\n",
+        r#"{}
+[[operator]]
+name = "alice"
+token = {{ file = "alice.token" }}
+
+[[tool]]
+name = "create_invoice_briefly"
+description = "Create an invoice (identical calls match for one second)"
+class = "idempotent_write"
+match_window = "1s"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+
+[[tool]]
+name = "create_invoice_nowhere"
+description = "Create an invoice at a target that refuses connections"
+class = "idempotent_write"
+match_window = "10m"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "http://127.0.0.1:9/invoices", connect_timeout = "1s" }}
+"#,
         config(target)
     )
 }
@@ -679,6 +700,76 @@ async fn investigate_a_lost_answer_of_a_sessionless_client() {
         answer(&t, 5).contains(
             "JSON-RPC id 2) reused this execution and was answered from its record (recovered)"
         ),
+        "{}",
+        answer(&t, 5)
+    );
+}
+
+/// The "why do I have two" view for the other reasons two executions of one intent exist: the
+/// second came after the tool's match window, or the first failed (nothing was sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn investigate_why_one_intent_has_two_executions() {
+    let s = setup("inv-why-two").await;
+    let agent = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let side_by_side = |id: &str| {
+        let fp = activity(&s.dir.0, &["trace", id])["fingerprint"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        activity(&s.dir.0, &["trace", "--fingerprint", &fp])
+    };
+
+    // After the window: two invoices, the second a new action because of the time between.
+    let first = agent
+        .call("create_invoice_briefly", invoice("window-co"), json!({}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = agent
+        .call("create_invoice_briefly", invoice("window-co"), json!({}))
+        .await;
+    assert_eq!(execution(&second)["attempt"], "new", "{second}");
+    let rows = side_by_side(&execution_id(&second));
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["execution_id"], execution_id(&first).as_str());
+    let why = rows[1]["separate_because"].as_str().unwrap();
+    assert!(
+        why.starts_with("the same intent arrived 1.")
+            && why.contains("s after the first, outside the tool's match window"),
+        "{why}"
+    );
+    assert_eq!(s.target.state.count_for("window-co"), 2);
+
+    // The first failed (connection refused: nothing sent): the retry is a new execution.
+    let failed = agent
+        .call("create_invoice_nowhere", invoice("nowhere-co"), json!({}))
+        .await;
+    assert_eq!(execution(&failed)["state"], "failed", "{failed}");
+    let retried = agent
+        .call("create_invoice_nowhere", invoice("nowhere-co"), json!({}))
+        .await;
+    let (id1, id2) = (execution_id(&failed), execution_id(&retried));
+    assert_ne!(id1, id2);
+    let rows = side_by_side(&id2);
+    assert_eq!(
+        rows[1]["separate_because"],
+        "the earlier one was failed: nothing was performed, so the later call was a new action",
+        "{rows:#}"
+    );
+    let t = trace_when(&s.dir.0, &[&id2], "the retry's call", |t| {
+        calls(t).len() == 1
+    })
+    .await;
+    let a3 = answer(&t, 3);
+    assert!(
+        a3.contains("failed at") && a3.contains("without reaching the target"),
+        "{a3}"
+    );
+    assert!(!a3.contains("answered"), "{a3}");
+    assert!(answer(&t, 4).starts_with("No: there was no completed answer to lose"));
+    assert!(
+        answer(&t, 5).contains(&format!("Execution {id1} (failed, accepted"))
+            && answer(&t, 5).contains("is a separate attempt: the earlier one was failed"),
         "{}",
         answer(&t, 5)
     );
