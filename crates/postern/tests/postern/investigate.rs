@@ -162,6 +162,8 @@ async fn investigate_a_lost_answer_after_commit() {
         .raw(&req, Some(Duration::from_millis(300)))
         .await
         .is_err());
+    let target = s.target.state.clone();
+    crate::harness::eventually("the call to reach the target", || posts(&target) == 1).await;
     let ids = executions(&s.dir.0);
     assert_eq!(ids.len(), 1);
     let id = ids[0].clone();
@@ -258,7 +260,7 @@ async fn investigate_two_agent_processes_with_the_same_arguments() {
     let s = setup("inv-two").await;
     s.target
         .state
-        .set_mode(Mode::SlowOnce(Duration::from_millis(1500)));
+        .set_mode(Mode::SlowOnce(Duration::from_millis(2500)));
     let a = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
     let b = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
     let target = s.target.state.clone();
