@@ -1,14 +1,19 @@
 //! `activity trace`: the five questions of an incident (seed 000, "investigate the sequence,
 //! not the count"), answered in plain sentences from the record, each with its evidence.
 //!
-//! 1. One agent process or two? 2. Authorized and dispatched? 3. Did the target answer?
-//! 4. Was the answer lost after completion? 5. Did a later call reuse the execution, reuse the
-//! key, or create a new attempt?
+//! 1. One agent process or two?
+//! 2. Authorized and dispatched?
+//! 3. Did the target answer?
+//! 4. Was the answer lost after completion?
+//! 5. Did a later call reuse the execution, reuse the key, or create a new attempt?
 //!
 //! Only the record speaks here: the lifecycle events (what was sent and answered), the calls
 //! log (who asked, and how each call related to the execution), the Sessions log (which agent
 //! processes existed) and the other executions of the same intent. Nothing is inferred that
-//! the record does not show, and where it cannot tell, the answer says so.
+//! the record does not show, and where it cannot tell, the answer says so. One thing is read
+//! from times: the recovery steps a `recovered` call took are the recovery events (a status
+//! query's answer, a re-send, a review) recorded after the call before it was answered and up
+//! to its own answer (the calls log is written as each call is answered).
 
 use std::collections::BTreeSet;
 
@@ -17,6 +22,9 @@ use postern_core::{EventKind, Timestamp};
 use postern_ledger::{CallRecord, ExecutionSummary, ExecutionView, Run};
 use serde::Serialize;
 use serde_json::Value;
+
+mod separate;
+pub use separate::{side_by_side, why_separate, SideBySide};
 
 /// One fact an answer rests on.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -116,9 +124,27 @@ fn event_evidence(view: &ExecutionView, n: u32, what: String, t: Timestamp) -> E
     }
 }
 
+/// The state a call's answer told the agent. The calls log records the execution's state as
+/// the call was answered, before that answer's own delivery: `completed_result_not_delivered`
+/// there is an answer that carried the result, which the agent read as `completed` (whether it
+/// arrived is the lifecycle's `delivered` / `delivery_failed`, answer 4).
+pub fn told(outcome: &str) -> &str {
+    match outcome {
+        "completed_result_not_delivered" => "completed",
+        other => other,
+    }
+}
+
+/// The built-in tool whose calls read an execution's record (and send nothing).
+const STATUS_TOOL: &str = "execution_status";
+
+fn is_status_read(c: &CallRecord) -> bool {
+    c.tool == STATUS_TOOL
+}
+
 fn call_evidence(c: &CallRecord) -> Evidence {
     Evidence {
-        what: format!("call of {} ({}): {}", c.tool, c.attempt, c.outcome),
+        what: format!("call of {} ({}): {}", c.tool, c.attempt, told(&c.outcome)),
         at: at(c.at),
         execution_id: c.execution_id.map(|id| id.to_string()),
         run_id: c.run_id.clone(),
@@ -128,12 +154,17 @@ fn call_evidence(c: &CallRecord) -> Evidence {
     }
 }
 
-fn describe_run(r: &Run) -> String {
-    let client = match (&r.client_name, &r.client_version) {
+/// `client NAME VERSION`, as the run's client named itself.
+fn client_of(r: &Run) -> String {
+    match (&r.client_name, &r.client_version) {
         (Some(n), Some(v)) => format!("client {n} {v}"),
         (Some(n), None) => format!("client {n}"),
         _ => "client unnamed".to_string(),
-    };
+    }
+}
+
+fn describe_run(r: &Run) -> String {
+    let client = client_of(r);
     let ended = match (r.ended_at, r.end_reason) {
         (Some(t), Some(how)) => format!(", ended {t} ({})", how.as_str()),
         (Some(t), None) => format!(", ended {t}"),
@@ -151,49 +182,117 @@ fn describe_run(r: &Run) -> String {
     )
 }
 
-fn run_evidence(r: &Run) -> Evidence {
-    Evidence {
-        what: describe_run(r),
-        at: at(r.started_at),
-        run_id: Some(r.id.clone()),
-        ..Evidence::default()
-    }
+/// The client every one of `ids` named, when they all named the same one.
+fn same_client(runs: &[Run], ids: &[String]) -> Option<String> {
+    let mut clients = ids.iter().map(|id| {
+        let r = runs.iter().find(|r| &r.id == id)?;
+        Some(format!(
+            "{} {}",
+            r.client_name.as_deref()?,
+            r.client_version.as_deref().unwrap_or("(no version)")
+        ))
+    });
+    let first = clients.next()??;
+    clients.all(|c| c.as_ref() == Some(&first)).then_some(first)
 }
 
-/// 1. The runs that sent calls matching this execution.
+/// Question 1: the runs that sent calls matching this execution, oldest first (status reads
+/// are named apart: a run that only read the record sent no action). Each run's evidence is
+/// its Sessions log entry and the calls it sent.
 fn processes(input: &TraceInput<'_>) -> Answer {
-    let ids = runs_to_read(input.view, input.calls);
-    let mut evidence: Vec<Evidence> = ids
-        .iter()
-        .map(|id| match input.runs.iter().find(|r| &r.id == id) {
-            Some(r) => run_evidence(r),
-            None => Evidence {
-                what: format!("run {id} (not in the Sessions log any more)"),
-                run_id: Some(id.clone()),
-                ..Evidence::default()
-            },
-        })
-        .collect();
-    evidence.extend(input.calls.iter().map(call_evidence));
-    let sessionless = input.calls.iter().filter(|c| c.run_id.is_none()).count();
-    let mut answer = match ids.len() {
-        0 => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
-        1 => format!(
-            "One agent process: every call that reached this execution came from {}.",
-            input
-                .runs
-                .iter()
-                .find(|r| r.id == ids[0])
-                .map_or_else(|| format!("run {}", ids[0]), describe_run)
-        ),
-        n => format!(
-            "{n} agent processes: calls reached this execution from runs {}.",
-            ids.join(", ")
-        ),
+    let run_of = |id: &str| input.runs.iter().find(|r| r.id == id);
+    let (actions, reads): (Vec<&CallRecord>, Vec<&CallRecord>) =
+        input.calls.iter().partition(|c| !is_status_read(c));
+    let mut ids: Vec<String> = actions.iter().filter_map(|c| c.run_id.clone()).collect();
+    ids.extend(input.view.summary.run_id.clone());
+    ids.sort();
+    ids.dedup();
+    // Oldest run first (one the Sessions log no longer holds, last).
+    ids.sort_by_key(|id| run_of(id).map_or(i64::MAX, |r| r.started_at.0));
+    let named = |id: &String| match run_of(id) {
+        Some(r) => format!("run {id} ({})", client_of(r)),
+        None => format!("run {id} (not in the Sessions log any more)"),
     };
-    if sessionless > 0 && !ids.is_empty() {
+    let mut evidence = Vec::new();
+    let mut every_run = runs_to_read(input.view, input.calls);
+    every_run.sort_by_key(|id| run_of(id).map_or(i64::MAX, |r| r.started_at.0));
+    for id in &every_run {
+        let sent: Vec<String> = input
+            .calls
+            .iter()
+            .filter(|c| c.run_id.as_ref() == Some(id))
+            .map(|c| {
+                format!(
+                    "JSON-RPC id {} ({}{})",
+                    c.request_id.as_deref().unwrap_or("?"),
+                    c.attempt,
+                    if is_status_read(c) {
+                        ", a status read"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        let what = format!(
+            "{}: {}",
+            run_of(id).map_or_else(
+                || format!("run {id} (not in the Sessions log any more)"),
+                describe_run
+            ),
+            if sent.is_empty() {
+                "no call of it in the calls log (the execution names it)".to_string()
+            } else {
+                format!("sent {}", sent.join(", "))
+            }
+        );
+        evidence.push(Evidence {
+            what,
+            at: run_of(id).and_then(|r| at(r.started_at)),
+            run_id: Some(id.clone()),
+            ..Evidence::default()
+        });
+    }
+    let runless: Vec<&&CallRecord> = actions.iter().filter(|c| c.run_id.is_none()).collect();
+    evidence.extend(runless.iter().map(|c| Evidence {
+        what: format!("a call that named no run: {}", call_evidence(c).what),
+        ..call_evidence(c)
+    }));
+    let mut answer = match ids.as_slice() {
+        [] if actions.is_empty() => "The record cannot tell: no call of this execution is in the calls log (it predates the log, or the gateway stopped before recording it).".to_string(),
+        [] => "The record cannot tell: no call of this execution named a run (sessionless calls without io.postern/run).".to_string(),
+        [one] => format!(
+            "One agent process (one run): every call that reached this execution came from {}.",
+            named(one)
+        ),
+        many => {
+            let mut s = format!(
+                "{n} runs, so {n} agent processes as far as the gateway can tell: calls reached this execution from {}.",
+                many.iter().map(named).collect::<Vec<_>>().join(" and "),
+                n = many.len(),
+            );
+            if let Some(client) = same_client(input.runs, many) {
+                s.push_str(&format!(
+                    " All name the same client ({client}): instances of that agent, or one process that opened a new session (after a lost connection, say); the record cannot tell which."
+                ));
+            }
+            s
+        }
+    };
+    if !runless.is_empty() && !ids.is_empty() {
         answer.push_str(&format!(
-            " {sessionless} call(s) named no run, so they may have come from another process."
+            " {} call(s) named no run, so they may have come from another process.",
+            runless.len()
+        ));
+    }
+    let mut readers: Vec<&str> = reads.iter().filter_map(|c| c.run_id.as_deref()).collect();
+    readers.sort();
+    readers.dedup();
+    readers.retain(|r| !ids.iter().any(|id| id == r));
+    if !readers.is_empty() {
+        answer.push_str(&format!(
+            " Run(s) {} only read its status ({STATUS_TOOL}).",
+            readers.join(", ")
         ));
     }
     let others: Vec<&ExecutionSummary> = input
@@ -300,7 +399,7 @@ fn authorized(view: &ExecutionView) -> Answer {
         [] => sentences.push("It was never dispatched: nothing was sent to the target.".into()),
         [one] => sentences.push(format!("Dispatched once, at {one}.")),
         many => sentences.push(format!(
-            "Dispatched {} times ({}): recovery sent it again after establishing the earlier send had no effect.",
+            "Dispatched {} times ({}): recovery sent the same execution again, with the same execution id as its idempotency key (or marker), never as a new action.",
             many.len(),
             many.iter().map(Timestamp::to_string).collect::<Vec<_>>().join(", ")
         )),
@@ -351,13 +450,16 @@ fn target_answer(view: &ExecutionView) -> Answer {
             ),
             EventKind::ReviewRequired => format!("At {} it was sent to an operator's review.", b.at),
             EventKind::Resolved(r) => format!(
-                "At {} operator {} resolved it: {}.",
+                "At {} operator {} resolved it: {}{}.",
                 b.at,
                 text(d, "resolved_by").unwrap_or_else(|| "?".into()),
                 match r {
                     Resolution::Applied => "applied",
                     Resolution::NotApplied => "not applied",
-                }
+                },
+                text(d, "reason")
+                    .map(|r| format!(" (\"{r}\")"))
+                    .unwrap_or_default()
             ),
             _ => continue,
         };
@@ -402,15 +504,25 @@ fn delivery(view: &ExecutionView) -> Answer {
             _ => {}
         }
     }
-    let answer = match (completed, lost.first(), delivered.first()) {
+    // The first delivery after the first loss: the answer that did arrive after it was lost.
+    let delivered_after = lost
+        .first()
+        .and_then(|l| delivered.iter().find(|d| *d >= l))
+        .or(delivered.first());
+    let answer = match (completed, lost.first(), delivered_after) {
         (None, _, _) => format!(
             "No: there was no completed answer to lose (the execution is {}).",
             view.summary.lifecycle.state.name()
         ),
+        (Some(c), Some(l), Some(d)) if d < l => format!(
+            "Yes: the target completed at {} and an answer was lost on its way to an agent at {l}, after it had been delivered at {d} (to another call); it has not been delivered since.",
+            c.body.at
+        ),
         (Some(c), Some(l), Some(d)) => format!(
-            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l} ({} lost deliveries); it was delivered later, at {d}.",
+            "Yes: the target completed at {} and the answer was lost on its way to the agent at {l} ({} lost deliver{}); it was delivered later, at {d}.",
             c.body.at,
-            lost.len()
+            lost.len(),
+            if lost.len() == 1 { "y" } else { "ies" }
         ),
         (Some(c), Some(l), None) => format!(
             "Yes: the target completed at {} and the answer was lost on its way to the agent at {l}; it has not been delivered since.",
@@ -435,13 +547,23 @@ fn delivery(view: &ExecutionView) -> Answer {
     }
 }
 
-/// 5. Every call that touched the execution, with its attempt kind; and the other executions
-/// of the same intent or key, with why they are separate.
+/// Question 5: every call that touched the execution, with its attempt kind; and the other
+/// executions of the same intent or key, with why they are separate.
 fn later_calls(input: &TraceInput<'_>) -> Answer {
     let s = &input.view.summary;
     let mut evidence: Vec<Evidence> = input.calls.iter().map(call_evidence).collect();
     let mut sentences = Vec::new();
-    let later: Vec<&CallRecord> = input.calls.iter().filter(|c| c.attempt != "new").collect();
+    let created = input
+        .calls
+        .iter()
+        .filter(|c| c.attempt == "new" && !is_status_read(c))
+        .count();
+    let later: Vec<(usize, &CallRecord)> = input
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.attempt != "new" || is_status_read(c))
+        .collect();
     if input.calls.is_empty() {
         sentences.push("No call is recorded in the calls log for this execution (its calls predate the log, or the gateway stopped before recording them).".to_string());
     } else if later.is_empty() {
@@ -450,7 +572,10 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
             input.calls.len()
         ));
     } else {
-        for c in &later {
+        if created == 1 {
+            sentences.push("One call created it.".into());
+        }
+        for (i, c) in later {
             let who = format!(
                 "A call at {} (run {}, JSON-RPC id {}{})",
                 c.at,
@@ -461,11 +586,22 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
                     .map(|k| format!(", operation key {k}"))
                     .unwrap_or_default()
             );
-            let how = match c.attempt.as_str() {
-                "attached" => "reused this execution while it was in progress (attached): nothing new was sent for it".to_string(),
-                "recovered" => "reused this execution and was answered from its record (recovered): nothing new was sent for it, unless the dispatches above say recovery re-sent it".to_string(),
-                "refused" => format!("was refused ({}) and changed nothing", c.outcome),
-                other => format!("reached it as {other}"),
+            let since = i
+                .checked_sub(1)
+                .map(|p| input.calls[p].at)
+                .unwrap_or(Timestamp(i64::MIN));
+            let how = if is_status_read(c) {
+                format!(
+                    "read its record with {STATUS_TOOL} (told {}): nothing was sent",
+                    told(&c.outcome)
+                )
+            } else {
+                match c.attempt.as_str() {
+                    "attached" => format!("reused this execution while it was in progress (attached), nothing new was sent for it; it was told {}", told(&c.outcome)),
+                    "recovered" => recovered(input.view, since, c, &mut evidence),
+                    "refused" => format!("was refused ({}) and changed nothing", c.outcome),
+                    other => format!("reached it as {other}"),
+                }
             };
             sentences.push(format!("{who} {how}."));
         }
@@ -495,86 +631,66 @@ fn later_calls(input: &TraceInput<'_>) -> Answer {
     }
 }
 
-/// Why `other` did not match `this` (both recorded; the record's own facts only).
-pub fn why_separate(this: &ExecutionSummary, other: &ExecutionSummary) -> String {
-    let (first, second) = if other.id > this.id {
-        (this, other)
+/// What a call matched to the execution from its record (`recovered`) came to: the recovery
+/// steps the lifecycle records after the call before it (`since`) and up to this call's
+/// answer — a status query that settled an unknown outcome, a re-dispatch with the same key,
+/// a review — or, with none, the record alone.
+fn recovered(
+    view: &ExecutionView,
+    since: Timestamp,
+    c: &CallRecord,
+    evidence: &mut Vec<Evidence>,
+) -> String {
+    let mut steps = Vec::new();
+    let first_dispatch = view
+        .events
+        .iter()
+        .find(|e| e.body.event == EventKind::Dispatched)
+        .map(|e| e.body.n);
+    for e in view
+        .events
+        .iter()
+        .filter(|e| e.body.at > since && e.body.at <= c.at)
+    {
+        let b = &e.body;
+        let step = match b.event {
+            EventKind::Dispatched if Some(b.n) != first_dispatch => {
+                "recovery re-sent the SAME execution, with the same idempotency key".to_string()
+            }
+            EventKind::Completed(v) => match text(&b.detail, "via") {
+                Some(via) => format!(
+                    "recovery settled the unknown outcome by asking the target ({via}): {}",
+                    match v {
+                        Verdict::Applied => "it had applied it",
+                        Verdict::Rejected => "it had not applied it",
+                    }
+                ),
+                None => continue,
+            },
+            EventKind::OutcomeUnknown => "the outcome stayed unknown".to_string(),
+            EventKind::ReviewRequired => {
+                "the outcome being unknown, the tool's class sent it to an operator's review instead of sending it again".to_string()
+            }
+            _ => continue,
+        };
+        evidence.push(event_evidence(
+            view,
+            b.n,
+            format!("during the call at {}: {step}", c.at),
+            b.at,
+        ));
+        steps.push(format!("{step} (event {})", b.n));
+    }
+    if steps.is_empty() {
+        format!(
+            "reused this execution and was answered from its record (recovered), nothing was sent for it; it was told {}",
+            told(&c.outcome)
+        )
     } else {
-        (other, this)
-    };
-    if first.fingerprint != second.fingerprint {
-        return "its arguments differ (another fingerprint), so it is another intent".into();
+        format!(
+            "reused this execution (recovered): {}; it was told {}",
+            steps.join(", then "),
+            told(&c.outcome)
+        )
     }
-    if first.intent_scope != second.intent_scope {
-        return format!(
-            "its intent scope differs ({} vs {})",
-            first.intent_scope, second.intent_scope
-        );
-    }
-    match (&first.operation_key, &second.operation_key) {
-        (a, Some(b)) if a.as_ref() != Some(b) => {
-            return format!(
-                "the later call carried a new operation key ({b}), which asks for a new action"
-            )
-        }
-        _ => {}
-    }
-    format!(
-        "the same intent arrived {} after the first ({} at that time or outside the tool's match window), so the gateway treated it as a new action",
-        gap(first.accepted_at, second.accepted_at),
-        first.lifecycle.state.name()
-    )
-}
-
-fn gap(a: Timestamp, b: Timestamp) -> String {
-    let ms = (b.0 - a.0).max(0);
-    match ms {
-        0..=999 => format!("{ms} ms"),
-        1_000..=119_999 => format!("{:.1} s", ms as f64 / 1000.0),
-        _ => format!("{:.1} min", ms as f64 / 60_000.0),
-    }
-}
-
-/// The executions `trace --fingerprint` / `--key` sets side by side, oldest first, each with
-/// why it did not match the one before it.
-#[derive(Clone, Debug, Serialize)]
-pub struct SideBySide {
-    pub execution_id: String,
-    pub actor: String,
-    pub tool: String,
-    pub state: String,
-    pub dispatches: u32,
-    pub fingerprint: String,
-    pub operation_key: Option<String>,
-    pub run_id: Option<String>,
-    pub accepted_at: String,
-    /// Why this one is not the one before it (`None` for the first).
-    pub separate_because: Option<String>,
-}
-
-pub fn side_by_side(executions: &[ExecutionSummary]) -> Vec<SideBySide> {
-    let mut sorted: Vec<&ExecutionSummary> = executions.iter().collect();
-    sorted.sort_by_key(|e| e.id);
-    let mut out: Vec<SideBySide> = Vec::with_capacity(sorted.len());
-    for (i, e) in sorted.iter().enumerate() {
-        out.push(SideBySide {
-            execution_id: e.id.to_string(),
-            actor: e.actor.clone(),
-            tool: e.tool.clone(),
-            state: e.lifecycle.state.name().to_string(),
-            dispatches: e.lifecycle.dispatches,
-            fingerprint: e.fingerprint.to_string(),
-            operation_key: e.operation_key.clone(),
-            run_id: e.run_id.clone(),
-            accepted_at: e.accepted_at.to_string(),
-            separate_because: i.checked_sub(1).map(|p| {
-                if sorted[p].actor != e.actor {
-                    format!("another actor ({} vs {})", sorted[p].actor, e.actor)
-                } else {
-                    why_separate(sorted[p], e)
-                }
-            }),
-        });
-    }
-    out
 }

@@ -331,6 +331,9 @@ impl Ledger {
         self.call(|tx| Op::Checkpoint(now, tx)).await
     }
 
+    /// Records a run of the Sessions log; for a run already recorded (by its own actor):
+    /// marks it seen now, and resumes it if it ended only because it idled or its gateway
+    /// stopped. Its first start stays.
     pub async fn start_run(&self, run: Run) -> Result<(), LedgerError> {
         self.call(|tx| Op::StartRun(Box::new(run), tx)).await
     }
@@ -341,15 +344,16 @@ impl Ledger {
         self.call(|tx| Op::EndRun(id, at, how, tx)).await
     }
 
-    /// Ends, as `idle_expired`, every open run that started before `before` and has had no
-    /// call since (whichever instance served it); returns their ids.
+    /// Ends, as `idle_expired`, every open run no gateway has seen (started, resumed, or
+    /// re-recorded by [`Ledger::start_run`]) since `before`, and that has had no call since
+    /// (whichever instance served it); returns their ids.
     pub async fn expire_runs(
         &self,
         before: Timestamp,
         now: Timestamp,
     ) -> Result<Vec<String>, LedgerError> {
         let idle: Vec<String> = sqlx::query(
-            "SELECT id FROM runs WHERE ended_at IS NULL AND started_at < $1 AND NOT EXISTS (SELECT 1 FROM calls WHERE calls.run_id = runs.id AND calls.at >= $1)",
+            "SELECT id FROM runs WHERE ended_at IS NULL AND seen_at < $1 AND NOT EXISTS (SELECT 1 FROM calls WHERE calls.run_id = runs.id AND calls.at >= $1)",
         )
         .bind(before.0)
         .fetch_all(&self.pool)

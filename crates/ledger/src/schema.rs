@@ -74,6 +74,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0009_calls_and_run_ends.sql"),
         postgres: include_str!("../migrations/postgres/0009_calls_and_run_ends.sql"),
     },
+    Migration {
+        version: 10,
+        name: "run activity",
+        sqlite: include_str!("../migrations/sqlite/0010_run_activity.sql"),
+        postgres: include_str!("../migrations/postgres/0010_run_activity.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -324,7 +324,9 @@ impl<C: WriteConn> Writer<C> {
             }
             Op::Checkpoint(now, tx) => Done::Checkpoint(tx, self.checkpoint(now).await),
             Op::StartRun(run, tx) => {
-                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET ended_at = NULL, end_reason = NULL WHERE runs.end_reason IN ('idle_expired', 'gateway_stopped') AND runs.actor = excluded.actor", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
+                // A run seen again is marked seen; one that ended only because it idled or its
+                // gateway stopped is resumed (its start stays). Only by its own actor.
+                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ('idle_expired', 'gateway_stopped') THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ('idle_expired', 'gateway_stopped') THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
                     .map(|_| ());
                 Done::Unit(tx, r)
             }

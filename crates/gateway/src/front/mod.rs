@@ -464,7 +464,7 @@ impl PosternMcp {
         let id = explicit.or(session).or_else(|| {
             self.stdio_actor
                 .as_ref()
-                .map(|_| format!("stdio:{}", std::process::id()))
+                .map(|_| Gateway::stdio_run_id().to_string())
         })?;
         if !self.gateway.is_open_run(&id) {
             let info = ctx.peer.peer_info();
@@ -785,9 +785,9 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, actor: String) -> Result<(), Gat
         .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
     let ended = service.waiting().await;
     // The client went away (or the transport broke): its run ends here.
-    let run = format!("stdio:{}", std::process::id());
+    let run = Gateway::stdio_run_id();
     if let Err(e) = gateway
-        .end_run(&run, postern_ledger::RunEnd::TransportClosed)
+        .end_run(run, postern_ledger::RunEnd::TransportClosed)
         .await
     {
         tracing::warn!(run = %run, error = %e, "the stdio run's end could not be recorded");

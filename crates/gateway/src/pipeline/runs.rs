@@ -3,10 +3,16 @@
 //! transport ends (stdio), when no call came for `[gateway] session_idle`, or when the
 //! gateway stops gracefully. Every `tools/call` is recorded as answered (who asked, which
 //! execution it reached and how), beside the lifecycle events, in the next commit.
+//!
+//! This process remembers the runs it recorded for half of `session_idle` only, then records
+//! the run again on its next call (which marks it seen, and resumes it if another replica's
+//! idle pass or stop ended it meanwhile): so a run served here is never left ended while its
+//! calls go on, and the idle pass never ends a run whose call is still in flight (a call
+//! longer than half of `session_idle` excepted).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postern_core::ExecutionId;
 use postern_ledger::{CallRecord, LedgerError, Run, RunEnd};
@@ -15,15 +21,16 @@ use super::{now, Gateway, ToolCall};
 use crate::error::GatewayError;
 use crate::report::CallReport;
 
-/// Runs this process has recorded and not seen end. Bounded: past the bound it is cleared
-/// (a run forgotten here is recorded again on its next call, which the ledger ignores).
+/// Runs this process has recorded and not seen end, with when it last recorded each. Bounded:
+/// past the bound it is cleared (a run forgotten here is recorded again on its next call,
+/// which only marks it seen).
 #[derive(Default)]
-pub(super) struct OpenRuns(Mutex<HashSet<String>>);
+pub(super) struct OpenRuns(Mutex<HashMap<String, Instant>>);
 
 const REMEMBERED: usize = 10_000;
 
 impl OpenRuns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -50,15 +57,34 @@ impl Asker {
 }
 
 impl Gateway {
-    /// Records `run` the first time this process sees it (and resumes it, if it ended only
-    /// because it idled or a gateway stopped). Returns whether it was new here.
+    /// The run of this process's stdio client: `stdio:<pid>-<start, unix ms>`. The pid alone
+    /// would name two processes one run once the system reuses it (and then a later stdio
+    /// client would be recorded into, or resume, an earlier one's run).
+    pub fn stdio_run_id() -> &'static str {
+        static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        ID.get_or_init(|| format!("stdio:{}-{}", std::process::id(), now().0))
+    }
+
+    /// How long this process trusts its memory that a run is recorded and open.
+    fn run_memory(&self) -> Duration {
+        self.config.gateway.session_idle / 2
+    }
+
+    /// Records `run` the first time this process sees it, or once its memory of it has aged
+    /// (marking it seen, and resuming it if it ended only because it idled or a gateway
+    /// stopped). Returns whether it was recorded now.
     pub async fn open_run(&self, run: Run) -> bool {
+        let memory = self.run_memory();
         let first = {
             let mut open = self.open_runs.lock();
             if open.len() >= REMEMBERED {
                 open.clear();
             }
-            open.insert(run.id.clone())
+            let now = Instant::now();
+            match open.insert(run.id.clone(), now) {
+                Some(since) => now.duration_since(since) >= memory,
+                None => true,
+            }
         };
         if first {
             if let Err(e) = self.ledger.start_run(run).await {
@@ -73,9 +99,14 @@ impl Gateway {
         self.open_runs.lock().len()
     }
 
-    /// Whether this process has recorded `run_id` and not seen it end.
+    /// Whether this process has recorded `run_id`, not seen it end, and recorded it recently
+    /// enough to skip recording it again (see the module's doc).
     pub fn is_open_run(&self, run_id: &str) -> bool {
-        self.open_runs.lock().contains(run_id)
+        let memory = self.run_memory();
+        self.open_runs
+            .lock()
+            .get(run_id)
+            .is_some_and(|since| since.elapsed() < memory)
     }
 
     /// Records how a run ended (the first end recorded stays).
@@ -86,7 +117,7 @@ impl Gateway {
 
     /// Ends every run this process still has open as `gateway_stopped` (a graceful stop).
     pub async fn end_open_runs(&self) {
-        let open: Vec<String> = self.open_runs.lock().drain().collect();
+        let open: Vec<String> = self.open_runs.lock().drain().map(|(id, _)| id).collect();
         for id in open {
             if let Err(e) = self
                 .ledger

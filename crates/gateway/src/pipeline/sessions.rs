@@ -59,7 +59,8 @@ pub fn call_json(c: &postern_ledger::CallRecord) -> serde_json::Value {
         "execution_id": c.execution_id.map(|id| id.to_string()),
         "attempt": c.attempt,
         "operation_key": c.operation_key,
-        "outcome": c.outcome,
+        // What the answer told the agent (see `investigate::told`).
+        "outcome": crate::investigate::told(&c.outcome),
         "instance": c.instance,
     })
 }

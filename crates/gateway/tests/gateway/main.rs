@@ -5,3 +5,4 @@ mod demo_target;
 mod model_support;
 mod recovery_model;
 mod registry;
+mod runs;

@@ -6,5 +6,6 @@ mod conformance;
 mod crash;
 mod faults;
 mod retention;
+mod runs;
 mod streams;
 mod support;

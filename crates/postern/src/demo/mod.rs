@@ -283,7 +283,7 @@ async fn demo() -> Result<i32> {
         ledger: ledger.clone(),
         target: api.state.clone(),
     };
-    retry
+    let recovered = retry
         .call(
             "create_invoice",
             json!({"amount": 990, "customer": "globex"}),
@@ -291,6 +291,10 @@ async fn demo() -> Result<i32> {
             "   ← same intent, new connection and session",
         )
         .await?;
+    let lost_id = recovered["result"]["structuredContent"]["execution"]["execution_id"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     line("why      same actor, same fingerprint (key order and JSON-RPC id do not matter), inside the 10 min window:");
     line("         answered from the record. `delivery_failed` is the lost answer; the action itself happened once.");
     d.invoices_for("globex");
@@ -402,6 +406,9 @@ async fn demo() -> Result<i32> {
     let journal = dir.join("upstream-journal.jsonl");
     upstream::scene(11, &d, &journal, &mcp_url, &token).await?;
 
+    // The demo's gateway stops here: its runs end in the Sessions log as a stopped gateway's.
+    assembled.gateway.end_open_runs().await;
+
     heading(12, "The audit chain, verified offline.");
     let public =
         postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
@@ -433,6 +440,10 @@ async fn demo() -> Result<i32> {
     println!();
     println!(
         "First invoice's full record: postern activity show {first_id} --store sqlite://{}",
+        dir.join("ledger.db").display()
+    );
+    println!(
+        "The lost answer of scene 2, investigated: postern activity trace {lost_id} --store sqlite://{}",
         dir.join("ledger.db").display()
     );
     println!(

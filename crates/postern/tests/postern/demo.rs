@@ -44,7 +44,45 @@ fn the_demo_runs_and_tells_a_true_story() {
         "_meta io.postern/execution-id: exe_",
         // the audit chain verifies
         "VALID: every event links",
+        // and the lost answer can be investigated
+        "The lost answer of scene 2, investigated: postern activity trace exe_",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    // The command it prints answers the five questions for that lost answer.
+    let printed = text
+        .lines()
+        .find_map(|l| l.split_once("investigated: postern "))
+        .map(|(_, command)| command.split_whitespace().collect::<Vec<_>>())
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(&printed)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answer = |q: usize| {
+        trace["answers"][q - 1]["answer"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(answer(2).contains("Dispatched once"), "{trace:#}");
+    assert!(
+        answer(4).starts_with("Yes: the target completed"),
+        "{trace:#}"
+    );
+    assert!(answer(5).contains("(recovered)"), "{trace:#}");
+    // Scene 2's retry came on a new session of the same client: two runs, and the answer says
+    // it cannot tell two instances from one process that reconnected.
+    assert!(answer(1).starts_with("2 runs"), "{trace:#}");
+    assert!(
+        answer(1).contains("All name the same client (postern-demo-agent "),
+        "{trace:#}"
+    );
 }

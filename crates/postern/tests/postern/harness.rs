@@ -307,6 +307,11 @@ impl Mcp {
             .unwrap())
     }
 
+    /// Its run in the Sessions log (`mcp-session:<session id>`).
+    pub fn run_id(&self) -> String {
+        format!("mcp-session:{}", self.0.session())
+    }
+
     /// Ends the session (`DELETE /mcp`); the HTTP status.
     pub async fn close(&self) -> u16 {
         self.0.close().await.unwrap()

@@ -13,6 +13,7 @@ mod harness;
 mod hygiene;
 mod inspector;
 mod interop;
+mod investigate;
 mod limits;
 mod lost_answer;
 mod resume;

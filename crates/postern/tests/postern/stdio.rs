@@ -11,14 +11,16 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::harness::{config, prepare, Dir};
 
-struct StdioAgent {
-    child: Child,
-    stdin: ChildStdin,
+/// A `postern serve --stdio` process spoken to over its stdin/stdout (also used by
+/// `investigate`, whose stdio run ends with its transport).
+pub(crate) struct StdioAgent {
+    pub(crate) child: Child,
+    pub(crate) stdin: ChildStdin,
     stdout: tokio::io::Lines<BufReader<ChildStdout>>,
 }
 
 impl StdioAgent {
-    fn start(dir: &Dir, args: &[&str]) -> StdioAgent {
+    pub(crate) fn start(dir: &Dir, args: &[&str]) -> StdioAgent {
         let config = dir.0.join("postern.toml");
         let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
             .args(["serve", "--stdio", "-c", config.to_str().unwrap()])
@@ -38,14 +40,14 @@ impl StdioAgent {
         }
     }
 
-    async fn send(&mut self, message: Value) {
+    pub(crate) async fn send(&mut self, message: Value) {
         let line = format!("{message}\n");
         self.stdin.write_all(line.as_bytes()).await.unwrap();
         self.stdin.flush().await.unwrap();
     }
 
     /// Sends a request and returns the response with the same id (skipping notifications).
-    async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
         loop {
