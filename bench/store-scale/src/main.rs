@@ -5,6 +5,7 @@
 //!     target/release/postern-store-scale [--executions 1000000] [--store sqlite|postgres|both]
 //!         [--postern target/release/postern] [--pg postgres://postgres@127.0.0.1:5432]
 //!         [--keep DIR]
+//!     target/release/postern-store-scale --measure STORE_URL --execution EXE   (a store filled before)
 //!
 //! Fills a store through the ledger API (accept-with-events, the same commit path the gateway
 //! uses; plus a run per hundred executions and a calls-log row per execution): 20 actors, 10
@@ -35,9 +36,7 @@ const TOOLS: usize = 10;
 const CONCURRENCY: usize = 128;
 
 fn tools_config() -> String {
-    let mut text = format!(
-        "[gateway]\nstore = \"sqlite://unused.db\"\nfingerprint_key = {{ file = \"fp.key\" }}\n\n[[operator]]\nname = \"oncall\"\ntoken = {{ file = \"op.token\" }}\n"
-    );
+    let mut text = "[gateway]\nstore = \"sqlite://unused.db\"\nfingerprint_key = { file = \"fp.key\" }\n\n[[operator]]\nname = \"oncall\"\ntoken = { file = \"op.token\" }\n".to_string();
     for a in 0..ACTORS {
         text.push_str(&format!(
             "\n[[actor]]\nname = \"agent-{a}\"\ntoken = {{ file = \"actor-{a}.token\" }}\n"
@@ -73,10 +72,10 @@ fn fate(i: usize) -> Vec<NewEvent> {
         NewEvent::new(EventKind::Authorized),
         NewEvent::new(EventKind::Dispatched),
     ];
-    if i % 4999 == 0 {
+    if i.is_multiple_of(4999) {
         return vec![NewEvent::new(EventKind::ApprovalRequested)];
     }
-    if i % 1999 == 0 {
+    if i.is_multiple_of(1999) {
         return [
             sent[0].clone(),
             sent[1].clone(),
@@ -85,7 +84,7 @@ fn fate(i: usize) -> Vec<NewEvent> {
         ]
         .to_vec();
     }
-    if i % 997 == 0 {
+    if i.is_multiple_of(997) {
         return [
             sent[0].clone(),
             sent[1].clone(),
@@ -405,6 +404,22 @@ fn main() {
         PathBuf::from,
     );
     std::fs::create_dir_all(&dir).unwrap();
+    if let (Some(store), Some(execution)) = (arg("--measure"), arg("--execution")) {
+        // A store filled earlier (e.g. by --keep): only the measurements.
+        let sub = dir.join("measure");
+        std::fs::create_dir_all(&sub).unwrap();
+        let f = measure(&postern, &sub, &store, &execution);
+        println!(
+            "{store}: list --actor {:.1} ms, list --tool {:.1} ms, trace {:.1} ms, scrape {:.1} ms, start-up {:.1} ms, RSS {:.1} MiB",
+            ms(f.list_actor),
+            ms(f.list_tool),
+            ms(f.trace),
+            ms(f.scrape),
+            ms(f.startup),
+            f.rss_kib as f64 / 1024.0
+        );
+        return;
+    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!("postern store at scale — {} on this machine; medians; baseline: the same on a 1,000-execution store", postern.display());
     for kind in stores {

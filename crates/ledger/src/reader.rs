@@ -53,6 +53,7 @@ impl StoreReader {
                     if postgres {
                         conn.execute("SET default_transaction_read_only = on")
                             .await?;
+                        conn.execute(crate::NO_PARALLEL_READS).await?;
                     }
                     Ok(())
                 })

@@ -292,6 +292,10 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
                 Some(_) => {}
             }
             postern_gateway::front::serve_stdio(gateway.clone(), actor).await?;
+            // The records the writer holds back (deliveries, the calls log) before exit.
+            if let Err(e) = gateway.ledger().flush().await {
+                eprintln!("postern: the last ledger records could not be committed: {e}");
+            }
             if signs {
                 sign_head(&gateway).await;
             }
