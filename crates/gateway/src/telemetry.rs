@@ -268,13 +268,18 @@ impl Gateway {
 }
 
 /// Counts a call as answered (see [`CALLS`]).
-pub(crate) fn count_call(tool: &str, class: &'static str, attempt: &str, outcome: &str) {
+pub(crate) fn count_call(
+    tool: &str,
+    class: &'static str,
+    attempt: &'static str,
+    outcome: &'static str,
+) {
     metrics::counter!(
         CALLS,
         "tool" => tool.to_string(),
         "class" => class,
-        "attempt" => attempt.to_string(),
-        "outcome" => outcome.to_string()
+        "attempt" => attempt,
+        "outcome" => outcome
     )
     .increment(1);
 }

@@ -292,7 +292,7 @@ impl Ledger {
     pub async fn accept(&self, req: AcceptRequest) -> Result<AcceptOutcome, LedgerError> {
         use tracing::Instrument;
         // A child of the call's span: the durable accept-or-match commit.
-        let span = tracing::info_span!("ledger.accept");
+        let span = tracing::debug_span!("ledger.accept");
         self.call(|tx| Op::Accept(Box::new(req), tx))
             .instrument(span)
             .await
@@ -306,7 +306,7 @@ impl Ledger {
         now: Timestamp,
     ) -> Result<ExecutionSummary, LedgerError> {
         use tracing::Instrument;
-        let span = tracing::info_span!("ledger.append", event = %event.kind);
+        let span = tracing::debug_span!("ledger.append", event = %event.kind);
         self.call(|tx| Op::Append(id, Box::new(event), now, tx))
             .instrument(span)
             .await

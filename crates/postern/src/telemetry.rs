@@ -100,7 +100,7 @@ pub fn install(format: LogFormat, telemetry: &Telemetry) -> Result<Installed> {
                 .with_tracer(provider.tracer("postern"))
                 // The gateway's own spans (calls, targets, ledger commits), not its libraries'.
                 .with_filter(EnvFilter::new(
-                    "off,postern_gateway=info,postern_ledger=info,postern_channels=info",
+                    "off,postern_gateway=debug,postern_ledger=debug,postern_channels=debug",
                 ));
             (Some(layer), Some(provider))
         }

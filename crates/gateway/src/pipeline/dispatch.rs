@@ -60,7 +60,7 @@ impl Gateway {
             .await?;
             return Err(GatewayError::Cancelled);
         }
-        let target_span = tracing::info_span!(
+        let target_span = tracing::debug_span!(
             "target",
             tool = %s.tool,
             execution_id = %s.id,

@@ -164,7 +164,11 @@ impl Gateway {
                 r.attempt.as_str(),
                 r.state.display_name(),
             ),
-            Err(e) => self.record_call(asker, e.execution(), "refused", e.kind()),
+            Err(e) => {
+                // The kind only: a schema error's words can quote an argument, a secret one too.
+                tracing::info!(kind = e.kind(), tool = ?asker.tool, actor = %asker.actor, "call refused");
+                self.record_call(asker, e.execution(), "refused", e.kind())
+            }
         }
     }
 
@@ -173,8 +177,8 @@ impl Gateway {
         &self,
         asker: Asker,
         execution_id: Option<ExecutionId>,
-        attempt: &str,
-        outcome: &str,
+        attempt: &'static str,
+        outcome: &'static str,
     ) {
         // A tool name that is not configured is the agent's string: never a label.
         let (tool, class) = match self.registry.get(&asker.tool) {

@@ -521,7 +521,7 @@ http = {{ method = "POST", url = "{}/invoices", credential = "api" }}
             saw_unknown = v["fields"]["execution_id"].is_string();
         }
         if message == "call refused" && v["fields"]["kind"] == "invalid_arguments" {
-            saw_refusal = v["span"]["tool"] == "charge";
+            saw_refusal = v["fields"]["tool"] == "\"charge\"";
         }
     }
     assert!(saw_unknown, "no warn line for the unknown outcome");
