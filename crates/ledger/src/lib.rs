@@ -628,7 +628,9 @@ impl Ledger {
     /// Closes the writer after everything queued is committed.
     pub async fn close(self) {
         // Records held back for a later commit (deliveries) are committed before this returns.
-        let _ = self.flush().await;
+        if let Err(e) = self.flush().await {
+            tracing::error!(error = %e, "the last held records (deliveries, calls log) could not be committed at close");
+        }
         let pool = self.pool.clone();
         let instance = self.instance.clone();
         let _ = sqlx::query("DELETE FROM instances WHERE id = $1")

@@ -111,7 +111,9 @@ impl McpTool {
                         Some(handle.id.clone()),
                         Some("the caller cancelled the call".into()),
                     ));
-                    let _ = peer.send_notification(note.into()).await;
+                    if let Err(e) = peer.send_notification(note.into()).await {
+                        tracing::info!(upstream = %self.upstream.name(), error = %e, "a cancellation could not be passed upstream; the call's outcome is what the upstream answers");
+                    }
                 }
             }
         };

@@ -259,7 +259,11 @@ impl DurableStreams {
                 while let Ok(more) = pending.try_recv() {
                     batch.push(more);
                 }
-                let _ = ledger.record_streams(batch).await;
+                if let Err(e) = ledger.record_streams(batch).await {
+                    // The answers are recorded with their executions; only resuming these
+                    // streams' events after a restart is lost.
+                    tracing::warn!(error = %e, "stream events could not be stored; those streams cannot be resumed after a restart");
+                }
             }
         });
     }
@@ -310,7 +314,9 @@ impl DurableStreams {
             actor: actor.to_string(),
             at: now(),
         };
-        let _ = self.ledger().record_stream(write).await;
+        if let Err(e) = self.ledger().record_stream(write).await {
+            tracing::warn!(error = %e, "a session's owner could not be stored; another replica will not know it");
+        }
     }
 
     /// Whether this session and actor may resume from `event_id`. Ids that are not ours
@@ -546,14 +552,17 @@ impl SessionStore for DurableSessions {
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         // A closed session is an ended run in the Sessions log.
-        let _ = self
+        if let Err(e) = self
             .ledger
             .end_run(
                 &format!("mcp-session:{session_id}"),
                 now(),
                 postern_ledger::RunEnd::Closed,
             )
-            .await;
+            .await
+        {
+            tracing::warn!(error = %e, "a closed session's end could not be recorded in the Sessions log");
+        }
         Ok(self
             .ledger
             .record_stream(StreamWrite::DropSession(session_id.to_string()))

@@ -291,7 +291,11 @@ impl Gateway {
             if let Err(revoked) = self.run_allows(s.id, run).await {
                 let why = json!({"reason": format!("run {run} was revoked as it was approved")});
                 let rejected = NewEvent::new(EventKind::Rejected).with_detail(why);
-                let _ = self.ledger.append(s.id, rejected, now()).await;
+                if let Err(e) = self.ledger.append(s.id, rejected, now()).await {
+                    // Still authorized in the record: nothing sends it (its arguments are dropped
+                    // here), and an identical retry is told to repeat once it can be recorded.
+                    tracing::warn!(execution_id = %s.id, error = %e, "a revoked run's approved call could not be recorded rejected");
+                }
                 self.held.take(s.id);
                 return Err(revoked);
             }
@@ -577,7 +581,9 @@ impl Gateway {
         let gateway = self.clone();
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
-                let _ = gateway.send(&entry, dispatched, &call, Attempt::New).await;
+                if let Err(e) = gateway.send(&entry, dispatched, &call, Attempt::New).await {
+                    tracing::warn!(tool = %call.tool, error = %e, "an approved call's dispatch ended in an error; its record says what was sent");
+                }
             }
         });
         Ok(())

@@ -77,7 +77,9 @@ impl Gateway {
                 outcome = &mut sending => outcome,
                 () = cancel.cancelled() => {
                     let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end (a channel that can pass the cancellation on does)"});
-                    let _ = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await;
+                    if let Err(e) = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await {
+                        tracing::warn!(execution_id = %s.id, error = %e, "a cancellation after dispatch could not be recorded");
+                    }
                     forward_cancel.cancel();
                     sending.await
                 }

@@ -301,6 +301,10 @@ impl Gateway {
                     .instrument(finishing.clone())
                     .await;
                 close_call_span(&finishing, answer.as_ref());
+                if let Err(e) = &answer {
+                    // A task's call: its record is what the client reads.
+                    tracing::info!(execution_id = %id, kind = e.kind(), "a task's execution ended in an error; the task reads its record");
+                }
             }
             if let Ok(mut running) = gateway.running.lock() {
                 running.remove(&id);
