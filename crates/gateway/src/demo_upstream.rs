@@ -30,6 +30,8 @@ use serde_json::{json, Map, Value};
 pub struct JournalCall {
     pub tool: String,
     pub execution_id: Option<String>,
+    /// The W3C `traceparent` the call carried in `_meta` (the gateway's span).
+    pub traceparent: Option<String>,
     pub arguments: Value,
 }
 
@@ -89,6 +91,7 @@ impl Journal {
             .map(|l| JournalCall {
                 tool: l["tool"].as_str().unwrap_or_default().to_string(),
                 execution_id: l["execution_id"].as_str().map(str::to_string),
+                traceparent: l["traceparent"].as_str().map(str::to_string),
                 arguments: l["arguments"].clone(),
             })
             .collect()
@@ -236,7 +239,8 @@ impl DemoUpstream {
                 None,
             ));
         }
-        let line = json!({"event": "call", "tool": tool, "execution_id": execution_id, "arguments": arguments});
+        let traceparent = meta.get("traceparent").and_then(Value::as_str);
+        let line = json!({"event": "call", "tool": tool, "execution_id": execution_id, "traceparent": traceparent, "arguments": arguments});
         self.journal
             .append(&line)
             .map_err(|e| ErrorData::internal_error(format!("journal: {e}"), None))?;

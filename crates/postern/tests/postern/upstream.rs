@@ -148,11 +148,13 @@ async fn upstream_tools_are_listed_and_called_over_stdio() {
     // The class decides the annotations: an irreversible tool is destructive.
     assert_eq!(invoice["annotations"]["destructiveHint"], true, "{invoice}");
     let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    // The client's trace context (MCP's `_meta.traceparent`) is passed on to the upstream.
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let resp = mcp
         .call(
             "invoice",
             json!({"customer": "acme", "amount": 10}),
-            json!({}),
+            json!({"_meta": {"traceparent": traceparent}}),
         )
         .await;
     assert_eq!(execution(&resp)["state"], "completed", "{resp}");
@@ -160,6 +162,7 @@ async fn upstream_tools_are_listed_and_called_over_stdio() {
     let calls = Journal::calls(&s.journal);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].execution_id.as_deref(), Some(id.as_str()));
+    assert_eq!(calls[0].traceparent.as_deref(), Some(traceparent), "{calls:?}");
     // Arguments the upstream's schema refuses are refused before anything is recorded.
     let bad = mcp
         .call("invoice", json!({"customer": 7, "amount": 10}), json!({}))
