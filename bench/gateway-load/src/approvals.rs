@@ -44,34 +44,9 @@ pub async fn compare(
                     std::fs::create_dir_all(&sub).unwrap();
                     Served::start(bin, &sub, &target)
                 };
-                let served = start("c1");
-                let c1 = run(
-                    &api.state,
-                    Some(WITH_SESSION),
-                    &served.url,
-                    1,
-                    Budget::Calls(calls),
-                    "ab1",
-                )
-                .await;
-                drop(served);
-                let served = start("c64");
-                let c64 = run(
-                    &api.state,
-                    Some(WITH_SESSION),
-                    &served.url,
-                    64,
-                    Budget::Seconds(seconds),
-                    "ab64",
-                )
-                .await;
-                drop(served);
-                println!(
-                    "  round {round} {name}: c=1 p50 {:.3} ms, c=64 {:.0} calls/s",
-                    c1.pct(0.5),
-                    c64.rate
-                );
-                rows.push((name, c1.pct(0.5), c64.rate));
+                let (c1, c64) = ab_round(&api.state, start, calls, seconds).await;
+                println!("  round {round} {name}: c=1 p50 {c1:.3} ms, c=64 {c64:.0} calls/s");
+                rows.push((name, c1, c64));
             }
         }
         let mean = |who: &str, f: fn(&(&str, f64, f64)) -> f64| {
@@ -87,6 +62,40 @@ pub async fn compare(
         );
     }
     approve_to_target(postern, dir, &api, &target, calls.min(300)).await;
+}
+
+/// One round of an A/B comparison: c=1 for `calls` calls, then c=64 for `seconds`, each on a
+/// gateway of its own (the c=64 workers need 64 sessions of one actor, its whole per-actor
+/// limit); (c=1 p50 in ms, c=64 calls/s).
+pub async fn ab_round(
+    api: &postern_gateway::demo_target::InvoiceApi,
+    start: impl Fn(&str) -> Served,
+    calls: usize,
+    seconds: f64,
+) -> (f64, f64) {
+    let served = start("c1");
+    let c1 = run(
+        api,
+        Some(WITH_SESSION),
+        &served.url,
+        1,
+        Budget::Calls(calls),
+        "ab1",
+    )
+    .await;
+    drop(served);
+    let served = start("c64");
+    let c64 = run(
+        api,
+        Some(WITH_SESSION),
+        &served.url,
+        64,
+        Budget::Seconds(seconds),
+        "ab64",
+    )
+    .await;
+    drop(served);
+    (c1.pct(0.5), c64.rate)
 }
 
 /// The approval part: `n` calls, each approved; p50/p90/max from approval to the target.

@@ -12,7 +12,7 @@ use std::path::Path;
 use postern_gateway::demo_target::InvoiceApi;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{config, run, Budget, Served, WITH_SESSION};
+use super::{config, Served};
 
 pub async fn compare(postern: &Path, dir: &Path, seconds: f64, calls: usize, rounds: usize) {
     let api = InvoiceApi::start().await.unwrap();
@@ -38,34 +38,9 @@ pub async fn compare(postern: &Path, dir: &Path, seconds: f64, calls: usize, rou
                 };
                 Served::start_with(postern, &sub, text, env)
             };
-            let served = start("c1");
-            let c1 = run(
-                &api.state,
-                Some(WITH_SESSION),
-                &served.url,
-                1,
-                Budget::Calls(calls),
-                "t1",
-            )
-            .await;
-            drop(served);
-            let served = start("c64");
-            let c64 = run(
-                &api.state,
-                Some(WITH_SESSION),
-                &served.url,
-                64,
-                Budget::Seconds(seconds),
-                "t64",
-            )
-            .await;
-            drop(served);
-            println!(
-                "  round {round} {name}: c=1 p50 {:.3} ms, c=64 {:.0} calls/s",
-                c1.pct(0.5),
-                c64.rate
-            );
-            rows.push((name, c1.pct(0.5), c64.rate));
+            let (c1, c64) = super::approvals::ab_round(&api.state, start, calls, seconds).await;
+            println!("  round {round} {name}: c=1 p50 {c1:.3} ms, c=64 {c64:.0} calls/s");
+            rows.push((name, c1, c64));
         }
     }
     let mean = |who: &str, f: fn(&(&str, f64, f64)) -> f64| {

@@ -306,11 +306,7 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                             text(&r["started_at"]),
                             ended(r),
                             text(&r["authorization"]),
-                            r["authorized_by"]
-                                .as_str()
-                                .or(r["revoked_by"].as_str())
-                                .map(|by| format!(" by {by}"))
-                                .unwrap_or_default()
+                            decided_by(r)
                         );
                     }
                 });
@@ -333,11 +329,7 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                     println!(
                         "authorized   {}{}",
                         text(&r["authorization"]),
-                        r["authorized_by"]
-                            .as_str()
-                            .or(r["revoked_by"].as_str())
-                            .map(|by| format!(" by {by}"))
-                            .unwrap_or_default()
+                        decided_by(r)
                     );
                     let calls = r["calls"].as_array().map(Vec::as_slice).unwrap_or_default();
                     println!("calls        {}", calls.len());
@@ -374,6 +366,15 @@ fn client(r: &Value) -> String {
         (Some(n), None) => n.to_string(),
         _ => "-".to_string(),
     }
+}
+
+/// " by OPERATOR" of a run's authorization or revocation, if any.
+fn decided_by(r: &Value) -> String {
+    r["authorized_by"]
+        .as_str()
+        .or(r["revoked_by"].as_str())
+        .map(|by| format!(" by {by}"))
+        .unwrap_or_default()
 }
 
 fn ended(r: &Value) -> String {

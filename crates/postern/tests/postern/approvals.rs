@@ -6,12 +6,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_gateway::demo_target::{InvoiceApi, Mode};
 use serde_json::{json, Value};
 
 use crate::harness::{
     activity, assert_store_verifies, config, eventually, execution, http_client, operator,
-    operator_json, posts, write_private, Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN,
+    operator_json, posts, write_private, Dir, Mcp, Served, Setup, ALICE_TOKEN, BILLING_TOKEN,
 };
 
 /// The harness config with an operator and two tools that need a per-use approval.
@@ -55,22 +55,8 @@ http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
     )
 }
 
-struct Setup {
-    target: InvoiceApiHandle,
-    dir: Dir,
-    served: Served,
-}
-
 async fn setup(tag: &str) -> Setup {
-    let target = InvoiceApi::start().await.unwrap();
-    let dir = Dir::new(tag);
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let served = Served::start(&dir.0, &approval_config(&format!("http://{}", target.addr)));
-    Setup {
-        target,
-        dir,
-        served,
-    }
+    Setup::start(tag, approval_config).await
 }
 
 fn events(dir: &Dir, id: &str) -> Vec<Value> {

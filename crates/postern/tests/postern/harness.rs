@@ -468,3 +468,27 @@ pub fn assert_store_verifies(dir: &Path, served: &Served) {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("VALID"), "{report}");
 }
+
+/// A real invoice API and a `postern serve` in front of it, with operator alice's token file in
+/// place (the config `make` writes for the API's URL declares her, if it needs an operator).
+pub struct Setup {
+    pub target: postern_gateway::demo_target::InvoiceApiHandle,
+    pub dir: Dir,
+    pub served: Served,
+}
+
+impl Setup {
+    pub async fn start(tag: &str, make: impl FnOnce(&str) -> String) -> Setup {
+        let target = postern_gateway::demo_target::InvoiceApi::start()
+            .await
+            .unwrap();
+        let dir = Dir::new(tag);
+        write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+        let served = Served::start(&dir.0, &make(&format!("http://{}", target.addr)));
+        Setup {
+            target,
+            dir,
+            served,
+        }
+    }
+}

@@ -9,12 +9,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_gateway::demo_target::Mode;
 use serde_json::{json, Value};
 
 use crate::harness::{
-    activity, config, execution, execution_id, operator, posts, write_private, Dir, Mcp, Served,
-    ALICE_TOKEN, BILLING_TOKEN,
+    activity, config, execution, execution_id, operator, posts, Mcp, Setup, BILLING_TOKEN,
 };
 
 mod sessions;
@@ -48,22 +47,8 @@ http = {{ method = "POST", url = "http://127.0.0.1:9/invoices", connect_timeout 
     )
 }
 
-struct Setup {
-    target: InvoiceApiHandle,
-    dir: Dir,
-    served: Served,
-}
-
 async fn setup(tag: &str) -> Setup {
-    let target = InvoiceApi::start().await.unwrap();
-    let dir = Dir::new(tag);
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let served = Served::start(&dir.0, &with_operator(&format!("http://{}", target.addr)));
-    Setup {
-        target,
-        dir,
-        served,
-    }
+    Setup::start(tag, with_operator).await
 }
 
 fn invoice(customer: &str) -> Value {

@@ -162,7 +162,11 @@ async fn upstream_tools_are_listed_and_called_over_stdio() {
     let calls = Journal::calls(&s.journal);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].execution_id.as_deref(), Some(id.as_str()));
-    assert_eq!(calls[0].traceparent.as_deref(), Some(traceparent), "{calls:?}");
+    assert_eq!(
+        calls[0].traceparent.as_deref(),
+        Some(traceparent),
+        "{calls:?}"
+    );
     // Arguments the upstream's schema refuses are refused before anything is recorded.
     let bad = mcp
         .call("invoice", json!({"customer": 7, "amount": 10}), json!({}))
