@@ -249,7 +249,8 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         if measuring_without_telemetry()? {
             return serve(a, &telemetry).await;
         }
-        let installed = crate::telemetry::install(a.log_format, &telemetry)?;
+        let installed =
+            crate::telemetry::install(a.log_format, &telemetry, &crate::config_dir(&a.config))?;
         postern_gateway::telemetry::install_metrics().map_err(anyhow::Error::msg)?;
         let served = serve(a, &telemetry).await;
         installed.shutdown().await;

@@ -59,7 +59,11 @@ impl Installed {
 }
 
 /// Installs the logs and, when configured, span export. Call inside the runtime.
-pub fn install(format: LogFormat, telemetry: &Telemetry) -> Result<Installed> {
+pub fn install(
+    format: LogFormat,
+    telemetry: &Telemetry,
+    config_dir: &std::path::Path,
+) -> Result<Installed> {
     let filter = match std::env::var(LOG_FILTER_VAR) {
         Ok(directives) => EnvFilter::try_new(&directives)
             .with_context(|| format!("{LOG_FILTER_VAR}={directives:?} is not a log filter"))?,
@@ -81,10 +85,17 @@ pub fn install(format: LogFormat, telemetry: &Telemetry) -> Result<Installed> {
     let (spans, tracer) = match &telemetry.otlp_endpoint {
         None => (None, None),
         Some(endpoint) => {
+            let mut headers = std::collections::HashMap::new();
+            for (name, value) in &telemetry.otlp_headers {
+                let value = crate::secrets::resolve(value, config_dir)
+                    .with_context(|| format!("telemetry.otlp_headers.{name}"))?;
+                headers.insert(name.clone(), value);
+            }
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_protocol(Protocol::HttpBinary)
                 .with_endpoint(format!("{endpoint}/v1/traces"))
+                .with_headers(headers)
                 .with_http_client(OtlpClient::new()?)
                 .build()
                 .context("the OTLP span exporter")?;

@@ -1,12 +1,17 @@
 //! `[telemetry]`: where the gateway's spans go and where Prometheus may scrape without a token.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
+
+use super::SecretRef;
 
 /// The `[telemetry]` table as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTelemetry {
     pub otlp_endpoint: Option<String>,
+    pub otlp_headers: Option<BTreeMap<String, SecretRef>>,
     pub service_name: Option<String>,
     pub metrics_listen: Option<String>,
 }
@@ -17,6 +22,8 @@ pub struct Telemetry {
     /// An OTLP/HTTP collector (`http(s)://host:4318`): spans are exported to
     /// `<endpoint>/v1/traces` (protobuf). `None`: no spans leave the process.
     pub otlp_endpoint: Option<String>,
+    /// Headers sent with every export (a collector's API key): name → where its value is.
+    pub otlp_headers: BTreeMap<String, SecretRef>,
     /// The `service.name` of the exported spans.
     pub service_name: String,
     /// A second, plain-HTTP listener serving only `GET /metrics` without a token (for a
@@ -43,6 +50,21 @@ impl RawTelemetry {
                 Some(e)
             }
         };
+        let otlp_headers = self.otlp_headers.unwrap_or_default();
+        if !otlp_headers.is_empty() && otlp_endpoint.is_none() {
+            return Err("telemetry.otlp_headers without telemetry.otlp_endpoint: there is no export to send them with".into());
+        }
+        for (name, value) in &otlp_headers {
+            let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if name.is_empty() || !name.chars().all(token) {
+                return Err(format!(
+                    "telemetry.otlp_headers: {name:?} is not an HTTP header name"
+                ));
+            }
+            if matches!(value, SecretRef::Vault(_)) {
+                return Err(format!("telemetry.otlp_headers.{name}: a vault secret is only for credentials (the exporter starts before anyone can unlock the vault)"));
+            }
+        }
         let service_name = self.service_name.unwrap_or_else(|| "postern".into());
         if service_name.is_empty() {
             return Err("telemetry.service_name must not be empty".into());
@@ -54,6 +76,7 @@ impl RawTelemetry {
         }
         Ok(Telemetry {
             otlp_endpoint,
+            otlp_headers,
             service_name,
             metrics_listen: self.metrics_listen,
         })

@@ -248,6 +248,14 @@ fn a_bad_telemetry_setting_is_refused_naming_it() {
         ),
         ("service_name = \"\"", "telemetry.service_name"),
         ("sampler = \"always\"", "sampler"),
+        (
+            "otlp_headers = { authorization = { env = \"COLLECTOR_KEY\" } }",
+            "without telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"http://127.0.0.1:4318\"\notlp_headers = { authorization = { vault = \"k\" } }",
+            "only for credentials",
+        ),
     ] {
         let d = Dir::new("telemetry-refused");
         prepare(
@@ -263,6 +271,8 @@ fn a_bad_telemetry_setting_is_refused_naming_it() {
 struct OtlpReceiver {
     addr: std::net::SocketAddr,
     spans: Arc<Mutex<Vec<Span>>>,
+    /// The `authorization` header of each export.
+    authorizations: Arc<Mutex<Vec<String>>>,
 }
 
 impl OtlpReceiver {
@@ -270,12 +280,15 @@ impl OtlpReceiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+        let authorizations: Arc<Mutex<Vec<String>>> = Arc::default();
         let keep = spans.clone();
+        let seen = authorizations.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let keep = keep.clone();
+                let (keep, seen) = (keep.clone(), seen.clone());
                 tokio::spawn(async move {
-                    while let Some((path, body)) = read_request(&mut conn).await {
+                    while let Some((path, authorization, body)) = read_request(&mut conn).await {
+                        seen.lock().unwrap().extend(authorization);
                         let ok = path == "/v1/traces";
                         if ok {
                             let req = ExportTraceServiceRequest::decode(body.as_slice())
@@ -295,7 +308,11 @@ impl OtlpReceiver {
                 });
             }
         });
-        OtlpReceiver { addr, spans }
+        OtlpReceiver {
+            addr,
+            spans,
+            authorizations,
+        }
     }
 
     fn spans(&self) -> Vec<Span> {
@@ -303,8 +320,10 @@ impl OtlpReceiver {
     }
 }
 
-/// One HTTP/1.1 request with a content-length body: (path, body).
-async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+/// One HTTP/1.1 request with a content-length body: (path, its authorization header, body).
+async fn read_request(
+    conn: &mut tokio::net::TcpStream,
+) -> Option<(String, Option<String>, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -323,9 +342,14 @@ async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<(String, Vec<u
                 .then(|| v.trim().parse().ok())?
         })
         .unwrap_or(0);
+    let authorization = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("authorization")
+            .then(|| v.trim().to_string())
+    });
     let mut body = vec![0u8; length];
     conn.read_exact(&mut body).await.ok()?;
-    Some((path, body))
+    Some((path, authorization, body))
 }
 
 fn attribute(span: &Span, key: &str) -> Option<String> {
@@ -344,10 +368,11 @@ async fn spans_reach_an_otlp_receiver_in_the_clients_trace_and_the_target_joins_
     let target = InvoiceApi::start().await.unwrap();
     let d = Dir::new("otlp");
     let text = format!(
-        "{}\n[telemetry]\notlp_endpoint = \"http://{}\"\nservice_name = \"postern-test\"\n",
+        "{}\n[telemetry]\notlp_endpoint = \"http://{}\"\nservice_name = \"postern-test\"\notlp_headers = {{ authorization = {{ file = \"otlp.key\" }} }}\n",
         config(&target.url("")),
         receiver.addr
     );
+    write_private(&d.0.join("otlp.key"), "Bearer collector-key-0123456789");
     let served = Served::start(&d.0, &text);
     let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -382,6 +407,12 @@ async fn spans_reach_an_otlp_receiver_in_the_clients_trace_and_the_target_joins_
     })
     .await;
     let spans = receiver.spans();
+    // The collector's key went with every export.
+    let keys = receiver.authorizations.lock().unwrap().clone();
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "Bearer collector-key-0123456789"),
+        "{keys:?}"
+    );
     let call = spans.iter().find(|s| s.name == "tools/call").unwrap();
     assert_eq!(
         hex::encode(&call.trace_id),
