@@ -332,10 +332,7 @@ impl Gateway {
 
     /// The call's span (`tools/call`), in the client's trace when it sent one.
     fn call_span(&self, call: &ToolCall) -> tracing::Span {
-        let class = self
-            .registry
-            .get(&call.tool)
-            .map_or("none", |e| e.contract.class.as_str());
+        let (_, class) = self.tool_label(&call.tool);
         // Debug level: the text and JSON logs at their default level never build it (measured:
         // the log layer formatting every span's fields cost ~2% of c=64 throughput); the span
         // exporter's filter takes it, and `POSTERN_LOG=debug` shows it around log lines.

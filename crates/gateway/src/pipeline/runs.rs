@@ -155,6 +155,16 @@ impl Gateway {
         });
     }
 
+    /// A tool's name and class as metrics labels: a configured tool's, the built-in status
+    /// read's, or `(unknown)` for a name the agent made up (never a label of its choosing).
+    pub(super) fn tool_label<'a>(&self, tool: &'a str) -> (&'a str, &'static str) {
+        match self.registry.get(tool) {
+            Some(entry) => (tool, entry.contract.class.as_str()),
+            None if tool == "execution_status" => (tool, "status_read"),
+            None => ("(unknown)", "none"),
+        }
+    }
+
     /// Records a call as answered: nothing waits for the row.
     pub(super) fn record_answer(&self, asker: Asker, answer: Result<&CallReport, &GatewayError>) {
         match answer {
@@ -181,10 +191,7 @@ impl Gateway {
         outcome: &'static str,
     ) {
         // A tool name that is not configured is the agent's string: never a label.
-        let (tool, class) = match self.registry.get(&asker.tool) {
-            Some(entry) => (asker.tool.as_str(), entry.contract.class.as_str()),
-            None => ("(unknown)", "none"),
-        };
+        let (tool, class) = self.tool_label(&asker.tool);
         crate::telemetry::count_call(tool, class, attempt, outcome);
         tracing::debug!(tool, class, attempt, outcome, execution_id = ?execution_id.map(|id| id.to_string()), run = ?asker.run_id, "call answered");
         let (attempt, outcome) = (attempt.to_string(), outcome.to_string());
