@@ -136,15 +136,18 @@ async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Resul
         conn.execute("PRAGMA busy_timeout = 30000").await?;
     } else {
         conn.execute(NO_PARALLEL_READS).await?;
+        conn.execute(NO_JIT).await?;
     }
     Ok(())
 }
 
 /// The record's reads are point lookups and first pages. Where PostgreSQL has no statistics
-/// yet (a table just filled, autovacuum off) it plans a lookup of an execution's events as a
-/// parallel scan, and starting the workers cost 60 ms of a 61 ms `activity trace` on a million
-/// executions; without them the same lookup takes under a millisecond.
+/// yet (a table just filled, autovacuum off) it estimates an execution's events in the tens of
+/// thousands: it planned the lookup as a parallel scan (starting the workers cost 60 ms of a
+/// 61 ms `activity trace` on a million executions) and, past `jit_above_cost`, JIT-compiled
+/// it (18 ms of a 38 ms trace). Without either the same lookup takes under a millisecond.
 pub(crate) const NO_PARALLEL_READS: &str = "SET max_parallel_workers_per_gather = 0";
+pub(crate) const NO_JIT: &str = "SET jit = off";
 
 impl Ledger {
     /// Opens (creating if needed) the store at `url`, applies migrations and runs the

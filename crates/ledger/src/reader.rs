@@ -54,6 +54,7 @@ impl StoreReader {
                         conn.execute("SET default_transaction_read_only = on")
                             .await?;
                         conn.execute(crate::NO_PARALLEL_READS).await?;
+                        conn.execute(crate::NO_JIT).await?;
                     }
                     Ok(())
                 })
