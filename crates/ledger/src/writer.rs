@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::{LedgerError, StorageFault};
-use crate::model::{ExecutionSummary, NewEvent, RunDecision};
+use crate::model::{ExecutionSummary, NewEvent, RunDecision, RunEnd};
 use crate::ops::{Deferral, Done, Op};
 use crate::recall::Recall;
 use crate::rows;
@@ -326,7 +326,21 @@ impl<C: WriteConn> Writer<C> {
             Op::StartRun(run, tx) => {
                 // A run seen again is marked seen; one that ended only because it idled or its
                 // gateway stopped is resumed (its start stays). Only by its own actor.
-                let r = self.conn.exec("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ('idle_expired', 'gateway_stopped') THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ('idle_expired', 'gateway_stopped') THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor", params![&run.id, &run.actor, &run.client_name, &run.client_version, &run.protocol_version, &run.transport, run.started_at.0]).await
+                let r = self
+                    .conn
+                    .exec(
+                        start_run_sql(),
+                        params![
+                            &run.id,
+                            &run.actor,
+                            &run.client_name,
+                            &run.client_version,
+                            &run.protocol_version,
+                            &run.transport,
+                            run.started_at.0
+                        ],
+                    )
+                    .await
                     .map(|_| ());
                 Done::Unit(tx, r)
             }
@@ -679,6 +693,21 @@ fn insert_events_sql(rows: usize) -> &'static str {
             sql.push(')');
         }
         sql
+    })
+}
+
+/// Records a run, or resumes it when it ended in a way [`RunEnd::resumable`] says a later call
+/// resumes (its end is cleared); the rule lives there, this SQL only spells it.
+fn start_run_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let resumable: Vec<String> = RunEnd::ALL
+            .iter()
+            .filter(|e| e.resumable())
+            .map(|e| format!("'{}'", e.as_str()))
+            .collect();
+        let resumable = resumable.join(", ");
+        format!("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor")
     })
 }
 

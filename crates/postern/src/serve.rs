@@ -209,24 +209,32 @@ pub const NO_CONNECTION_REUSE_VAR: &str = "POSTERN_MEASURE_WITHOUT_CONNECTION_RE
 pub const NO_TELEMETRY_VAR: &str = "POSTERN_MEASURE_WITHOUT_TELEMETRY";
 
 fn measuring_without_telemetry() -> Result<bool> {
-    match std::env::var(NO_TELEMETRY_VAR).as_deref() {
-        Err(_) | Ok("" | "0") => Ok(false),
-        Ok("1") => {
-            eprintln!("postern: {NO_TELEMETRY_VAR}=1: no metrics, no logs, no spans");
-            Ok(true)
-        }
-        Ok(other) => bail!("{NO_TELEMETRY_VAR}={other:?}: expected 1 or 0"),
-    }
+    measuring_switch(NO_TELEMETRY_VAR, "no metrics, no logs, no spans")
 }
 
 fn connection_reuse() -> Result<ConnectionReuse> {
-    match std::env::var(NO_CONNECTION_REUSE_VAR).as_deref() {
-        Err(_) | Ok("" | "0") => Ok(ConnectionReuse::Pooled),
+    Ok(
+        if measuring_switch(
+            NO_CONNECTION_REUSE_VAR,
+            "a new connection (and TLS handshake) for every request to a target",
+        )? {
+            ConnectionReuse::FreshEveryRequest
+        } else {
+            ConnectionReuse::Pooled
+        },
+    )
+}
+
+/// A switch for measuring what something costs: `var=1` turns it on (said on stderr), unset,
+/// empty or `0` leaves it off, anything else is an error.
+fn measuring_switch(var: &str, what: &str) -> Result<bool> {
+    match std::env::var(var).as_deref() {
+        Err(_) | Ok("" | "0") => Ok(false),
         Ok("1") => {
-            eprintln!("postern: {NO_CONNECTION_REUSE_VAR}=1: a new connection (and TLS handshake) for every request to a target");
-            Ok(ConnectionReuse::FreshEveryRequest)
+            eprintln!("postern: {var}=1: {what}");
+            Ok(true)
         }
-        Ok(other) => bail!("{NO_CONNECTION_REUSE_VAR}={other:?}: expected 1 or 0"),
+        Ok(other) => bail!("{var}={other:?}: expected 1 or 0"),
     }
 }
 

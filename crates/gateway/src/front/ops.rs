@@ -240,7 +240,7 @@ async fn vault_lock(
 }
 
 async fn status(State(st): State<Arc<OpsState>>) -> Response {
-    answer(st.gateway.status().await)
+    Json(st.gateway.status().await).into_response()
 }
 
 async fn metrics_text(State(st): State<Arc<OpsState>>) -> Response {

@@ -114,7 +114,26 @@ pub struct Gateway {
     open_runs: runs::OpenRuns,
 }
 
-/// Records a call's end on its span, and logs a refusal or an unknown outcome.
+/// The call's span (`tools/call`), in the client's trace when it sent one.
+fn call_span(call: &ToolCall, class: &'static str) -> tracing::Span {
+    // Debug level: the text and JSON logs at their default level never build it (measured:
+    // the log layer formatting every span's fields cost ~2% of c=64 throughput); the span
+    // exporter's filter takes it, and `POSTERN_LOG=debug` shows it around log lines.
+    let span = tracing::debug_span!(
+        "tools/call",
+        tool = %call.tool,
+        class,
+        actor = %call.actor,
+        execution_id = tracing::field::Empty,
+        fingerprint = tracing::field::Empty,
+        attempt = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    crate::telemetry::join_client_trace(&span, call.trace_parent.as_deref());
+    span
+}
+
+/// Records a call's end on its span (its refusal is logged with the calls log's row).
 fn close_call_span(span: &tracing::Span, answer: Result<&CallReport, &GatewayError>) {
     match answer {
         Ok(r) => {
@@ -248,12 +267,13 @@ impl Gateway {
     /// task reads it).
     pub async fn start(self: &Arc<Self>, call: ToolCall) -> Result<ExecutionSummary, GatewayError> {
         use tracing::Instrument;
-        let span = self.call_span(&call);
+        let asker = self.asker(&call);
+        let span = call_span(&call, asker.class);
         let (_, accepted) = match self.admit(&call).instrument(span.clone()).await {
             Ok(admitted) => admitted,
             Err(e) => {
                 close_call_span(&span, Err(&e));
-                self.record_answer(runs::Asker::of(&call), Err(&e));
+                self.record_answer(asker, Err(&e));
                 return Err(e);
             }
         };
@@ -276,7 +296,6 @@ impl Gateway {
             AcceptOutcome::Created(_) => Attempt::New,
             _ => Attempt::Attached,
         };
-        let asker = runs::Asker::of(&call);
         self.record_call(
             asker,
             Some(summary.id),
@@ -318,8 +337,8 @@ impl Gateway {
     /// with `bench/gateway-load`).
     pub async fn call_tracked(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
         use tracing::Instrument;
-        let span = self.call_span(&call);
-        let asker = runs::Asker::of(&call);
+        let asker = self.asker(&call);
+        let span = call_span(&call, asker.class);
         let answer = self
             .background
             .track_future(self.call(call))
@@ -328,26 +347,6 @@ impl Gateway {
         close_call_span(&span, answer.as_ref());
         self.record_answer(asker, answer.as_ref());
         answer
-    }
-
-    /// The call's span (`tools/call`), in the client's trace when it sent one.
-    fn call_span(&self, call: &ToolCall) -> tracing::Span {
-        let (_, class) = self.tool_label(&call.tool);
-        // Debug level: the text and JSON logs at their default level never build it (measured:
-        // the log layer formatting every span's fields cost ~2% of c=64 throughput); the span
-        // exporter's filter takes it, and `POSTERN_LOG=debug` shows it around log lines.
-        let span = tracing::debug_span!(
-            "tools/call",
-            tool = %call.tool,
-            class,
-            actor = %call.actor,
-            execution_id = tracing::field::Empty,
-            fingerprint = tracing::field::Empty,
-            attempt = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        crate::telemetry::join_client_trace(&span, call.trace_parent.as_deref());
-        span
     }
 
     /// Waits (at most `within`) for executions finishing in the background.

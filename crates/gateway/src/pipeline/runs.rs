@@ -39,16 +39,19 @@ impl OpenRuns {
 pub(super) struct Asker {
     actor: String,
     tool: String,
+    /// The tool's class as a metrics label (looked up once per call).
+    pub(super) class: &'static str,
     run_id: Option<String>,
     request_id: Option<String>,
     operation_key: Option<String>,
 }
 
 impl Asker {
-    pub(super) fn of(call: &ToolCall) -> Asker {
+    pub(super) fn of(call: &ToolCall, class: &'static str) -> Asker {
         Asker {
             actor: call.actor.clone(),
             tool: call.tool.clone(),
+            class,
             run_id: call.run_id.clone(),
             request_id: call.request_id.clone(),
             operation_key: call.operation_key.clone(),
@@ -155,14 +158,16 @@ impl Gateway {
         });
     }
 
-    /// A tool's name and class as metrics labels: a configured tool's, the built-in status
-    /// read's, or `(unknown)` for a name the agent made up (never a label of its choosing).
-    pub(super) fn tool_label<'a>(&self, tool: &'a str) -> (&'a str, &'static str) {
-        match self.registry.get(tool) {
-            Some(entry) => (tool, entry.contract.class.as_str()),
-            None if tool == "execution_status" => (tool, "status_read"),
-            None => ("(unknown)", "none"),
-        }
+    /// Who asked, with the tool's class as a metrics label: a configured tool's, the built-in
+    /// status read's, or `none` for a name the agent made up (counted as tool `(unknown)`,
+    /// never a label of its choosing).
+    pub(super) fn asker(&self, call: &ToolCall) -> Asker {
+        let class = match self.registry.get(&call.tool) {
+            Some(entry) => entry.contract.class.as_str(),
+            None if call.tool == "execution_status" => "status_read",
+            None => "none",
+        };
+        Asker::of(call, class)
     }
 
     /// Records a call as answered: nothing waits for the row.
@@ -191,7 +196,10 @@ impl Gateway {
         outcome: &'static str,
     ) {
         // A tool name that is not configured is the agent's string: never a label.
-        let (tool, class) = self.tool_label(&asker.tool);
+        let (tool, class) = match asker.class {
+            "none" => ("(unknown)", "none"),
+            class => (asker.tool.as_str(), class),
+        };
         crate::telemetry::count_call(tool, class, attempt, outcome);
         tracing::debug!(tool, class, attempt, outcome, execution_id = ?execution_id.map(|id| id.to_string()), run = ?asker.run_id, "call answered");
         let (attempt, outcome) = (attempt.to_string(), outcome.to_string());
