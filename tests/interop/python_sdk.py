@@ -21,6 +21,7 @@ The first call must be a new execution: run it against a fresh ledger (as the Ru
 """
 
 import asyncio
+import os
 import sys
 
 # The SDK's 2.x Streamable HTTP client takes a caller-built httpx2 client for headers.
@@ -136,6 +137,18 @@ async def run(url, token, mode):
                 )
                 events = [e.get("event") for e in (sc.get("response") or {}).get("events") or []]
                 print(f"execution_status: {exe} {ex3.get('state')}, events {events}")
+
+                # A tool that waits for an operator's approval, called by a client that declared
+                # no URL elicitation: the pending result, as for any client (issue 18).
+                approval_tool = os.environ.get("POSTERN_SDK_APPROVAL_TOOL")
+                if approval_tool:
+                    pending = await session.call_tool(approval_tool, {"customer": "sdk-approval", "amount": 3})
+                    _, exa = execution_of(pending, approval_tool)
+                    check(
+                        exa.get("state") == "awaiting_approval",
+                        f"{approval_tool}: state {exa.get('state')!r}, want 'awaiting_approval'",
+                    )
+                    print(f"approval pending: {exa.get('execution_id')}")
 
     print(
         f"ok: python mcp SDK ({mode}, protocol {protocol}) listed {len(names)} tools, "

@@ -23,7 +23,9 @@ use postern_ledger::{CallRecord, ExecutionSummary, ExecutionView, Run};
 use serde::Serialize;
 use serde_json::Value;
 
+mod gather;
 mod separate;
+pub use gather::{investigate, Investigation, RecordSource, RELATED};
 pub use separate::{side_by_side, why_separate, SideBySide};
 
 /// One fact an answer rests on.

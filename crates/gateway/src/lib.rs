@@ -34,8 +34,8 @@ pub mod vault;
 
 pub use error::GatewayError;
 pub use pipeline::{
-    call_json, now, Cancellation, Decided, DecisionError, Gateway, PendingDecision, RunView,
-    ToolCall, UpstreamToolView, UpstreamView,
+    call_json, now, Cancellation, Decided, DecisionError, Gateway, Notice, PendingDecision,
+    RunView, ToolCall, UpstreamToolView, UpstreamView,
 };
 pub use registry::{Dialers, ListedTool, Registry, Resolved, ResolvedCredential};
 pub use report::{Attempt, CallReport};

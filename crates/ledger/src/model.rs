@@ -309,6 +309,12 @@ pub struct ListFilter {
     pub tool: Option<String>,
     pub fingerprint: Option<String>,
     pub operation_key: Option<String>,
+    /// Only executions older than this one (the next page of a newest-first list).
+    pub before: Option<ExecutionId>,
+    /// Only executions accepted at or after this time.
+    pub accepted_from: Option<Timestamp>,
+    /// Only executions accepted before this time.
+    pub accepted_to: Option<Timestamp>,
     pub limit: u32,
 }
 

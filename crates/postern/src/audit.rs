@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use postern_audit::{
-    verify_export_with, ChainRange, ExportHeader, ExportLine, Report, ResultCheck, SigningKey,
-    Verifier, VerifyingKey, EXPORT_FORMAT,
+    verify_export_with, ChainRange, ExportHeader, ExportLine, Report, SigningKey, Verifier,
+    VerifyingKey, EXPORT_FORMAT,
 };
 use postern_ledger::{Ledger, LedgerOptions, StoreReader};
 
@@ -280,48 +280,12 @@ pub fn verify_file(path: &Path, verifier: Verifier) -> Result<Report> {
 
 /// Verifies a store's rows directly. The store is opened read-only: verifying the evidence
 /// never adds to it (no migration, no recovery scan, no instance row).
-pub async fn verify_store(url: &str, mut verifier: Verifier) -> Result<Report> {
+pub async fn verify_store(url: &str, verifier: Verifier) -> Result<Report> {
     let store = StoreReader::open(url).await?;
-    let heads = store.chain_heads().await?;
-    let total: u64 = heads.iter().map(|(_, h)| *h).sum();
-    for (chain, head) in heads {
-        if head > 0 {
-            verifier.request(ChainRange {
-                chain,
-                from: 1,
-                to: head,
-            });
-        }
-    }
-    // What retention removed is known before the events it left gaps between.
-    for r in store.pruned_ranges().await? {
-        verifier.pruned(r);
-    }
     let mut progress = Progress::new();
-    let mut events = 0u64;
-    // Stored result bodies are checked against the digests their events chained.
-    let mut results = ResultCheck::new();
-    store
-        .scan_events(|row| match row {
-            Ok(e) => {
-                verifier.event(&e);
-                results.event(&e);
-                events += 1;
-                if events.is_multiple_of(4096) {
-                    progress.tick(events, Some(total));
-                }
-            }
-            Err((pos, reason)) => verifier.malformed(pos as u64, reason),
-        })
+    let report = store
+        .verify(verifier, |events, total| progress.tick(events, Some(total)))
         .await?;
     progress.done();
-    for c in store.checkpoints().await? {
-        verifier.checkpoint(&c);
-    }
-    store
-        .scan_results(|reference, body| results.stored(reference, body))
-        .await?;
-    let mut report = verifier.finish();
-    report.add_breaks(results.finish());
     Ok(report)
 }

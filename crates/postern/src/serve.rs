@@ -47,6 +47,8 @@ pub struct Assembled {
     pub tokens: Tokens,
     /// Stops the upstream MCP links (and their child processes).
     pub stop_upstreams: tokio_util::sync::CancellationToken,
+    /// The operator console's setup (`None` without any `[[operator]]`: no one could log in).
+    pub console: Option<postern_console::ConsoleSetup>,
 }
 
 pub async fn assemble(config_path: &Path) -> Result<Assembled> {
@@ -106,6 +108,31 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
             );
         }
     }
+    let mut webhooks = Vec::new();
+    for w in &config.console.webhooks {
+        let secret = secrets::resolve(&w.secret, &dir)
+            .with_context(|| format!("the secret of approver.webhook {}", w.url))?;
+        if secret.len() < 16 {
+            bail!("the secret of approver.webhook {} is shorter than 16 characters; use a long random secret", w.url);
+        }
+        webhooks.push(postern_console::WebhookTarget {
+            url: w.url.clone(),
+            secret: secret.into_bytes(),
+        });
+    }
+    let console = (!operators.is_empty()).then(|| postern_console::ConsoleSetup {
+        operators: operators.clone(),
+        actor_tokens: tokens.keys().cloned().collect(),
+        store_url: resolve_store_path(&config.gateway.store, &dir),
+        verifying_key: signing_key.as_ref().map(|k| k.verifying_key()),
+        secure_cookie: config.gateway.tls.is_some()
+            || config
+                .console
+                .public_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://")),
+        webhooks,
+    });
     let tokens = Tokens {
         actors: tokens,
         operators,
@@ -160,6 +187,7 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         gateway,
         tokens,
         stop_upstreams,
+        console,
     })
 }
 
@@ -319,6 +347,24 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
             .with_context(|| format!("binding {listen}"))?;
         let stop = StopSignal::listen();
         let addr = listener.local_addr()?;
+        let scheme = if gateway.config().gateway.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        gateway.set_console_base(&format!("{scheme}://{addr}"));
+        let console = assembled
+            .console
+            .map(|setup| postern_console::Console::new(gateway.clone(), setup));
+        let stop_webhooks = tokio_util::sync::CancellationToken::new();
+        if let Some(c) = &console {
+            c.start_webhooks(stop_webhooks.clone())?;
+        }
+        let app = Served {
+            gateway: &gateway,
+            tokens: assembled.tokens,
+            console: console.as_ref(),
+        };
         match &gateway.config().gateway.tls {
             Some(files) => {
                 let files = ListenerFiles::of(files, &crate::config_dir(&a.config));
@@ -332,16 +378,17 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
                 let handshake = TlsHandshake::new(identity, asks);
                 reload_on_sighup(files, handshake.clone());
                 println!("postern listening on https://{addr}/mcp");
-                serve_http(listener, handshake, &gateway, assembled.tokens, stop).await;
+                serve_http(listener, handshake, app, stop).await;
             }
             None => {
                 if !addr.ip().is_loopback() {
                     eprintln!("{}", plain_http_warning(addr));
                 }
                 println!("postern listening on http://{addr}/mcp");
-                serve_http(listener, PlainTcp, &gateway, assembled.tokens, stop).await;
+                serve_http(listener, PlainTcp, app, stop).await;
             }
         }
+        stop_webhooks.cancel();
         // Executions finishing in the background (MCP tasks) get to record their end.
         if !gateway.drain(std::time::Duration::from_secs(30)).await {
             eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
@@ -378,16 +425,26 @@ async fn serve_metrics(addr: &str, gateway: &Arc<Gateway>) -> Result<()> {
     Ok(())
 }
 
-/// Serves MCP on `listener` until SIGINT or SIGTERM.
+/// What the listener serves: MCP and `/ops` with these tokens, and the console.
+struct Served<'a> {
+    gateway: &'a Arc<Gateway>,
+    tokens: Tokens,
+    console: Option<&'a postern_console::Console>,
+}
+
+/// Serves MCP, `/ops` and the console on `listener` until SIGINT or SIGTERM.
 async fn serve_http<H: Handshake>(
     listener: tokio::net::TcpListener,
     handshake: H,
-    gateway: &Arc<Gateway>,
-    tokens: Tokens,
+    served: Served<'_>,
     stop: StopSignal,
 ) {
+    let gateway = served.gateway;
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let app = postern_gateway::front::router(gateway.clone(), tokens, shutdown.clone());
+    let mut app = postern_gateway::front::router(gateway.clone(), served.tokens, shutdown.clone());
+    if let Some(console) = served.console {
+        app = app.merge(console.router());
+    }
     let limits = ListenerLimits::of(&gateway.config().gateway);
     postern_gateway::front::listener::serve(listener, handshake, app, limits, async move {
         stop.wait().await;

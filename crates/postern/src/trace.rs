@@ -2,13 +2,10 @@
 
 use anyhow::{bail, Result};
 use postern_core::ExecutionId;
-use postern_gateway::investigate::{self, TraceInput};
+use postern_gateway::investigate::{self, RELATED};
 use postern_ledger::{ListFilter, StoreReader};
 
 use crate::activity::{printable, TraceArgs};
-
-/// How many executions of one intent or key a trace sets side by side.
-const RELATED: u32 = 50;
 
 pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
     if let Some(id) = &a.id {
@@ -81,44 +78,10 @@ pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
 
 async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
     let id: ExecutionId = id.parse()?;
-    let Some(view) = store.execution(id).await? else {
+    let Some(found) = investigate::investigate(store, id).await? else {
         bail!("no execution {id} in this store");
     };
-    let calls = store.calls_of(id).await?;
-    let mut runs = Vec::new();
-    for run in investigate::runs_to_read(&view, &calls) {
-        runs.extend(store.run(&run).await?);
-    }
-    let s = &view.summary;
-    let mut related = store
-        .list(&ListFilter {
-            actor: Some(s.actor.clone()),
-            fingerprint: Some(s.fingerprint.to_string()),
-            limit: RELATED,
-            ..ListFilter::default()
-        })
-        .await?;
-    if let Some(key) = &s.operation_key {
-        for e in store
-            .list(&ListFilter {
-                actor: Some(s.actor.clone()),
-                operation_key: Some(key.clone()),
-                limit: RELATED,
-                ..ListFilter::default()
-            })
-            .await?
-        {
-            if !related.iter().any(|r| r.id == e.id) {
-                related.push(e);
-            }
-        }
-    }
-    let trace = investigate::trace(&TraceInput {
-        view: &view,
-        calls: &calls,
-        runs: &runs,
-        related: &related,
-    });
+    let trace = found.trace;
     if json {
         println!("{}", serde_json::to_string_pretty(&trace)?);
         return Ok(0);

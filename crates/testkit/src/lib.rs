@@ -7,6 +7,7 @@
 //! whose private CA it makes, all use it. [`sshd`] starts a real OpenSSH server with a
 //! throw-away config and a proxy that cuts connections, for the SSH channel's tests.
 
+pub mod browser;
 pub mod sshd;
 
 use std::io;

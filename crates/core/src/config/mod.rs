@@ -2,6 +2,7 @@
 //! Unknown keys are refused with the file, line and key; secrets appear only as references;
 //! every tool becomes a validated [`ToolContract`].
 
+mod console;
 mod raw;
 mod secret;
 mod telemetry;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use console::{Console, Webhook};
 pub use secret::SecretRef;
 pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ListenerTls};
@@ -48,6 +50,7 @@ pub struct Config {
     pub upstreams: BTreeMap<String, Upstream>,
     pub tools: Vec<ToolContract>,
     pub telemetry: Telemetry,
+    pub console: Console,
 }
 
 #[derive(Clone, Debug)]
@@ -441,6 +444,8 @@ impl Config {
         }
 
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
+        let console =
+            console::build(raw.console, raw.approver, operators.len()).map_err(|e| at(0, e))?;
         Ok(Config {
             gateway,
             actors,
@@ -449,6 +454,7 @@ impl Config {
             upstreams,
             tools,
             telemetry,
+            console,
         })
     }
 

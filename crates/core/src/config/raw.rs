@@ -23,6 +23,10 @@ pub(super) struct RawConfig {
     pub tool: Vec<RawTool>,
     #[serde(default)]
     pub telemetry: super::telemetry::RawTelemetry,
+    #[serde(default)]
+    pub console: super::console::RawConsole,
+    #[serde(default)]
+    pub approver: super::console::RawApprover,
 }
 
 #[derive(Deserialize)]

@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 
 mod auth;
 mod delivery;
+mod elicit;
 mod limits;
 pub mod listener;
 pub mod ops;
@@ -668,8 +669,9 @@ impl ServerHandler for PosternMcp {
                 .map(|d| d.0.clone())
                 .unwrap_or_default(),
         );
+        let retried_with_input = request.input_responses.is_some();
         let call = ToolCall {
-            actor,
+            actor: actor.clone(),
             tool: request.name.to_string(),
             arguments: request.arguments.unwrap_or_default(),
             operation_key,
@@ -715,6 +717,10 @@ impl ServerHandler for PosternMcp {
         let polling = call.tool == "execution_status";
         let report = self.gateway.call_tracked(call).await;
         let report = report.map_err(to_error)?;
+        let asked = elicit::ask_in_client(&self.gateway, &ctx, retried_with_input, &report, &actor);
+        if let Some(response) = asked.await {
+            return Ok(response);
+        }
         if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
             // A status poll delivers the result at most once: later polls of a delivered
             // execution would otherwise append a `delivered` event per read, forever.

@@ -345,7 +345,10 @@ impl Gateway {
         let detail = json!({"resolved_by": operator, "reason": reason});
         let event = NewEvent::new(EventKind::Resolved(resolution)).with_detail(detail);
         match self.ledger.append(s.id, event, now()).await {
-            Ok(_) => self.pending_decision(s.id).await,
+            Ok(_) => {
+                self.notify(super::Notice::Decided);
+                self.pending_decision(s.id).await
+            }
             Err(LedgerError::Transition { .. }) => {
                 let view = self.view_of(id).await?;
                 Err(DecisionError::NotUnderReview {
@@ -361,18 +364,7 @@ impl Gateway {
 
     /// Executions awaiting approval (`State::AwaitingApproval`) or review, newest first.
     pub async fn pending(&self, state: State) -> Result<Vec<PendingDecision>, GatewayError> {
-        let filter = ListFilter {
-            state: Some(state.as_str().to_string()),
-            limit: 1000,
-            ..ListFilter::default()
-        };
-        let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
-            if let Ok(p) = self.pending_decision(s.id).await {
-                out.push(p);
-            }
-        }
-        Ok(out)
+        self.pending_page(state, 1000, None).await
     }
 
     /// One execution as an operator sees it (any state).
@@ -454,6 +446,9 @@ impl Gateway {
                 expired += 1;
             }
         }
+        if expired > 0 {
+            self.notify(super::Notice::Decided);
+        }
         Ok(expired)
     }
 
@@ -520,7 +515,10 @@ impl Gateway {
         event: NewEvent,
     ) -> Result<ExecutionSummary, GatewayError> {
         match self.ledger.append(id, event, now()).await {
-            Ok(s) => Ok(s),
+            Ok(s) => {
+                self.notify(super::Notice::Decided);
+                Ok(s)
+            }
             Err(LedgerError::Transition { .. }) => {
                 let view = self.view_of(&id.to_string()).await?;
                 Err(DecisionError::NotAwaiting {

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 mod approvals;
 mod dispatch;
+mod notices;
 mod promises;
 mod recovery;
 mod runs;
@@ -22,6 +23,7 @@ mod sessions;
 mod upstreams;
 
 pub use approvals::{Decided, DecisionError, PendingDecision};
+pub use notices::Notice;
 pub use promises::unkept_promises;
 pub use sessions::{call_json, RunView};
 pub use upstreams::{UpstreamToolView, UpstreamView};
@@ -112,6 +114,8 @@ pub struct Gateway {
     vault: Option<crate::vault::VaultSlot>,
     /// Runs this process recorded and has not seen end.
     open_runs: runs::OpenRuns,
+    /// New approval requests and decisions, for the console and the webhooks.
+    notices: notices::Notices,
 }
 
 /// The call's span (`tools/call`), in the client's trace when it sent one.
@@ -193,6 +197,7 @@ impl Gateway {
             held: Default::default(),
             vault: None,
             open_runs: runs::OpenRuns::default(),
+            notices: notices::Notices::default(),
         }
     }
 
@@ -484,6 +489,7 @@ impl Gateway {
             }
             AcceptOutcome::Created(s) if s.lifecycle.state == State::AwaitingApproval => {
                 self.hold_for_approval(s.id, call);
+                self.notify(Notice::ApprovalRequested(s.id));
                 self.stored_report(s.id, Attempt::New).await
             }
             AcceptOutcome::Created(s) => self.send(entry, s, call, Attempt::New).await,

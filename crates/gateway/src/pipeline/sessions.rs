@@ -272,6 +272,7 @@ impl Gateway {
             .decide_run(run_id, decision.clone(), operator, now())
             .await?
         {
+            self.notify(super::Notice::Decided);
             return Ok(());
         }
         let run = self.ledger.run(run_id).await?.unwrap_or(run);

@@ -15,7 +15,7 @@ use crate::harness::{
 };
 
 /// The harness config with an operator and two tools that need a per-use approval.
-fn approval_config(target: &str) -> String {
+pub(crate) fn approval_config(target: &str) -> String {
     format!(
         r#"{}
 [[operator]]

@@ -6,6 +6,7 @@ mod audit_tail;
 mod bridge;
 mod conformance;
 mod connect;
+mod console;
 mod demo;
 mod fingerprint;
 mod foreign;

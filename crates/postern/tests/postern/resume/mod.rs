@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::harness::{config, execution, posts, Dir, Served, BILLING_TOKEN, OPS_TOKEN};
 
 mod sessionless;
-mod sse;
+pub(crate) mod sse;
 
 use sse::{
     assert_continues, http, priming, response_in, resume, stream_of, Event, Session, SseReader,

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::PATIENCE;
 
-pub(super) fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     // No pooling: dropping a response closes its connection, as a lost network would.
     crate::harness::http_builder()
         .pool_max_idle_per_host(0)
@@ -15,25 +15,25 @@ pub(super) fn http() -> reqwest::Client {
 
 /// One server-sent event.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Event {
+pub(crate) struct Event {
     pub(super) id: Option<String>,
-    pub(super) data: String,
+    pub(crate) data: String,
 }
 
 impl Event {
-    pub(super) fn message(&self) -> Option<Value> {
+    pub(crate) fn message(&self) -> Option<Value> {
         serde_json::from_str(&self.data).ok()
     }
 }
 
 /// Reads an SSE body incrementally, event by event, as it arrives.
-pub(super) struct SseReader {
+pub(crate) struct SseReader {
     pub(super) response: reqwest::Response,
     pub(super) buf: Vec<u8>,
 }
 
 impl SseReader {
-    pub(super) fn new(response: reqwest::Response) -> SseReader {
+    pub(crate) fn new(response: reqwest::Response) -> SseReader {
         let ctype = response
             .headers()
             .get("content-type")
@@ -52,7 +52,7 @@ impl SseReader {
     }
 
     /// The next event (comments and keep-alives skipped); `None` when the body ended.
-    pub(super) async fn next(&mut self) -> Option<Event> {
+    pub(crate) async fn next(&mut self) -> Option<Event> {
         loop {
             if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let frame: Vec<u8> = self.buf.drain(..end + 2).collect();
@@ -92,7 +92,7 @@ impl SseReader {
     }
 
     /// Every remaining event, until the server ends the body.
-    pub(super) async fn rest(mut self) -> Vec<Event> {
+    pub(crate) async fn rest(mut self) -> Vec<Event> {
         let mut all = Vec::new();
         while let Some(e) = self.next().await {
             all.push(e);
