@@ -66,13 +66,14 @@ fn now() -> Timestamp {
 }
 
 /// The events after `accepted` for execution `i`: most delivered; every 997th unknown, every
-/// 1999th under review, every 4999th awaiting approval.
+/// 1999th under review, every 1000th awaiting approval (1,000 pending in a million: the
+/// console's Approvals page is measured with them).
 fn fate(i: usize) -> Vec<NewEvent> {
     let sent = [
         NewEvent::new(EventKind::Authorized),
         NewEvent::new(EventKind::Dispatched),
     ];
-    if i.is_multiple_of(4999) {
+    if i.is_multiple_of(1000) {
         return vec![NewEvent::new(EventKind::ApprovalRequested)];
     }
     if i.is_multiple_of(1999) {
@@ -218,6 +219,61 @@ struct Figures {
     startup: Duration,
     scrape: Duration,
     rss_kib: u64,
+    /// The console's server time (`Server-Timing`) for the Approvals page and Activity's
+    /// first page.
+    ui_approvals: Duration,
+    ui_activity: Duration,
+}
+
+/// The console's server time of `path` (median of 21), logged in as the operator.
+async fn console_time(url: &str, path: &str) -> Duration {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = http.get(format!("{url}/ui/login")).send().await.unwrap();
+    let cookie = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix(&format!("{name}=")))
+            .map(|v| v.split(';').next().unwrap_or("").to_string())
+            .unwrap()
+    };
+    let nonce = cookie(&page, "postern_login");
+    let login = http
+        .post(format!("{url}/ui/login"))
+        .header("cookie", format!("postern_login={nonce}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(
+            "token={OPERATOR_TOKEN}&login_nonce={nonce}&next=%2Fui%2Fapprovals"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 303, "the operator logs in");
+    let session = format!("postern_session={}", cookie(&login, "postern_session"));
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let r = http
+            .get(format!("{url}{path}"))
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let dur: f64 = r.headers()["server-timing"]
+            .to_str()
+            .unwrap()
+            .trim_start_matches("app;dur=")
+            .parse()
+            .unwrap();
+        r.text().await.unwrap();
+        times.push(Duration::from_secs_f64(dur / 1000.0));
+    }
+    times.sort();
+    times[times.len() / 2]
 }
 
 fn measure(postern: &Path, dir: &Path, store: &str, execution: &str) -> Figures {
@@ -326,6 +382,8 @@ fn measure(postern: &Path, dir: &Path, store: &str, execution: &str) -> Figures 
         times.sort();
         times[times.len() / 2]
     });
+    let ui_approvals = rt.block_on(console_time(&url, "/ui/approvals"));
+    let ui_activity = rt.block_on(console_time(&url, "/ui/activity"));
     std::thread::sleep(Duration::from_secs(2));
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
     let rss_kib = status
@@ -341,6 +399,8 @@ fn measure(postern: &Path, dir: &Path, store: &str, execution: &str) -> Figures 
         startup: startups[startups.len() / 2],
         scrape,
         rss_kib,
+        ui_approvals,
+        ui_activity,
     }
 }
 
@@ -410,11 +470,13 @@ fn main() {
         std::fs::create_dir_all(&sub).unwrap();
         let f = measure(&postern, &sub, &store, &execution);
         println!(
-            "{store}: list --actor {:.1} ms, list --tool {:.1} ms, trace {:.1} ms, scrape {:.1} ms, start-up {:.1} ms, RSS {:.1} MiB",
+            "{store}: list --actor {:.1} ms, list --tool {:.1} ms, trace {:.1} ms, scrape {:.1} ms, console approvals {:.1} ms, console activity {:.1} ms, start-up {:.1} ms, RSS {:.1} MiB",
             ms(f.list_actor),
             ms(f.list_tool),
             ms(f.trace),
             ms(f.scrape),
+            ms(f.ui_approvals),
+            ms(f.ui_activity),
             ms(f.startup),
             f.rss_kib as f64 / 1024.0
         );
@@ -449,6 +511,18 @@ fn main() {
             ),
             ("activity trace EXE", "≤ 50 ms", ms(b.trace), ms(l.trace)),
             ("/metrics scrape", "≤ 20 ms", ms(b.scrape), ms(l.scrape)),
+            (
+                "console Approvals page (server time)",
+                "≤ 200 ms",
+                ms(b.ui_approvals),
+                ms(l.ui_approvals),
+            ),
+            (
+                "console Activity page (server time)",
+                "≤ 200 ms",
+                ms(b.ui_activity),
+                ms(l.ui_activity),
+            ),
             (
                 "serve start-up (with recovery scan)",
                 "≤ 2000 ms",

@@ -103,7 +103,7 @@ async fn list(
     let bad = |why: String| page::message(StatusCode::BAD_REQUEST, Some(&s), "Bad filter", &why);
     let before = match cursor(f.before.as_deref(), &s) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let state = given(&f.state);
     if let Some(st) = &state {
@@ -290,7 +290,7 @@ async fn timeline(
                         td { (c.run_id.as_deref().unwrap_or("–")) }
                         td { code { (c.request_id.as_deref().unwrap_or("–")) } }
                         td.attempt { (c.attempt) }
-                        td { (c.outcome) }
+                        td { (postern_gateway::investigate::told(&c.outcome)) }
                         td { (c.instance) }
                     }
                 }

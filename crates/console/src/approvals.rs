@@ -42,16 +42,16 @@ pub(crate) struct PageQuery {
 pub(crate) fn cursor(
     before: Option<&str>,
     s: &OperatorSession,
-) -> Result<Option<ExecutionId>, Response> {
+) -> Result<Option<ExecutionId>, Box<Response>> {
     match before.filter(|b| !b.is_empty()) {
         None => Ok(None),
         Some(b) => b.parse().map(Some).map_err(|_| {
-            page::message(
+            Box::new(page::message(
                 StatusCode::BAD_REQUEST,
                 Some(s),
                 "Bad page cursor",
                 &format!("{b:?} is not an execution id (exe_…)."),
-            )
+            ))
         }),
     }
 }
@@ -171,7 +171,7 @@ async fn list(
 ) -> Response {
     let before = match cursor(q.before.as_deref(), &s) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (body, older) = match table_body(&st, &s, before).await {
         Ok(x) => x,
@@ -238,7 +238,7 @@ async fn rows(
 ) -> Response {
     let before = match cursor(q.before.as_deref(), &s) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match table_body(&st, &s, before).await {
         Ok((body, _)) => {
@@ -282,7 +282,7 @@ async fn one(
             dt { "State" } dd.state { (p.state) }
             dt { "Fingerprint" } dd { code { (p.fingerprint) } }
             dt { "Waiting since" } dd { (time(&p.since)) }
-            @if let Some(at) = &p.expires_at { dt { "Expires" } dd { (countdown(&at)) } }
+            @if let Some(at) = &p.expires_at { dt { "Expires" } dd { (countdown(at)) } }
         }
         h2 { "The record that will be sent" }
         pre.record { (pretty(&p.record)) }
@@ -348,7 +348,7 @@ async fn reviews(
 ) -> Response {
     let before = match cursor(q.before.as_deref(), &s) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let pending = match st
         .gateway

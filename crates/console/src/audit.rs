@@ -72,7 +72,7 @@ async fn verify(
     State(st): State<Arc<ConsoleState>>,
     Extension(s): Extension<OperatorSession>,
 ) -> Response {
-    let Some(key) = st.verifying_key.clone() else {
+    let Some(key) = st.verifying_key else {
         return page::message(StatusCode::CONFLICT, Some(&s), "Nothing to verify against", "No [gateway] signing_key is configured: checkpoints are not signed, so the chain cannot be verified against a key.");
     };
     let started = std::time::Instant::now();

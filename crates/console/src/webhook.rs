@@ -118,13 +118,17 @@ pub(crate) struct DeliveryView {
     pub detail: String,
 }
 
+/// Each request's delivery state per webhook URL, and the order requests were first seen
+/// (the oldest are forgotten first).
+type DeliveryTable = (
+    HashMap<ExecutionId, Vec<(String, TargetState)>>,
+    VecDeque<ExecutionId>,
+);
+
 /// Each request's delivery, per webhook.
 #[derive(Default)]
 pub(crate) struct Deliveries {
-    inner: Mutex<(
-        HashMap<ExecutionId, Vec<(String, TargetState)>>,
-        VecDeque<ExecutionId>,
-    )>,
+    inner: Mutex<DeliveryTable>,
 }
 
 #[derive(Clone, Debug)]

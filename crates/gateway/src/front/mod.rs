@@ -15,7 +15,7 @@ use postern_ledger::Run;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -31,6 +31,7 @@ pub mod listener;
 pub mod ops;
 mod streams;
 mod tasks;
+mod tool_list;
 
 use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
@@ -38,6 +39,7 @@ use limits::{ActorLimits, Held};
 use listener::Peer;
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
+use tool_list::{annotations, listed_tool};
 
 use crate::error::GatewayError;
 use crate::pipeline::{now, Cancellation, Gateway, ToolCall};
@@ -505,45 +507,6 @@ fn progress_sink(ctx: &RequestContext<RoleServer>) -> Option<postern_channels::P
             let _ = peer.notify_progress(param).await;
         });
     }))
-}
-
-/// A tool as listed: its schema and description (an upstream's when the config gives none),
-/// the annotations of its declared class; an upstream's own annotations are shown in `_meta`
-/// only (untrusted hints), and an unavailable tool says why in its description.
-fn listed_tool(t: crate::registry::ListedTool) -> Tool {
-    let schema = t.input_schema.as_object().cloned().unwrap_or_default();
-    let description = match &t.unavailable {
-        Some(why) => format!(
-            "[unavailable: {why}; calls fail without sending anything] {}",
-            t.description
-        ),
-        None => t.description.clone(),
-    };
-    let mut tool = Tool::new(t.contract.name.clone(), description, schema)
-        .with_annotations(annotations(t.contract.class));
-    let mut meta = serde_json::Map::new();
-    if let Some(a) = t.upstream_annotations {
-        meta.insert("io.postern/upstream-annotations".into(), a);
-    }
-    if let Some(why) = t.unavailable {
-        meta.insert("io.postern/unavailable".into(), Value::String(why));
-    }
-    if !meta.is_empty() {
-        tool.meta = Some(rmcp::model::MetaObject(meta));
-    }
-    tool
-}
-
-fn annotations(class: ActionClass) -> ToolAnnotations {
-    let a = ToolAnnotations::new().open_world(true);
-    match class {
-        ActionClass::ReadOnly => a.read_only(true).destructive(false).idempotent(true),
-        ActionClass::IdempotentWrite => a.read_only(false).destructive(false).idempotent(true),
-        ActionClass::ConditionalWrite => a.read_only(false).destructive(false).idempotent(false),
-        ActionClass::Irreversible | ActionClass::RemoteCommand => {
-            a.read_only(false).destructive(true).idempotent(false)
-        }
-    }
 }
 
 fn to_error(e: GatewayError) -> ErrorData {
