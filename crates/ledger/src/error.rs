@@ -38,6 +38,11 @@ pub enum LedgerError {
     Closed,
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("gateway instance {instance} lost its lease{}: it dispatches nothing more (restart it to rejoin as a new instance)", by.as_ref().map(|b| format!(" (taken over by {b})")).unwrap_or_default())]
+    Fenced {
+        instance: String,
+        by: Option<String>,
+    },
     #[error("store {fault}: {message}")]
     Storage {
         fault: StorageFault,

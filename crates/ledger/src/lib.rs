@@ -26,6 +26,7 @@ mod db;
 mod dialect;
 pub mod disk;
 mod error;
+mod lease;
 mod liveness;
 mod model;
 mod ops;
@@ -58,6 +59,7 @@ pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};
 pub use streams::{StreamEvent, StreamOwner, StreamWrite};
 
+pub use lease::LeaseLost;
 use liveness::Liveness;
 use ops::Op;
 use reader::sqlite_path;
@@ -103,6 +105,8 @@ pub struct Ledger {
     writes: WritePath,
     liveness: Liveness,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// This instance's hold on its lease (PostgreSQL), as its heartbeat last renewed it.
+    lease: Arc<lease::LeaseState>,
 }
 
 /// How durable changes reach the single writer.
@@ -210,6 +214,7 @@ impl Ledger {
                 0
             },
             max_batch: options.max_batch.max(1),
+            lease: (dialect == Dialect::Postgres).then_some(options.lease),
         };
         let writes = match dialect {
             Dialect::Sqlite => {
@@ -231,8 +236,13 @@ impl Ledger {
             }
         };
 
+        let lease = lease::LeaseState::new((dialect == Dialect::Postgres).then_some(options.lease));
         let heartbeat = match &writes {
-            WritePath::Channel(writer) => Some(heartbeat(writer.downgrade(), options.lease)),
+            WritePath::Channel(writer) => Some(lease::heartbeat(
+                writer.downgrade(),
+                options.lease,
+                lease.clone(),
+            )),
             WritePath::Combining(_) => None,
         };
 
@@ -248,6 +258,7 @@ impl Ledger {
             writes,
             liveness,
             heartbeat,
+            lease,
         };
         let report = ledger.recover().await?;
         Ok((ledger, report))
@@ -392,54 +403,6 @@ impl Ledger {
     /// A run's calls, oldest first (at most `limit`).
     pub async fn calls_in(&self, run: &str, limit: u32) -> Result<Vec<CallRecord>, LedgerError> {
         self.store.calls_in(run, limit).await
-    }
-
-    /// The recovery scan: every execution left `dispatched` by a stopped instance is recorded
-    /// `outcome_unknown` (and reported). Nothing is retried here.
-    pub async fn recover(&self) -> Result<RecoveryReport, LedgerError> {
-        let rows = sqlx::query("SELECT id, owner FROM executions WHERE state = 'dispatched'")
-            .fetch_all(&self.pool)
-            .await?;
-        let dead_heartbeats: Vec<String> = match &self.liveness {
-            Liveness::Heartbeat { lease } => {
-                sqlx::query("SELECT id FROM instances WHERE heartbeat_at < $1")
-                    .bind(now_millis() - lease.as_millis() as i64)
-                    .fetch_all(&self.pool)
-                    .await?
-                    .iter()
-                    .map(|r| rows::get_str(r, "id"))
-                    .collect::<Result<_, _>>()?
-            }
-            Liveness::LockFiles { .. } => Vec::new(),
-        };
-        let mut report = RecoveryReport::default();
-        for row in rows {
-            let id = rows::parse_id(&rows::get_str(&row, "id")?)?;
-            let owner = db::RowAccess::opt_text(&row, "owner")?;
-            let Some(owner) = owner else { continue };
-            if owner == self.instance {
-                continue;
-            }
-            let dead = match &self.liveness {
-                Liveness::LockFiles { .. } => self.liveness.lock_file_dead(&owner),
-                Liveness::Heartbeat { .. } => {
-                    dead_heartbeats.contains(&owner)
-                        || sqlx::query("SELECT id FROM instances WHERE id = $1")
-                            .bind(&owner)
-                            .fetch_optional(&self.pool)
-                            .await?
-                            .is_none()
-                }
-            };
-            if dead
-                && self
-                    .call(|tx| Op::Abandoned(id, owner, Timestamp(now_millis()), tx))
-                    .await?
-            {
-                report.marked_unknown.push(id);
-            }
-        }
-        Ok(report)
     }
 
     /// One execution's row.
@@ -651,31 +614,6 @@ impl Ledger {
         }
         pool.close().await;
     }
-}
-
-/// Renews the instance's lease every third of it, through the writer (see `Op::Heartbeat`):
-/// while the writer cannot write, the lease runs out and another instance may take over.
-fn heartbeat(writer: mpsc::WeakSender<Op>, lease: Duration) -> tokio::task::JoinHandle<()> {
-    let every = (lease / 3).max(Duration::from_millis(100));
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(every).await;
-            // A weak handle: the heartbeat never keeps a closing ledger's writer alive.
-            let Some(writer) = writer.upgrade() else {
-                return;
-            };
-            let (tx, rx) = oneshot::channel();
-            if writer
-                .send(Op::Heartbeat(Timestamp(now_millis()), tx))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            drop(writer);
-            let _ = rx.await;
-        }
-    })
 }
 
 async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {

@@ -45,6 +45,9 @@ pub(crate) enum Op {
     /// PostgreSQL: renews this instance's lease. It goes through the writer so that an
     /// instance whose writer cannot write stops renewing, and a replica takes over.
     Heartbeat(Timestamp, Reply<()>),
+    /// Claims the takeover of an instance whose lease expired before the cutoff: whether this
+    /// instance is the one that took it over.
+    TakeOver(String, Timestamp, Timestamp, Reply<bool>),
 }
 
 /// How long records nothing waits on may be held back before they are committed.
@@ -58,7 +61,9 @@ impl Op {
         match self {
             Op::Accept(_, tx) => drop(tx.send(Err(err()))),
             Op::Append(_, _, _, tx) => drop(tx.send(Err(err()))),
-            Op::Abandoned(_, _, _, tx) | Op::DecideRun(_, _, _, _, tx) => drop(tx.send(Err(err()))),
+            Op::Abandoned(_, _, _, tx)
+            | Op::DecideRun(_, _, _, _, tx)
+            | Op::TakeOver(_, _, _, tx) => drop(tx.send(Err(err()))),
             Op::Checkpoint(_, tx) => drop(tx.send(Err(err()))),
             Op::Prune(_, _, tx) => drop(tx.send(Err(err()))),
             Op::StartRun(_, tx)

@@ -80,6 +80,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0010_run_activity.sql"),
         postgres: include_str!("../migrations/postgres/0010_run_activity.sql"),
     },
+    Migration {
+        version: 11,
+        name: "instance takeover",
+        sqlite: include_str!("../migrations/sqlite/0011_instance_takeover.sql"),
+        postgres: include_str!("../migrations/postgres/0011_instance_takeover.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -32,6 +32,8 @@ pub(crate) struct WriterConfig {
     pub signing_key: Option<Arc<SigningKey>>,
     pub checkpoint_every: u64,
     pub max_batch: usize,
+    /// PostgreSQL: the instance lease a dispatching commit checks its own row against.
+    pub lease: Option<std::time::Duration>,
 }
 
 pub(crate) struct Writer<C> {
@@ -47,6 +49,8 @@ pub(crate) struct Writer<C> {
     recall: Option<Recall>,
     /// Executions the current op wrote into `recall` (forgotten again if the op fails).
     touched: Vec<ExecutionId>,
+    /// Whether the open transaction has checked this instance's lease (once per commit).
+    lease_checked: bool,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -59,6 +63,7 @@ impl<C: WriteConn> Writer<C> {
             pending: Vec::new(),
             recall: None,
             touched: Vec::new(),
+            lease_checked: false,
         }
     }
 
@@ -153,6 +158,7 @@ impl<C: WriteConn> Writer<C> {
         };
         self.head = head_before;
         self.pending.clear();
+        self.lease_checked = false;
         // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
         let savepoints = batch.len() > 1;
         let mut rollback_all = false;
@@ -394,15 +400,32 @@ impl<C: WriteConn> Writer<C> {
             Op::Flush(tx) => Done::Unit(tx, Ok(())),
             Op::Prune(plan, now, tx) => Done::Prune(tx, self.prune(&plan, now).await),
             Op::Heartbeat(now, tx) => {
-                let r = self
+                // A taken-over instance renews nothing: it learns it was fenced.
+                let r = match self
                     .conn
                     .exec(
-                        "UPDATE instances SET heartbeat_at = $1 WHERE id = $2",
+                        "UPDATE instances SET heartbeat_at = $1 WHERE id = $2 AND taken_over_by IS NULL",
                         params![now.0, &self.cfg.instance],
                     )
                     .await
-                    .map(|_| ());
+                {
+                    Ok(0) => Err(self.fenced().await),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
                 Done::Unit(tx, r)
+            }
+            Op::TakeOver(owner, cutoff, now, tx) => {
+                // Claimed once: the first survivor whose update finds the lease expired.
+                let r = self
+                    .conn
+                    .exec(
+                        "UPDATE instances SET taken_over_by = $1, taken_over_at = $2 WHERE id = $3 AND taken_over_by IS NULL AND heartbeat_at < $4",
+                        params![&self.cfg.instance, now.0, &owner, cutoff.0],
+                    )
+                    .await
+                    .map(|n| n == 1);
+                Done::Abandoned(tx, r)
             }
         }
     }
@@ -578,6 +601,7 @@ impl<C: WriteConn> Writer<C> {
             detail.insert("result_size".into(), json!(result.size));
         }
         if ev.kind == EventKind::Dispatched {
+            self.check_lease().await?;
             detail.insert("idempotency_key".into(), json!(s.id.to_string()));
             detail.insert("attempt".into(), json!(next.dispatches));
         }
@@ -669,9 +693,65 @@ impl<C: WriteConn> Writer<C> {
         let ev = NewEvent::new(EventKind::OutcomeUnknown).with_detail(json!({
             "reason": "the gateway instance that dispatched it stopped before recording the target's answer",
             "previous_owner": owner,
+            "taken_over_by": self.cfg.instance,
         }));
         self.apply(&mut s, ev, now).await?;
         Ok(true)
+    }
+}
+
+impl<C: WriteConn> Writer<C> {
+    /// PostgreSQL: refuses to dispatch unless this instance still holds its lease, read in the
+    /// dispatching transaction (`FOR SHARE`: a takeover racing this commit waits for it, then
+    /// sees what it dispatched).
+    async fn check_lease(&mut self) -> Result<(), LedgerError> {
+        let Some(lease) = self.cfg.lease else {
+            return Ok(());
+        };
+        if self.lease_checked {
+            return Ok(());
+        }
+        let row = self
+            .conn
+            .query_opt(
+                "SELECT heartbeat_at, taken_over_by FROM instances WHERE id = $1 FOR SHARE",
+                params![&self.cfg.instance],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(self.fenced().await);
+        };
+        let by: Option<String> = row.opt_text("taken_over_by")?;
+        let renewed = rows::get_i64(&row, "heartbeat_at")?;
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        // The wall clock, as the heartbeat writes it (an event's `now` may be another time).
+        if by.is_some() || renewed < now_millis() - lease_ms {
+            return Err(LedgerError::Fenced {
+                instance: self.cfg.instance.clone(),
+                by,
+            });
+        }
+        self.lease_checked = true;
+        Ok(())
+    }
+
+    /// The error of an instance found fenced, naming who took it over.
+    async fn fenced(&mut self) -> LedgerError {
+        let by = match self
+            .conn
+            .query_opt(
+                "SELECT taken_over_by FROM instances WHERE id = $1",
+                params![&self.cfg.instance],
+            )
+            .await
+        {
+            Ok(Some(row)) => row.opt_text("taken_over_by").ok().flatten(),
+            _ => None,
+        };
+        LedgerError::Fenced {
+            instance: self.cfg.instance.clone(),
+            by,
+        }
     }
 }
 

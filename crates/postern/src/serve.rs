@@ -168,6 +168,7 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     }
     let options = LedgerOptions {
         signing_key,
+        lease: config.gateway.instance_lease,
         ..LedgerOptions::default()
     };
     let (ledger, recovered) = Ledger::open(&store, options)
@@ -306,6 +307,15 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
             sign_periodically(&gateway);
         }
         postern_gateway::retention::keep_retention(&gateway);
+        // Another instance's executions, should it stop, are taken over while this one runs;
+        // should this one be taken over (its lease lapsed), it stops: a restart rejoins fresh.
+        gateway.ledger().keep_taking_over();
+        let fenced = gateway.ledger().clone();
+        tokio::spawn(async move {
+            let by = fenced.taken_over().await;
+            eprintln!("postern: this gateway instance lost its lease and was taken over by {by}: it dispatches nothing more and stops now (restart it to rejoin)");
+            std::process::exit(75);
+        });
         gateway.keep_run_expiry();
         if gateway.waits_for_people() {
             expire_approvals_periodically(&gateway);

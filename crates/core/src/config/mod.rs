@@ -92,6 +92,9 @@ pub struct GatewaySettings {
     pub idle_timeout: Duration,
     /// A run (the Sessions log) with no call for this long is recorded ended, `idle_expired`.
     pub session_idle: Duration,
+    /// PostgreSQL stores: how long a replica may fail to renew its lease before a survivor
+    /// takes over its in-flight executions (recorded `outcome_unknown`) and fences it.
+    pub instance_lease: Duration,
     /// The listener speaks TLS with this certificate (HTTP/1.1 and HTTP/2 by ALPN); `None`:
     /// plain HTTP.
     pub tls: Option<ListenerTls>,
@@ -225,9 +228,10 @@ impl Config {
                     .to_string(),
             ));
         }
+        let store = g.store.unwrap_or_else(|| "sqlite://postern.db".to_string());
         let gateway = GatewaySettings {
             listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
-            store: g.store.unwrap_or_else(|| "sqlite://postern.db".to_string()),
+            store: store.clone(),
             fingerprint_key: g.fingerprint_key,
             signing_key: g.signing_key,
             retention: dur(&g.retention, "7d", 0, "gateway.retention")?,
@@ -254,6 +258,14 @@ impl Config {
             )?,
             idle_timeout: positive_dur(&g.idle_timeout, "2m", "gateway.idle_timeout")?,
             session_idle: positive_dur(&g.session_idle, "1h", "gateway.session_idle")?,
+            instance_lease: match &g.instance_lease {
+                Some(_) if !store.starts_with("postgres") => return Err(at(0, "gateway.instance_lease applies to a PostgreSQL store only (on SQLite a crashed process is known at once by its lock file)".into())),
+                lease => positive_dur(lease, "30s", "gateway.instance_lease")
+                    .and_then(|d| match d < Duration::from_secs(1) {
+                        true => Err(at(0, "gateway.instance_lease: at least 1s".into())),
+                        false => Ok(d),
+                    })?,
+            },
             tls: match g.tls {
                 Some(t) if t.cert.is_empty() || t.key.is_empty() => {
                     return Err(at(

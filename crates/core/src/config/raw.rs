@@ -49,6 +49,7 @@ pub(super) struct RawGateway {
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub session_idle: Option<String>,
+    pub instance_lease: Option<String>,
     pub tls: Option<RawListenerTls>,
     pub vault: Option<String>,
     pub vault_passphrase: Option<SecretRef>,

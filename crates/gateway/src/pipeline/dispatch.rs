@@ -66,6 +66,16 @@ impl Gateway {
             execution_id = %s.id,
             dispatch = s.lifecycle.dispatches,
         );
+        if let Err(why) = self.ledger.may_send() {
+            // Lost between the durable `dispatched` and the first byte (a pause, the database
+            // out of reach): this replica sends nothing; a survivor records the execution
+            // outcome_unknown and the retry recovers it by its class.
+            tracing::error!(execution_id = %s.id, reason = %why, "not sent: this replica lost its lease");
+            return Err(GatewayError::LeaseLost {
+                execution: s.id,
+                why,
+            });
+        }
         let mut action = action;
         action.traceparent =
             crate::telemetry::traceparent_for(&target_span, call.trace_parent.as_deref());

@@ -380,7 +380,7 @@ async fn recovery_scan_marks_a_stopped_instances_dispatched_executions_unknown()
         drop(observer);
         // The owner stops without recording a result (no clean close).
         drop(ledger);
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let (reopened, report) = Ledger::open(&url, options()).await.unwrap();
         assert_eq!(report.marked_unknown, vec![id], "{backend:?}");
         let s = reopened.summary(id).await.unwrap().unwrap();

@@ -9,3 +9,4 @@ mod retention;
 mod runs;
 mod streams;
 mod support;
+mod takeover;

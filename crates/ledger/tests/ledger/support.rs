@@ -145,7 +145,7 @@ pub fn options() -> postern_ledger::LedgerOptions {
     postern_ledger::LedgerOptions {
         signing_key: Some(signing_key()),
         checkpoint_every: 5,
-        lease: std::time::Duration::from_millis(300),
+        lease: std::time::Duration::from_secs(1),
         ..postern_ledger::LedgerOptions::default()
     }
 }

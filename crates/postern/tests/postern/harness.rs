@@ -264,6 +264,27 @@ impl Served {
         }
     }
 
+    /// How the process exited, if it does within `within` (without signalling it).
+    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, …).
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name}");
+    }
+
     /// `kill -9`.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();

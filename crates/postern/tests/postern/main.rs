@@ -17,6 +17,7 @@ mod interop;
 mod investigate;
 mod limits;
 mod lost_answer;
+mod replicas;
 mod resume;
 mod serve;
 mod ssh;

@@ -271,3 +271,87 @@ async fn an_expired_session_decides_nothing_and_an_actor_cannot_log_in() {
     let _ = text(c, "h1").await;
     browser.close().await;
 }
+
+/// The Activity page's filters (a bad one is a 400 naming it) and paging, and the Audit page's
+/// "verify now" (the store's chains VALID), through plain HTTP with a console session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_filters_and_audit_verification() {
+    let s = setup("ui-activity").await;
+    let base = base(&s.served);
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = mcp
+            .call("create_invoice", pay(&format!("act-{i}"), 1 + i), json!({}))
+            .await;
+        ids.push(execution_id(&r));
+    }
+    let r = mcp.call("pay_invoice", pay("act-pay", 2), json!({})).await;
+    let waiting = execution_id(&r);
+    let (session, csrf) = session_of(&s.served, ALICE_TOKEN).await;
+    let http = http_builder().build().unwrap();
+    let get = |path: String| {
+        let req = http
+            .get(format!("{base}{path}"))
+            .header("cookie", session.clone());
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, all) = get("/ui/activity".into()).await;
+    assert_eq!(status, 200);
+    assert!(
+        ids.iter()
+            .chain([&waiting])
+            .all(|id| all.contains(id.as_str())),
+        "{all}"
+    );
+    let (_, paid) = get("/ui/activity?tool=pay_invoice&state=awaiting_approval".into()).await;
+    assert!(
+        paid.contains(waiting.as_str()) && !paid.contains(ids[0].as_str()),
+        "{paid}"
+    );
+    let (_, none) = get("/ui/activity?actor=nobody".into()).await;
+    assert!(none.contains("No execution matches"), "{none}");
+    // Newest first; a page that starts before the newest create_invoice leaves it out.
+    let (_, older) = get(format!(
+        "/ui/activity?tool=create_invoice&before={}",
+        ids[2]
+    ))
+    .await;
+    assert!(
+        older.contains(ids[1].as_str()) && !older.contains(&format!("/ui/executions/{}", ids[2])),
+        "{older}"
+    );
+    let (_, future) = get("/ui/activity?from=2999-01-01T00:00".into()).await;
+    assert!(future.contains("No execution matches"), "{future}");
+    for (bad, says) in [
+        ("state=flying", "is not a state"),
+        ("from=yesterday", "is not a time"),
+        ("before=exe_x", "is not an execution id"),
+    ] {
+        let (status, page) = get(format!("/ui/activity?{bad}")).await;
+        assert_eq!(status, 400, "{bad}");
+        assert!(page.contains(says), "{bad}: {page}");
+    }
+    let (status, _) = get("/ui/executions/exe_00000000000000000000000000".into()).await;
+    assert_eq!(status, 404);
+
+    let (status, audit) = get("/ui/audit".into()).await;
+    assert_eq!(status, 200);
+    assert!(audit.contains("Verify now"), "{audit}");
+    let r = http
+        .post(format!("{base}/ui/audit/verify"))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let report = r.text().await.unwrap();
+    assert!(
+        report.contains("<span class=\"ok\">VALID</span>"),
+        "{report}"
+    );
+}

@@ -1,0 +1,138 @@
+//! Replicas on one PostgreSQL (issue 19), as real `postern serve` processes: a replica paused
+//! past its lease (SIGSTOP) is taken over by exactly one survivor, which records its in-flight
+//! execution `outcome_unknown` (never released, never re-sent by the scan); the paused replica,
+//! once resumed, learns from its heartbeat that it was taken over and stops; the agent's retry
+//! on a survivor is recovered by the tool's class, and the target acted once.
+
+use std::time::Duration;
+
+use postern_gateway::demo_target::{InvoiceApi, Mode};
+use serde_json::{json, Value};
+use sqlx::{Connection, Row};
+
+use crate::harness::{
+    config, execution, execution_id, fresh_postgres, posts, Dir, Mcp, Served, BILLING_TOKEN,
+};
+
+/// The harness config on PostgreSQL with a two-second instance lease, and a tool that waits
+/// long for its target (so the call is still in flight when its replica is paused).
+pub fn replica_config(
+    target: &postern_gateway::demo_target::InvoiceApiHandle,
+    store: &str,
+) -> String {
+    let sqlite = "store = \"sqlite://ledger.db\"";
+    let text = config(&format!("http://{}", target.addr));
+    assert!(text.contains(sqlite));
+    format!(
+        r#"{}
+[[tool]]
+name = "create_invoice_patiently"
+description = "Create an invoice (waits up to 30 s for the answer)"
+class = "idempotent_write"
+match_window = "10m"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "http://{}/invoices", response_timeout = "30s" }}
+recovery = {{ status_query = {{ method = "GET", url = "http://{}/invoices?idempotency_key={{execution_id}}" }} }}
+"#,
+        text.replace(
+            sqlite,
+            &format!("store = \"{store}\"\ninstance_lease = \"2s\"")
+        ),
+        target.addr,
+        target.addr
+    )
+}
+
+async fn query(store: &str, sql: &str) -> Vec<sqlx::postgres::PgRow> {
+    let mut conn = sqlx::PgConnection::connect(store).await.unwrap();
+    sqlx::query(sql).fetch_all(&mut conn).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_is_taken_over_by_one_survivor_and_stops_when_it_wakes() {
+    let target = InvoiceApi::start().await.unwrap();
+    let store = fresh_postgres().await;
+    let text = replica_config(&target, &store);
+    let dirs = [
+        Dir::new("replica-a"),
+        Dir::new("replica-b"),
+        Dir::new("replica-c"),
+    ];
+    let mut a = Served::start(&dirs[0].0, &text);
+    let b = Served::start(&dirs[1].0, &text);
+    let _c = Served::start(&dirs[2].0, &text);
+
+    // A call in flight on A: the target applies it and answers only after 8 s.
+    target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_secs(8)));
+    let agent = Mcp::connect(&a.url, BILLING_TOKEN).await;
+    let args = json!({"customer": "paused-co", "amount": 21});
+    let req = agent.request("create_invoice_patiently", args.clone(), json!({}));
+    let cut = tokio::spawn(async move {
+        let _ = agent.raw(&req, Some(Duration::from_millis(500))).await;
+    });
+    let state = target.state.clone();
+    crate::harness::eventually("the call reaches the target", || posts(&state) == 1).await;
+    a.signal("STOP");
+    let _ = cut.await;
+
+    // One survivor takes A over within its lease and a scan: the execution is outcome_unknown.
+    let mut taken = None;
+    for _ in 0..100 {
+        let rows = query(&store, "SELECT id, state FROM executions").await;
+        assert_eq!(rows.len(), 1);
+        if rows[0].get::<String, _>("state") == "outcome_unknown" {
+            taken = Some(rows[0].get::<String, _>("id"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = taken.expect("a survivor took the paused replica's execution over");
+    let events = query(
+        &store,
+        &format!("SELECT event, detail FROM events WHERE execution_id = '{id}' ORDER BY n"),
+    )
+    .await;
+    let names: Vec<String> = events.iter().map(|r| r.get("event")).collect();
+    assert_eq!(
+        names,
+        ["accepted", "authorized", "dispatched", "outcome_unknown"],
+        "never re-sent by the scan"
+    );
+    let detail: Value = serde_json::from_str(&events[3].get::<String, _>("detail")).unwrap();
+    let (owner, taker) = (
+        detail["previous_owner"].as_str().unwrap(),
+        detail["taken_over_by"].as_str().unwrap(),
+    );
+    assert_ne!(owner, taker);
+    let instances = query(&store, "SELECT id, taken_over_by FROM instances").await;
+    let fenced: Vec<(String, Option<String>)> = instances
+        .iter()
+        .map(|r| (r.get("id"), r.get("taken_over_by")))
+        .filter(|(_, by): &(String, Option<String>)| by.is_some())
+        .collect();
+    assert_eq!(
+        fenced,
+        [(owner.to_string(), Some(taker.to_string()))],
+        "one instance fenced, by one survivor"
+    );
+
+    // A wakes: its heartbeat finds it taken over, and it stops (exit 75), dispatching nothing.
+    a.signal("CONT");
+    let status = a
+        .exited_within(Duration::from_secs(10))
+        .expect("the taken-over replica stops");
+    assert_eq!(status.code(), Some(75), "{status}");
+
+    // The agent retries on a survivor: the same execution, recovered by asking the target.
+    let agent = Mcp::connect(&b.url, BILLING_TOKEN).await;
+    let again = agent
+        .call("create_invoice_patiently", args, json!({}))
+        .await;
+    assert_eq!(execution_id(&again), id, "{again}");
+    assert_eq!(execution(&again)["attempt"], "recovered", "{again}");
+    assert_eq!(execution(&again)["state"], "completed", "{again}");
+    assert_eq!(posts(&target.state), 1, "the target acted once");
+    assert_eq!(target.state.count_for("paused-co"), 1);
+}
