@@ -10,11 +10,20 @@ use sha2::{Digest, Sha256};
 use crate::chain::ChainedEvent;
 use crate::verify::{Break, BreakReason};
 
-/// What the events expect of the stored results, and what was found.
+/// One event's claim on a stored result: its digest, and where the event is.
+struct Claim {
+    digest: String,
+    chain: String,
+    seq: u64,
+}
+
+/// What the events expect of the stored results, and what was found. Every event that vouched
+/// for a reference is held to it (two events naming one reference with different digests
+/// mean a body was overwritten: the earlier claim breaks, whatever order the chains are read in).
 #[derive(Default)]
 pub struct ResultCheck {
-    /// result_ref → (result_digest, chain, seq, found).
-    expected: BTreeMap<String, (String, String, u64, bool)>,
+    /// result_ref → (the events' claims, found).
+    expected: BTreeMap<String, (Vec<Claim>, bool)>,
     breaks: Vec<Break>,
 }
 
@@ -32,15 +41,20 @@ impl ResultCheck {
         ) else {
             return;
         };
-        self.expected.insert(
-            reference.to_string(),
-            (digest.to_string(), e.body.chain.clone(), e.body.seq, false),
-        );
+        self.expected
+            .entry(reference.to_string())
+            .or_default()
+            .0
+            .push(Claim {
+                digest: digest.to_string(),
+                chain: e.body.chain.clone(),
+                seq: e.body.seq,
+            });
     }
 
     /// One stored result body. A body no event vouches for is left alone (it is not evidence).
     pub fn stored(&mut self, reference: &str, body: &[u8]) {
-        let Some((digest, chain, seq, found)) = self.expected.get_mut(reference) else {
+        let Some((claims, found)) = self.expected.get_mut(reference) else {
             return;
         };
         *found = true;
@@ -48,10 +62,10 @@ impl ResultCheck {
             "sha256:{}",
             postern_core::hexdigits::encode(Sha256::digest(body))
         );
-        if actual != *digest {
+        for c in claims.iter().filter(|c| c.digest != actual) {
             self.breaks.push(Break {
-                chain: Some(chain.clone()),
-                seq: Some(*seq),
+                chain: Some(c.chain.clone()),
+                seq: Some(c.seq),
                 reason: BreakReason::ResultMismatch {
                     reference: reference.to_string(),
                 },
@@ -61,12 +75,17 @@ impl ResultCheck {
 
     /// The breaks found: changed bodies, and vouched-for results that are not stored.
     pub fn finish(mut self) -> Vec<Break> {
-        for (reference, (_, chain, seq, found)) in self.expected {
-            if !found {
+        for (reference, (claims, found)) in self.expected {
+            if found {
+                continue;
+            }
+            for c in claims {
                 self.breaks.push(Break {
-                    chain: Some(chain),
-                    seq: Some(seq),
-                    reason: BreakReason::ResultMissing { reference },
+                    chain: Some(c.chain),
+                    seq: Some(c.seq),
+                    reason: BreakReason::ResultMissing {
+                        reference: reference.clone(),
+                    },
                 });
             }
         }

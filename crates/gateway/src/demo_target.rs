@@ -80,6 +80,8 @@ pub enum Mode {
     DropAfterCreate,
     /// Apply the next POST, answer it only after this long (a slow target), then `Normal`.
     SlowOnce(std::time::Duration),
+    /// Apply the next POST, then answer it 500 (a failure after commit), then `Normal`.
+    Fail500AfterCreateOnce,
 }
 
 /// Handle to the API's shared state; clones share it.
@@ -289,7 +291,10 @@ async fn create(
     let (status, invoice, mode) = {
         let mut inner = api.lock();
         let mode = inner.mode;
-        if matches!(mode, Mode::HangOnce | Mode::SlowOnce(_)) {
+        if matches!(
+            mode,
+            Mode::HangOnce | Mode::SlowOnce(_) | Mode::Fail500AfterCreateOnce
+        ) {
             inner.mode = Mode::Normal;
         }
         match key.as_deref().and_then(|k| inner.find_by_key(k)) {
@@ -319,6 +324,12 @@ async fn create(
         }
         Mode::DropAfterCreate => kill.fire(),
         Mode::SlowOnce(delay) => tokio::time::sleep(delay).await,
+        Mode::Fail500AfterCreateOnce => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "injected failure after commit",
+            )
+        }
         Mode::Normal | Mode::Fail500 => {}
     }
     (status, Json(invoice)).into_response()

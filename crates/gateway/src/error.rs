@@ -42,11 +42,6 @@ pub enum GatewayError {
     },
     #[error("tool {tool:?} is withheld: {why}; nothing was recorded or sent")]
     Withheld { tool: String, why: String },
-    #[error("execution {execution}: this gateway replica lost its lease before the request left ({why}), so it sent nothing; the execution stays dispatched until another replica takes it over (outcome_unknown): call again, on any replica, and it is recovered by its class")]
-    LeaseLost {
-        execution: ExecutionId,
-        why: postern_ledger::LeaseLost,
-    },
     /// An operator's decision that was not recorded (nothing changed).
     #[error("{0}")]
     Decision(Box<crate::pipeline::DecisionError>),
@@ -78,7 +73,6 @@ impl GatewayError {
             GatewayError::NoRun { .. } => "no_run",
             GatewayError::RunRevoked { .. } => "run_revoked",
             GatewayError::Withheld { .. } => "withheld",
-            GatewayError::LeaseLost { .. } => "lease_lost",
             GatewayError::Decision(_) => "decision",
             GatewayError::Internal(_) => "internal",
         }
@@ -89,7 +83,6 @@ impl GatewayError {
         match self {
             GatewayError::Conflict { original, .. } => Some(*original),
             GatewayError::NotCancellable { execution, .. } => Some(*execution),
-            GatewayError::LeaseLost { execution, .. } => Some(*execution),
             _ => None,
         }
     }

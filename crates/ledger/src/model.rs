@@ -184,6 +184,8 @@ pub struct ExecutionView {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredResult {
+    /// The result's slot in `results/{execution}/{slot}`: the number of the event that stored
+    /// it (in stores written before schema 11, the dispatch count).
     pub attempt: u32,
     pub digest: String,
     pub size: u64,

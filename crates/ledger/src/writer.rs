@@ -590,7 +590,11 @@ impl<C: WriteConn> Writer<C> {
             other => [("value".to_string(), other)].into_iter().collect(),
         };
         if let Some(result) = &ev.result {
-            let attempt = next.dispatches.max(1);
+            // Each result-bearing event has its own slot, its event number: one dispatch can
+            // bear two (an unknown answer, then the status query's), and a second result must
+            // never overwrite the body an earlier event chained the digest of. (Stores written
+            // before this keyed the slot by dispatch count; their refs still name their rows.)
+            let attempt = n;
             let digest = format!("sha256:{}", hexdigits::encode(Sha256::digest(&result.body)));
             self.conn.exec("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body", params![s.id.to_string(), i64::from(attempt), &digest, result.size as i64, i64::from(result.truncated), &result.body]).await?;
             detail.insert("result_digest".into(), json!(digest));

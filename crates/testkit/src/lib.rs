@@ -5,9 +5,14 @@
 //! The one place certificates for tests (and demos) are made: the channels crate's tests, the
 //! `postern` binary's end-to-end tests, the gateway benchmark and `postern demo`'s https scene,
 //! whose private CA it makes, all use it. [`sshd`] starts a real OpenSSH server with a
-//! throw-away config and a proxy that cuts connections, for the SSH channel's tests.
+//! throw-away config and a proxy that cuts connections, for the SSH channel's tests;
+//! [`balancer`] a real HAProxy, [`postgres`] a private PostgreSQL cluster, and (feature
+//! `browser`) a headless Chromium over WebDriver.
 
+pub mod balancer;
+#[cfg(feature = "browser")]
 pub mod browser;
+pub mod postgres;
 pub mod sshd;
 
 use std::io;

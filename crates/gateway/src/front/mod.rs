@@ -545,11 +545,6 @@ fn to_error(e: GatewayError) -> ErrorData {
             message,
             Some(json!({"sent": false, "recorded": false, "tool": tool})),
         ),
-        GatewayError::LeaseLost { execution, .. } => ErrorData::new(
-            ErrorCode(-32013),
-            message,
-            Some(json!({"sent": false, "recorded": true, "execution_id": execution.to_string()})),
-        ),
         GatewayError::NotRecorded(e) => ErrorData::new(
             ErrorCode(-32005),
             message,

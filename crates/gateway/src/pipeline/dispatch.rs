@@ -68,13 +68,14 @@ impl Gateway {
         );
         if let Err(why) = self.ledger.may_send() {
             // Lost between the durable `dispatched` and the first byte (a pause, the database
-            // out of reach): this replica sends nothing; a survivor records the execution
-            // outcome_unknown and the retry recovers it by its class.
+            // out of reach): this replica sends nothing, and records so itself — it may renew
+            // its lease and live on, and then no survivor would ever take the execution over.
+            // (If one already did, the record says outcome_unknown and this changes nothing.)
             tracing::error!(execution_id = %s.id, reason = %why, "not sent: this replica lost its lease");
-            return Err(GatewayError::LeaseLost {
-                execution: s.id,
-                why,
-            });
+            let reason = format!("this gateway replica lost its lease before the request left ({why}); this attempt sent nothing");
+            return self
+                .record_outcome(&s, Outcome::NotSent { reason }, attempt, None)
+                .await;
         }
         let mut action = action;
         action.traceparent =

@@ -567,3 +567,47 @@ async fn a_write_behind_another_process_lock_waits_asynchronously_and_lands() {
     assert_eq!(count(&ledger).await, 2);
     assert!(verify(&ledger).await.is_valid());
 }
+
+/// One dispatch can bear two results (an unknown answer's body, then the status query's): each
+/// keeps its own row, so the digest the first event chained still matches its stored body. (The
+/// chaos run found the second overwriting the first: `audit verify --store` broke.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_results_of_one_dispatch_both_stay_verifiable() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let req = dispatched_request(
+            "create_invoice",
+            "billing",
+            r#"{"customer":"acme","amount":5}"#,
+        );
+        let id = ledger.accept(req).await.unwrap().execution().id;
+        let result = |body: &[u8]| ResultBody {
+            body: body.to_vec(),
+            size: body.len() as u64,
+            truncated: false,
+        };
+        let mut unknown = NewEvent::new(EventKind::OutcomeUnknown);
+        unknown.result = Some(result(b"{\"error\":\"injected failure after commit\"}"));
+        ledger
+            .append(id, unknown, crate::support::now())
+            .await
+            .unwrap();
+        let mut done = NewEvent::new(EventKind::Completed(Verdict::Applied));
+        done.result = Some(result(b"{\"id\":\"inv_1\"}"));
+        ledger
+            .append(id, done, crate::support::now())
+            .await
+            .unwrap();
+        let view = ledger.execution(id).await.unwrap().unwrap();
+        assert_eq!(
+            view.result.unwrap().body,
+            b"{\"id\":\"inv_1\"}",
+            "{backend:?}: the latest result"
+        );
+        let store = postern_ledger::StoreReader::open(&url).await.unwrap();
+        let verifier = postern_audit::Verifier::new(crate::support::signing_key().verifying_key());
+        let report = store.verify(verifier, |_, _| {}).await.unwrap();
+        assert!(report.is_valid(), "{backend:?}: {report}");
+    }
+}

@@ -136,3 +136,77 @@ async fn a_paused_replica_is_taken_over_by_one_survivor_and_stops_when_it_wakes(
     assert_eq!(posts(&target.state), 1, "the target acted once");
     assert_eq!(target.state.count_for("paused-co"), 1);
 }
+
+/// Two replicas behind a real HAProxy, round-robin and sticky by `Mcp-Session-Id`: one MCP
+/// session's calls are served whichever replica they land on (its session restored from the
+/// store), identical retries match the first execution wherever it was made, and the target
+/// acts once per intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
+    use postern_testkit::balancer::{Balance, Haproxy};
+    for balance in [Balance::RoundRobin, Balance::StickyBySession] {
+        let target = InvoiceApi::start().await.unwrap();
+        let store = fresh_postgres().await;
+        let text = replica_config(&target, &store);
+        let tag = format!("{balance:?}").to_lowercase();
+        let dirs = [
+            Dir::new(&format!("lb-{tag}-a")),
+            Dir::new(&format!("lb-{tag}-b")),
+        ];
+        let a = Served::start(&dirs[0].0, &text);
+        let b = Served::start(&dirs[1].0, &text);
+        let lb = Haproxy::start(&[a.addr(), b.addr()], balance);
+        let agent = Mcp::connect(&format!("http://{}/mcp", lb.addr), BILLING_TOKEN).await;
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let args = json!({"customer": format!("lb-{tag}-{i}"), "amount": 10 + i});
+            let first = agent.call("create_invoice", args.clone(), json!({})).await;
+            assert_eq!(
+                execution(&first)["state"],
+                "completed",
+                "{balance:?}: {first}"
+            );
+            let again = agent.call("create_invoice", args, json!({})).await;
+            assert_eq!(
+                execution_id(&again),
+                execution_id(&first),
+                "{balance:?}: {again}"
+            );
+            assert_eq!(execution(&again)["attempt"], "recovered", "{balance:?}");
+            ids.push(execution_id(&first));
+        }
+        let status = agent
+            .call(
+                "execution_status",
+                json!({"execution_id": ids[0]}),
+                json!({}),
+            )
+            .await;
+        assert_eq!(execution_id(&status), ids[0], "{balance:?}: {status}");
+        assert_eq!(
+            posts(&target.state),
+            4,
+            "{balance:?}: one invoice per intent"
+        );
+        // Where the calls were served: both replicas round-robin, one when sticky.
+        // (The calls log rides each replica's next commit: read it once all nine are there.)
+        let mut instances = Vec::new();
+        for _ in 0..100 {
+            instances = query(&store, "SELECT instance FROM calls").await;
+            if instances.len() >= 9 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let served_by: std::collections::BTreeSet<String> = instances
+            .iter()
+            .map(|r| r.get::<String, _>("instance"))
+            .collect();
+        let served_by = served_by.len();
+        match balance {
+            Balance::RoundRobin => assert_eq!(served_by, 2, "round-robin spreads one session"),
+            Balance::StickyBySession => assert_eq!(served_by, 1, "a session sticks to a replica"),
+        }
+        drop(lb);
+    }
+}
