@@ -267,7 +267,11 @@ async fn investigate_two_agent_processes_with_the_same_arguments() {
     assert_eq!(posts(&s.target.state), 1);
     assert_eq!(executions(&s.dir.0), std::slice::from_ref(&id));
 
-    let t = trace_when(&s.dir.0, &[&id], "both calls", |t| calls(t).len() == 2).await;
+    // The deliveries ride the next commit, like the calls log: read once both are recorded.
+    let t = trace_when(&s.dir.0, &[&id], "both calls and their deliveries", |t| {
+        calls(t).len() == 2 && has_event(t, 4, "delivered")
+    })
+    .await;
     let (run_a, run_b) = (a.run_id(), b.run_id());
     let mut both = vec![run_a.clone(), run_b.clone()];
     both.sort();
