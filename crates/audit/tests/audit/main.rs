@@ -9,6 +9,8 @@ use postern_core::{EventKind, ExecutionId, Timestamp};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+mod fuzz;
+
 fn body(seq: u64, exec: u8, n: u32, event: EventKind, detail: Value) -> EventBody {
     EventBody {
         chain: "main".into(),

@@ -205,3 +205,24 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// Fuzzing the URL template renderer by property-based generation (see the core crate's
+    /// `fuzz.rs`): any argument value renders or is refused, never panics, and a rendered URL
+    /// keeps the template's origin and path segments.
+    #[test]
+    fn fuzz_an_argument_never_moves_the_request(value in "\\PC{0,40}", template in proptest::sample::select(vec![
+        "https://api.example.com/items/{id}",
+        "https://api.example.com/items/{id}/sub?x={id}",
+        "http://127.0.0.1:8080/a/{id}#frag",
+        "https://api.example.com/{id}",
+    ])) {
+        let args = serde_json::json!({"id": value}).as_object().cloned().unwrap();
+        if let Ok(url) = postern_channels::http::render_url(template, &args, "exe_00000000000000000000000000") {
+            let origin = |u: &str| u.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+            proptest::prop_assert_eq!(origin(&url), origin(template));
+            let segments = |u: &str| u.split(['?', '#']).next().unwrap_or("").matches('/').count();
+            proptest::prop_assert_eq!(segments(&url), segments(template));
+        }
+    }
+}

@@ -3,6 +3,7 @@
 mod canon;
 mod config;
 mod fingerprint;
+mod fuzz;
 mod lifecycle;
 mod recovery;
 mod support;

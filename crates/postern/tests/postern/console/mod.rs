@@ -178,6 +178,23 @@ pub async fn click(c: &Client, css: &str) {
     panic!("{css}: {last:?}");
 }
 
+/// Types into the first element matching `css`, found again if the live page swapped it
+/// before the keys went in (the page keeps what was typed across its own swaps).
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let mut last = None;
+    for _ in 0..20 {
+        match c.find(Locator::Css(css)).await {
+            Ok(e) => match e.send_keys(text).await {
+                Ok(()) => return,
+                Err(err) => last = Some(err.to_string()),
+            },
+            Err(err) => last = Some(err.to_string()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{css}: {last:?}");
+}
+
 pub fn pay(customer: &str, amount: i64) -> Value {
     json!({"customer": customer, "amount": amount})
 }
@@ -276,12 +293,12 @@ async fn approvals_arrive_live_and_are_decided_in_the_browser() {
     let denied_id = execution_id(&second);
     let row = format!("#row-{denied_id}");
     wait_for(c, "the second request", &row, |t| t.contains("deny-co")).await;
-    c.find(Locator::Css(&format!("{row} form.deny input[name=reason]")))
-        .await
-        .unwrap()
-        .send_keys("not this vendor")
-        .await
-        .unwrap();
+    type_into(
+        c,
+        &format!("{row} form.deny input[name=reason]"),
+        "not this vendor",
+    )
+    .await;
     click(c, &format!("{row} form.deny button")).await;
     let decision = wait_for(c, "the denial", "#decided .decision", |t| {
         t.contains("denied")
