@@ -18,6 +18,9 @@
 //!
 //! `--telemetry [--rounds N]` measures what metrics, logs and spans cost (see `telemetry.rs`).
 //!
+//! `--replicas [--pg URL] [--rounds N]` compares one replica on SQLite, one on PostgreSQL and
+//! two on PostgreSQL behind HAProxy (see `replicas.rs`).
+//!
 //! `--approvals [--baseline-postern PATH] [--rounds N]` measures the human side instead (see `approvals.rs`):
 //! calls without approval against a baseline build, and the time from an approval to the
 //! target.
@@ -42,6 +45,7 @@ use postern_gateway::demo_target::InvoiceApi;
 use serde_json::{json, Value};
 
 mod approvals;
+mod replicas;
 mod soak;
 mod ssh;
 mod telemetry;
@@ -417,6 +421,15 @@ fn main() {
     if args.iter().any(|a| a == "--telemetry") {
         let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
         rt.block_on(telemetry::compare(&postern, &dir, seconds, calls1, rounds));
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--replicas") {
+        let pg = arg("--pg").unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432".into());
+        let rounds = arg("--rounds").map_or(2, |r| r.parse().unwrap());
+        rt.block_on(replicas::compare(&postern, &dir, seconds, &pg, rounds));
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

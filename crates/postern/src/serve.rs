@@ -314,6 +314,12 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
         tokio::spawn(async move {
             let by = fenced.taken_over().await;
             eprintln!("postern: this gateway instance lost its lease and was taken over by {by}: it dispatches nothing more and stops now (restart it to rejoin)");
+            // What it already answered is written first (deliveries, the calls log ride the
+            // next commit): an answer given must not vanish from the record with the process.
+            let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), fenced.flush());
+            if !matches!(flushed.await, Ok(Ok(()))) {
+                eprintln!("postern: the last held records (deliveries, calls log) could not be committed before stopping");
+            }
             std::process::exit(75);
         });
         gateway.keep_run_expiry();

@@ -239,6 +239,12 @@ impl Gateway {
                 report.is_error = false;
                 return Ok(report);
             }
+            Err(postern_ledger::LedgerError::Transition { .. }) => {
+                // Another instance recorded this execution's fate first (it took this one over
+                // while the answer was awaited): the agent is told the record, not an error.
+                tracing::warn!(execution_id = %id, "the outcome arrived after another instance settled the execution; answering from the record");
+                return self.stored_report(id, attempt).await;
+            }
             Err(e) => return Err(e.into()),
         };
         let mut report = self.report(&s, attempt, status, response);
