@@ -16,6 +16,12 @@
 //! does replace a lost connection, between transactions only, and renews the instance's lease
 //! through the writer: an instance that cannot write lets its lease lapse.)
 //!
+//! Architecture invariant: a taken-over or lapsed instance dispatches nothing. On PostgreSQL
+//! the takeover scan claims an instance whose lease expired once (`taken_over_by`), and every
+//! transaction that records `dispatched` checks its own instance row inside it (`lease.rs`).
+//! Each stored result has its own slot (its event's number): a later result never overwrites
+//! the body an earlier event chained the digest of.
+//!
 //! Architecture invariant: events are only ever removed by retention, whole executions at a
 //! time and only final ones, and each removed run of the chain leaves a signed pruned-range
 //! statement the verifier links across. Every error says which storage fault it is
