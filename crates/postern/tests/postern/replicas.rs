@@ -33,11 +33,25 @@ match_window = "10m"
 input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
 http = {{ method = "POST", url = "http://{}/invoices", response_timeout = "30s" }}
 recovery = {{ status_query = {{ method = "GET", url = "http://{}/invoices?idempotency_key={{execution_id}}" }} }}
+
+[[tool]]
+name = "pay_invoice"
+description = "Pay an invoice (every call approved by an operator)"
+class = "idempotent_write"
+match_window = "10m"
+approval = "every_call"
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
+http = {{ method = "POST", url = "http://{}/invoices", response_timeout = "5s" }}
+
+[[operator]]
+name = "alice"
+token = {{ file = "alice.token" }}
 "#,
         text.replace(
             sqlite,
             &format!("store = \"{store}\"\ninstance_lease = \"2s\"")
         ),
+        target.addr,
         target.addr,
         target.addr
     )
@@ -153,6 +167,9 @@ async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
             Dir::new(&format!("lb-{tag}-a")),
             Dir::new(&format!("lb-{tag}-b")),
         ];
+        for d in &dirs {
+            crate::harness::write_private(&d.0.join("alice.token"), crate::harness::ALICE_TOKEN);
+        }
         let a = Served::start(&dirs[0].0, &text);
         let b = Served::start(&dirs[1].0, &text);
         let lb = Haproxy::start(&[a.addr(), b.addr()], balance);
@@ -188,12 +205,71 @@ async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
             4,
             "{balance:?}: one invoice per intent"
         );
+
+        // An approval given on one replica while the call's arguments may be held by the
+        // other: the second replica sees it decided, and the agent's identical retry, wherever
+        // it lands, sends it once.
+        let pay = json!({"customer": format!("lb-{tag}-pay"), "amount": 99});
+        let waiting = agent.call("pay_invoice", pay.clone(), json!({})).await;
+        assert_eq!(
+            execution(&waiting)["state"],
+            "awaiting_approval",
+            "{balance:?}: {waiting}"
+        );
+        let id = execution_id(&waiting);
+        let http = crate::harness::http_client();
+        for (n, replica) in [&a, &b].into_iter().enumerate() {
+            let base = replica.url.trim_end_matches("/mcp");
+            let shown: Value = http
+                .get(format!("{base}/ops/approvals/{id}"))
+                .bearer_auth(crate::harness::ALICE_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let fingerprint = shown["fingerprint"].as_str().unwrap().to_string();
+            let status = http
+                .post(format!("{base}/ops/approvals/{id}/approve"))
+                .bearer_auth(crate::harness::ALICE_TOKEN)
+                .json(&json!({"fingerprint": fingerprint}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            assert_eq!(
+                status,
+                if n == 0 { 200 } else { 409 },
+                "{balance:?}: approval on replica {n}"
+            );
+        }
+        let mut done = Value::Null;
+        for _ in 0..50 {
+            done = agent.call("pay_invoice", pay.clone(), json!({})).await;
+            if execution(&done)["state"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(execution_id(&done), id, "{balance:?}: {done}");
+        assert_eq!(
+            execution(&done)["state"],
+            "completed",
+            "{balance:?}: {done}"
+        );
+        assert_eq!(
+            posts(&target.state),
+            5,
+            "{balance:?}: the approved call sent once"
+        );
         // Where the calls were served: both replicas round-robin, one when sticky.
-        // (The calls log rides each replica's next commit: read it once all nine are there.)
+        // (The calls log rides each replica's next commit: read it once all the calls are there.)
         let mut instances = Vec::new();
         for _ in 0..100 {
             instances = query(&store, "SELECT instance FROM calls").await;
-            if instances.len() >= 9 {
+            if instances.len() >= 11 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
