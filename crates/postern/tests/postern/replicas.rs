@@ -72,6 +72,9 @@ async fn a_paused_replica_is_taken_over_by_one_survivor_and_stops_when_it_wakes(
         Dir::new("replica-b"),
         Dir::new("replica-c"),
     ];
+    for d in &dirs {
+        crate::harness::write_private(&d.0.join("alice.token"), crate::harness::ALICE_TOKEN);
+    }
     let mut a = Served::start(&dirs[0].0, &text);
     let b = Served::start(&dirs[1].0, &text);
     let _c = Served::start(&dirs[2].0, &text);
