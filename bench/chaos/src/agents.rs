@@ -33,6 +33,8 @@ pub struct Intent {
     pub executions: BTreeSet<String>,
     /// The last state an answer told, if any answer came.
     pub told: Option<String>,
+    /// The execution that last answer named.
+    pub last: Option<String>,
     /// States told along the way (`outcome_unknown` among them, when it was).
     pub seen: BTreeSet<String>,
 }
@@ -120,6 +122,7 @@ impl Agents {
                         self.tally.latencies.lock().unwrap().push(started.elapsed());
                         if let Some(id) = ex["execution_id"].as_str() {
                             intent.executions.insert(id.to_string());
+                            intent.last = Some(id.to_string());
                         }
                         let state = ex["state"].as_str().unwrap_or("?").to_string();
                         intent.seen.insert(state.clone());

@@ -177,13 +177,22 @@ pub fn check(
     // (e) The audit record verifies, every replica's chain.
     let e: Vec<String> = audit_valid.err().into_iter().collect();
 
-    // (f) Every unknown outcome was surfaced: told to an agent, answered to a later call, or
-    // shown to operators (still unknown or under review: /ops/status counts them).
-    let told_unknown: BTreeSet<&String> = intents
+    // (f) Every unknown outcome was surfaced: told to an agent as unknown, its settled state
+    // given as an agent's last answer about it (a final state comes after the unknown), answered
+    // to a later call in the calls log, or shown to operators (still unknown or under review:
+    // /ops/status counts them). The calls log alone is not enough: it rides the next commit,
+    // and a replica killed right after answering loses its row.
+    let mut told_unknown: BTreeSet<&String> = intents
         .iter()
         .filter(|i| i.seen.contains("outcome_unknown") || i.seen.contains("needs_review"))
         .flat_map(|i| i.executions.iter())
         .collect();
+    told_unknown.extend(
+        intents
+            .iter()
+            .filter(|i| i.settled())
+            .filter_map(|i| i.last.as_ref()),
+    );
     let mut f = Vec::new();
     let mut waiting = 0u64;
     for (id, (at, _)) in &record.unknowns {
