@@ -17,7 +17,7 @@ use serde_json::Value;
 pub use console::{Console, Webhook};
 pub use secret::SecretRef;
 pub use telemetry::Telemetry;
-pub use tls::{CertificateFingerprint, ListenerTls};
+pub use tls::{CertificateFingerprint, ClientCertificate, ListenerTls};
 pub use upstream::{
     ExposeAll, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW, DEFAULT_UPSTREAM_TIMEOUT,
 };
@@ -172,16 +172,6 @@ pub struct Credential {
     /// credential: always for `mtls`, optionally for `bearer`, `basic` and `header`.
     pub client_certificate: Option<ClientCertificate>,
     pub approval: Approval,
-}
-
-/// A TLS client certificate and its private key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientCertificate {
-    /// The PEM certificate chain, leaf first (relative to the config file). Not a secret.
-    pub certificate: String,
-    /// The PEM private key (a secret reference: a file readable by its owner only, or an
-    /// environment variable).
-    pub key: SecretRef,
 }
 
 impl Config {

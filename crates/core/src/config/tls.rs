@@ -55,6 +55,16 @@ impl fmt::Debug for CertificateFingerprint {
     }
 }
 
+/// A TLS client certificate and its private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The PEM certificate chain, leaf first (relative to the config file). Not a secret.
+    pub certificate: String,
+    /// The PEM private key (a secret reference: a file readable by its owner only, or an
+    /// environment variable).
+    pub key: super::SecretRef,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
