@@ -30,6 +30,9 @@ pub const CALLS: &str = "postern_calls_total";
 pub const TARGET_SECONDS: &str = "postern_target_seconds";
 /// Resumptions of an SSE stream (`Last-Event-ID`).
 pub const STREAM_RESUMES: &str = "postern_stream_resumes_total";
+/// MCP sessions given up at `max_sessions_per_actor` to make room for a newer one of the same
+/// actor (the least recently used idle one).
+pub const SESSION_EVICTIONS: &str = "postern_session_evictions_total";
 /// SSE streams this process carries.
 pub const STREAMS_LIVE: &str = "postern_streams_live";
 /// Gauges read from the store at each scrape.
@@ -102,6 +105,10 @@ fn describe() {
         "ledger commits that failed, by storage fault"
     );
     describe_counter!(STREAM_RESUMES, "SSE streams resumed with Last-Event-ID");
+    describe_counter!(
+        SESSION_EVICTIONS,
+        "idle MCP sessions given up at max_sessions_per_actor for a newer one"
+    );
     describe_histogram!(
         TARGET_SECONDS,
         Unit::Seconds,
@@ -342,10 +349,11 @@ pub(crate) fn traceparent_for(span: &tracing::Span, client: Option<&str>) -> Opt
 }
 
 /// Every metric name this process may export (the dashboard in `docs/` is held to it).
-pub const ALL_METRICS: [&str; 20] = [
+pub const ALL_METRICS: [&str; 21] = [
     CALLS,
     TARGET_SECONDS,
     STREAM_RESUMES,
+    SESSION_EVICTIONS,
     STREAMS_LIVE,
     APPROVALS_PENDING,
     APPROVAL_OLDEST_SECONDS,

@@ -243,14 +243,18 @@ pub enum RunEnd {
     /// The gateway serving it stopped gracefully. A client that carries on with the same
     /// session (after a restart, or on another replica) resumes the run, and the end is cleared.
     GatewayStopped,
+    /// The gateway gave the session up, idle, to make room for a newer one of its actor at
+    /// `max_sessions_per_actor`; the session is unknown from then on (404).
+    Evicted,
 }
 
 impl RunEnd {
-    pub const ALL: [RunEnd; 4] = [
+    pub const ALL: [RunEnd; 5] = [
         RunEnd::Closed,
         RunEnd::TransportClosed,
         RunEnd::IdleExpired,
         RunEnd::GatewayStopped,
+        RunEnd::Evicted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -259,6 +263,7 @@ impl RunEnd {
             RunEnd::TransportClosed => "transport_closed",
             RunEnd::IdleExpired => "idle_expired",
             RunEnd::GatewayStopped => "gateway_stopped",
+            RunEnd::Evicted => "evicted",
         }
     }
 

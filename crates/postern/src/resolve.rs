@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use postern_channels::http::{ClientIdentity, Credential, Secret, TlsProfile, TrustedRoots};
 use postern_channels::mcp::{UpstreamSpec, UpstreamTransport as ChannelTransport};
 use postern_core::config::{
-    ClientCertificate, Config, CredentialKind, SecretRef, UpstreamTransport,
+    ClientCertificate, Config, CredentialKind, EnvValue, SecretRef, UpstreamTransport,
 };
 use postern_core::contract::ChannelSpec;
 use postern_gateway::vault::VaultCredential;
@@ -99,7 +99,7 @@ pub fn upstream_specs(
             UpstreamTransport::Stdio { command, env, cwd } => ChannelTransport::Stdio {
                 program: command[0].clone(),
                 args: command[1..].to_vec(),
-                env: env.clone(),
+                env: upstream_env(name, env, dir)?,
                 cwd: cwd.as_ref().map(|c| dir.join(c)),
             },
             UpstreamTransport::Http {
@@ -139,6 +139,25 @@ pub fn upstream_specs(
         });
     }
     Ok(specs)
+}
+
+/// A stdio upstream's own variables, its secrets read now (a missing one is said at start-up,
+/// by name).
+fn upstream_env(
+    name: &str,
+    env: &std::collections::BTreeMap<String, EnvValue>,
+    dir: &Path,
+) -> Result<std::collections::BTreeMap<String, Secret>> {
+    env.iter()
+        .map(|(var, value)| {
+            let value = match value {
+                EnvValue::Plain(v) => v.clone(),
+                EnvValue::Secret(r) => secrets::resolve(r, dir)
+                    .with_context(|| format!("upstream.{name}.env.{var}"))?,
+            };
+            Ok((var.clone(), Secret::new(value)))
+        })
+        .collect()
 }
 
 /// The CAs of a tool's `http.ca_file`: a PEM file holding at least one certificate.

@@ -94,6 +94,10 @@ fn print_upstreams(v: &Value) {
             None => println!("{}: up", text(&u["name"])),
             Some(why) => println!("{}: DOWN ({why})", text(&u["name"])),
         }
+        if let Some(names) = u["environment"].as_array() {
+            let names: Vec<&str> = names.iter().map(text).collect();
+            println!("  environment (names only): {}", names.join(" "));
+        }
         for t in u["tools"].as_array().map(Vec::as_slice).unwrap_or_default() {
             let digest = t["listed_digest"].as_str().map(|d| &d[..12.min(d.len())]);
             println!(

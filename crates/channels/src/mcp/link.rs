@@ -19,7 +19,7 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{LinkClient, ProgressRoutes};
-use crate::http::{Credential, TlsProfile};
+use crate::http::{Credential, Secret, TlsProfile};
 
 /// How to reach an upstream, with its references resolved.
 #[derive(Clone, Debug)]
@@ -33,7 +33,8 @@ pub enum UpstreamTransport {
     Stdio {
         program: String,
         args: Vec<String>,
-        env: BTreeMap<String, String>,
+        /// The upstream's own variables (secrets among them), over the inherited safe base.
+        env: BTreeMap<String, Secret>,
         cwd: Option<PathBuf>,
     },
     Http {
@@ -80,6 +81,8 @@ pub struct LinkState {
 /// One upstream MCP server and its supervised link.
 pub struct Upstream {
     name: String,
+    /// The names of the variables a stdio upstream's process receives (`None` over HTTP).
+    environment: Option<Vec<String>>,
     state: watch::Sender<LinkState>,
     peer: RwLock<Option<Peer<RoleClient>>>,
     pub(super) progress: ProgressRoutes,
@@ -98,8 +101,13 @@ impl Upstream {
             tools: Arc::default(),
             generation: 0,
         });
+        let environment = match &spec.transport {
+            UpstreamTransport::Stdio { env, .. } => Some(super::environment_names(env)),
+            UpstreamTransport::Http { .. } => None,
+        };
         let upstream = Arc::new(Upstream {
             name: spec.name.clone(),
+            environment,
             state,
             peer: RwLock::new(None),
             progress: Default::default(),
@@ -110,6 +118,12 @@ impl Upstream {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The names (never the values) of the variables a stdio upstream's process receives;
+    /// `None` for an HTTP upstream.
+    pub fn environment(&self) -> Option<&[String]> {
+        self.environment.as_deref()
     }
 
     /// The link's state now; `subscribe` to watch it change.
@@ -258,7 +272,8 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
             let mut command = tokio::process::Command::new(program);
             command
                 .args(args)
-                .envs(env)
+                .env_clear()
+                .envs(super::child_environment(std::env::vars(), env))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

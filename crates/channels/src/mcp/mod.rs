@@ -8,6 +8,9 @@
 //! lists. [`McpTool`] is one upstream tool bound to a contract: the channel the pipeline
 //! sends through (a [`Channel`](crate::Channel)).
 //!
+//! A stdio upstream's process gets a safe base of the gateway's environment and its own `env`
+//! table, nothing else (`environment`): the gateway's tokens and secrets never reach it.
+//!
 //! Every send stays under the gateway's control: one `tools/call` request per dispatch, never
 //! re-sent by the client library — the HTTP transport's `reinit_on_expired_session` is off and
 //! its retries are disabled, and no multi-round `call_tool` helper is used. A lost session
@@ -23,9 +26,11 @@
 //! connection closed, the timeout passed, another JSON-RPC error — is `Unknown`.
 
 mod client;
+mod environment;
 mod link;
 mod tool;
 
+pub use environment::{child_environment, environment_names, INHERITED_ENV};
 pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
 pub use tool::McpTool;
 

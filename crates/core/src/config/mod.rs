@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use console::{Console, Webhook};
-pub use secret::SecretRef;
+pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ClientCertificate, ListenerTls};
 pub use upstream::{
@@ -75,7 +75,8 @@ pub struct GatewaySettings {
     /// How many `tools/call` requests one actor may have in flight on one gateway; more are
     /// answered 429 with `Retry-After` (nothing recorded, nothing sent).
     pub max_calls_per_actor: u32,
-    /// How many MCP sessions one actor may hold open on one gateway; an `initialize` over it is
+    /// How many MCP sessions one actor may hold open on one gateway. At the cap a new session
+    /// evicts the actor's least recently used idle one; only when every one is busy is it
     /// answered 429 (no session opened, nothing recorded). A closed (`DELETE`) or expired
     /// session frees its slot.
     pub max_sessions_per_actor: u32,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::SecretRef;
+use super::{EnvValue, SecretRef};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +95,7 @@ pub(super) struct RawCredential {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub command: Option<Vec<String>>,
-    pub env: Option<BTreeMap<String, String>>,
+    pub env: Option<BTreeMap<String, EnvValue>>,
     pub cwd: Option<String>,
     pub url: Option<String>,
     pub credential: Option<String>,

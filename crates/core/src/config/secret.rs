@@ -71,3 +71,32 @@ impl<'de> serde::Deserialize<'de> for SecretRef {
         d.deserialize_any(RefVisitor)
     }
 }
+
+/// One variable of a stdio upstream's `env` table: a plain value (`BOOKS_MODE = "production"`)
+/// or a secret reference, read at start-up and given to that upstream's process only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvValue {
+    Plain(String),
+    Secret(SecretRef),
+}
+
+impl<'de> serde::Deserialize<'de> for EnvValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct EnvVisitor;
+        impl<'de> Visitor<'de> for EnvVisitor {
+            type Value = EnvValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a string or {EXPECTED}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<EnvValue, E> {
+                Ok(EnvValue::Plain(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EnvValue, A::Error> {
+                use serde::Deserialize;
+                SecretRef::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(EnvValue::Secret)
+            }
+        }
+        d.deserialize_any(EnvVisitor)
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::raw::{RawMcp, RawUpstream};
-use super::{Credential, CredentialKind};
+use super::{Credential, CredentialKind, EnvValue, SecretRef};
 use crate::class::ActionClass;
 use crate::contract::{
     ChannelSpec, McpSpec, StatusTool, ToolContract, ToolContractDraft, ToolErrorVerdict,
@@ -65,10 +65,11 @@ pub const DEFAULT_EXPOSE_WINDOW: Duration = Duration::from_secs(600);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamTransport {
     /// A child process speaking MCP on stdin/stdout, started with the gateway and restarted
-    /// when it dies. `cwd` is relative to the config file.
+    /// when it dies. `cwd` is relative to the config file. Its environment is a safe base
+    /// (`postern_channels::mcp::INHERITED_ENV`) and `env`, nothing else of the gateway's.
     Stdio {
         command: Vec<String>,
-        env: BTreeMap<String, String>,
+        env: BTreeMap<String, EnvValue>,
         cwd: Option<String>,
     },
     /// A Streamable HTTP endpoint. `credential` names a bearer or header credential;
@@ -87,6 +88,19 @@ impl Upstream {
             UpstreamTransport::Http { credential, .. } => credential.as_deref(),
             UpstreamTransport::Stdio { .. } => None,
         }
+    }
+}
+
+/// A name the process environment can hold, a value without NUL, and a secret that can be read
+/// when the process starts (the vault is unlocked later, by an operator).
+fn check_env(var: &str, value: &EnvValue) -> Result<(), String> {
+    if var.is_empty() || var.contains('=') || var.contains('\0') {
+        return Err("a variable name is non-empty, without '=' or NUL".into());
+    }
+    match value {
+        EnvValue::Plain(v) if v.contains('\0') => Err("the value holds a NUL".into()),
+        EnvValue::Secret(SecretRef::Vault(_)) => Err("an upstream's environment is read when its process starts, before an operator can unlock the vault; give the secret as { env = \"…\" } or { file = \"…\" }".into()),
+        _ => Ok(()),
     }
 }
 
@@ -123,9 +137,13 @@ pub(super) fn parse_upstream(
                     return Err(field(what, "only an upstream with url = \"…\" has one; a stdio upstream gets secrets through env".into()));
                 }
             }
+            let env = u.env.unwrap_or_default();
+            for (var, value) in &env {
+                check_env(var, value).map_err(|m| field(&format!("env.{var}"), m))?;
+            }
             UpstreamTransport::Stdio {
                 command,
-                env: u.env.unwrap_or_default(),
+                env,
                 cwd: u.cwd,
             }
         }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use postern_core::class::{ActionClass, RecoveryMethod};
-use postern_core::config::{Config, ConfigError, SecretRef, SessionApproval};
+use postern_core::config::{
+    Config, ConfigError, EnvValue, SecretRef, SessionApproval, UpstreamTransport,
+};
 
 use crate::support::{config, CONFIG};
 
@@ -181,6 +183,51 @@ fn an_upstream_exposed_whole_gets_one_default_contract() {
     assert!(parse_err(&unknown)
         .to_string()
         .contains("\"b_*\" is not declared"));
+}
+
+/// A stdio upstream's `env`: plain values and secret references (never the vault, which is
+/// locked when the process starts); names and values the process environment cannot hold are
+/// refused, naming the variable.
+#[test]
+fn an_upstream_env_takes_plain_values_and_secret_references() {
+    let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\nenv = {{ MODE = \"prod\", KEY = {{ env = \"U_KEY\" }}, CERT = {{ file = \"u.pem\" }} }}\n");
+    let c = Config::parse(&text, "t.toml").unwrap();
+    let UpstreamTransport::Stdio { env, .. } = &c.upstreams["u"].transport else {
+        panic!("stdio expected")
+    };
+    assert_eq!(env["MODE"], EnvValue::Plain("prod".into()));
+    assert_eq!(env["KEY"], EnvValue::Secret(SecretRef::Env("U_KEY".into())));
+    assert_eq!(
+        env["CERT"],
+        EnvValue::Secret(SecretRef::File("u.pem".into()))
+    );
+    for (env, wanted) in [
+        (
+            "{ K = { vault = \"k\" } }",
+            "upstream.u.env.K: an upstream's environment is read when its process starts",
+        ),
+        (
+            "{ \"A=B\" = \"x\" }",
+            "upstream.u.env.A=B: a variable name is non-empty",
+        ),
+        (
+            "{ \"\" = \"x\" }",
+            "upstream.u.env.: a variable name is non-empty",
+        ),
+        (
+            "{ K = \"a\\u0000b\" }",
+            "upstream.u.env.K: the value holds a NUL",
+        ),
+        (
+            "{ K = { env = \"A\", file = \"b\" } }",
+            "exactly one source",
+        ),
+        ("{ K = 3 }", "a string or a secret reference"),
+    ] {
+        let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\nenv = {env}\n");
+        let err = parse_err(&text).to_string();
+        assert!(err.contains(wanted), "{env}: {err}");
+    }
 }
 
 #[test]

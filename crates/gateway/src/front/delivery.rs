@@ -108,6 +108,8 @@ pub(super) struct TrackedBody {
     pub(super) call_slot: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The actor's stream slot, while this body is a stream.
     pub(super) stream_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The session this answers on is in use (never evicted) until the body ends.
+    pub(super) session_busy: Option<super::limits::SessionBusy>,
 }
 
 impl TrackedBody {
@@ -119,6 +121,7 @@ impl TrackedBody {
         // The slots come back as the body ends, before the client can see its end and ask again.
         self.call_slot = None;
         self.stream_slot = None;
+        self.session_busy = None;
         if !delivered {
             if let Some((streams, id)) = &self.claimed {
                 streams.abandoned(id);

@@ -185,7 +185,7 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         Ok(read) => read,
         Err(refused) => return refused,
     };
-    let held = match st
+    let mut held = match st
         .limits
         .admit(
             &parts.method,
@@ -198,7 +198,31 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         Ok(held) => held,
         Err(refusal) => return refusal.response(read.request_id()),
     };
+    if let Some(victim) = held.session.evicted.take() {
+        evict_session(&st, &actor, victim).await;
+    }
     forward(&st, next, parts, read, held, session, actor).await
+}
+
+/// Gives up `session`, the least recently used idle session of `actor`, to make room for a new
+/// one: rmcp forgets it now (its next request finds no session: 404), and the Sessions log and
+/// the stored session state follow on the next commit. What the record promises stays: its
+/// executions, results and approvals belong to the actor, not to the session.
+async fn evict_session(st: &FrontState, actor: &str, session: String) {
+    metrics::counter!(crate::telemetry::SESSION_EVICTIONS).increment(1);
+    tracing::info!(actor, session = %session, "an idle session was evicted at max_sessions_per_actor");
+    st.limits.sessions.close(&session).await;
+    let gateway = st.gateway.clone();
+    tokio::spawn(async move {
+        let run = format!("mcp-session:{session}");
+        if let Err(e) = gateway.end_run(&run, postern_ledger::RunEnd::Evicted).await {
+            tracing::warn!(error = %e, "an evicted session's end could not be recorded in the Sessions log");
+        }
+        let drop = postern_ledger::StreamWrite::DropSession(session);
+        if let Err(e) = gateway.ledger().record_stream(drop).await {
+            tracing::warn!(error = %e, "an evicted session's stored state could not be dropped");
+        }
+    });
 }
 
 /// 404 unless the session and the stream to resume (`Last-Event-ID`) belong to `actor`.
@@ -334,7 +358,7 @@ async fn forward(
     next: Next,
     mut parts: http::request::Parts,
     read: ReadBody,
-    held: Held<'_>,
+    held: Held,
     session: Option<String>,
     actor: String,
 ) -> Response {
@@ -376,7 +400,7 @@ async fn forward(
             st.streams.claim_session(opened, &actor).await;
         }
     }
-    if let Some(admission) = held.session {
+    if let Some(admission) = held.session.admission {
         if let Some(id) = created.as_deref().or(session.as_deref()) {
             if parts.status.is_success() {
                 admission.opened(id);
@@ -418,6 +442,7 @@ async fn forward(
         call_slot: held.call,
         // Only a stream is kept open; any other answer gives its slot back at once.
         stream_slot: held.stream.filter(|_| is_sse),
+        session_busy: held.session.busy,
     };
     Response::from_parts(parts, Body::new(tracked))
 }

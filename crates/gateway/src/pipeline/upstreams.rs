@@ -14,6 +14,9 @@ pub struct UpstreamView {
     pub name: String,
     /// `None` when up; else why not.
     pub down: Option<String>,
+    /// A stdio upstream's environment: the names of the variables its process receives (the
+    /// safe base and its `env` table), never their values.
+    pub environment: Option<Vec<String>>,
     pub tools: Vec<UpstreamToolView>,
     /// Tools it lists that `expose = "all"` serves under no name, with why (a name a
     /// `[[tool]]` or a built-in already has, or one MCP clients refuse).
@@ -87,6 +90,7 @@ impl Gateway {
                         .map(|(tool, why)| NotServed { tool, why })
                         .collect(),
                     down: state.up.clone().err(),
+                    environment: upstream.environment().map(<[String]>::to_vec),
                     tools,
                 }
             })

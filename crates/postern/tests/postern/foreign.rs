@@ -67,6 +67,11 @@ impl NodeClients {
         NodeClients { dir, node }
     }
 
+    /// The installed Node.js 22.
+    pub fn node_binary(&self) -> &Path {
+        &self.node
+    }
+
     /// The directory of an installed npm package.
     pub fn package(&self, name: &str) -> PathBuf {
         self.dir.join("node_modules").join(name)

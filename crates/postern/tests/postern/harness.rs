@@ -193,7 +193,13 @@ impl Served {
 
     /// Starts `postern serve` with the config already in `dir`, listening on `listen`.
     pub fn spawn(dir: &Path, listen: &str) -> Served {
+        Served::spawn_with_env(dir, listen, &[])
+    }
+
+    /// As [`Served::spawn`], with these variables added to the gateway's environment.
+    pub fn spawn_with_env(dir: &Path, listen: &str, env: &[(&str, &str)]) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "-c",

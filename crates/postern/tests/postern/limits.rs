@@ -180,6 +180,12 @@ async fn polling_a_delivered_execution_does_not_grow_its_record() {
     assert_eq!(delivered, 1, "{shown}");
 }
 
+/// `config_text` with operator alice (her token file written into `dir`).
+fn with_alice(config_text: &str, dir: &Dir) -> String {
+    crate::harness::write_private(&dir.0.join("alice.token"), crate::harness::ALICE_TOKEN);
+    format!("{config_text}\n[[operator]]\nname = \"alice\"\ntoken = {{ file = \"alice.token\" }}\n")
+}
+
 /// The test config with `keys` added to `[gateway]`.
 fn bounded(keys: &str) -> String {
     config("http://127.0.0.1:9").replace("[gateway]\n", &format!("[gateway]\n{keys}\n"))
@@ -223,7 +229,10 @@ async fn closed_by_server(conn: &mut tokio::net::TcpStream, within: Duration) ->
 }
 
 async fn healthz(addr: &str) -> u16 {
-    reqwest::get(format!("http://{addr}/healthz"))
+    // The harness's client: reqwest needs the process's rustls provider installed first.
+    crate::harness::http_client()
+        .get(format!("http://{addr}/healthz"))
+        .send()
         .await
         .unwrap()
         .status()
@@ -331,49 +340,196 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
     assert!(served_again, "a closed connection frees its slot");
 }
 
-/// Issue 12: an actor holds at most `max_sessions_per_actor` MCP sessions; one more
-/// `initialize` is refused (429, naming the limit, no session opened) while the sessions it
-/// holds keep working, other actors are not held up, and a `DELETE` frees a slot.
+/// Issues 12 and 35: at `max_sessions_per_actor`, a new `initialize` takes the place of the
+/// actor's least recently used idle session, whose next request gets 404 (unknown session) and
+/// whose run ends `evicted`; a session with a call in flight is never the one; only when every
+/// session is busy is the new one refused (429 naming the limit, `Retry-After`, nothing
+/// opened). Other actors are untouched, and a `DELETE` frees a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_over_the_cap_are_refused_and_a_delete_frees_a_slot() {
-    use postern_gateway::demo_client::{ClientError, McpClient};
+async fn at_the_session_cap_the_idlest_session_gives_way() {
+    use postern_gateway::demo_client::McpClient;
+    use postern_gateway::demo_target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("session-cap");
-    let text = config(&format!("http://{}", target.addr))
+    let text = with_alice(&config(&format!("http://{}", target.addr)), &dir)
         .replace("[gateway]\n", "[gateway]\nmax_sessions_per_actor = 2\n");
     let served = Served::start(&dir.0, &text);
     let connect = |token: &'static str| McpClient::connect(&served.url, token, "postern-tests");
     let one = connect(BILLING_TOKEN).await.unwrap();
     let two = connect(BILLING_TOKEN).await.unwrap();
-    let Err(ClientError::Status { status, body }) = connect(BILLING_TOKEN).await else {
-        panic!("a third session was opened");
+    one.call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    two.call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    // `one` was used before `two`: it gives way.
+    let three = connect(BILLING_TOKEN)
+        .await
+        .expect("the cap evicts, never locks out");
+    let (_, list) = one.request("list_invoices", json!({}), json!({}));
+    let (status, body) = one.raw(&list, None).await.unwrap();
+    assert_eq!(status, 404, "an evicted session is unknown: {body}");
+    crate::harness::eventually("the run's end recorded", || {
+        crate::harness::operator_json(
+            &served,
+            &[
+                "sessions",
+                "show",
+                &format!("mcp-session:{}", one.session()),
+            ],
+        )
+        .to_string()
+        .contains("\"evicted\"")
+    })
+    .await;
+
+    // Both held sessions busy: `two` waits on a slow target, `three` on a second slow call.
+    target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_secs(3)));
+    let slow = {
+        let (_, create) = two.request(
+            "create_invoice",
+            json!({"customer": "slow-co", "amount": 1}),
+            json!({}),
+        );
+        let two = &two;
+        async move { two.raw(&create, None).await }
     };
-    assert_eq!(status, 429, "{body}");
+    let probe = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (_, listed) = three.request("list_invoices", json!({}), json!({}));
+        let held_open = three.raw(&listed, None);
+        let refused = async {
+            // `three` is idle again once its quick call is answered, so it gives way; but while
+            // `two` is busy it never does.
+            held_open.await.unwrap();
+            let four = connect(BILLING_TOKEN).await.expect("three was idle");
+            let (_, again) = three.request("list_invoices", json!({}), json!({}));
+            assert_eq!(three.raw(&again, None).await.unwrap().0, 404);
+            four
+        };
+        refused.await
+    };
+    let (slow, four) = tokio::join!(slow, probe);
+    assert_eq!(slow.unwrap().0, 200, "the busy session was not evicted");
+    // Both held sessions busy with an open stream: the next session is refused.
+    let http = crate::harness::http_client();
+    let open_stream = |session: &str| {
+        http.get(&served.url)
+            .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let stream_two = open_stream(two.session()).await.unwrap();
+    let stream_four = open_stream(four.session()).await.unwrap();
+    assert_eq!(
+        (stream_two.status().as_u16(), stream_four.status().as_u16()),
+        (200, 200)
+    );
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "postern-tests", "version": "0"}}});
+    let refused = http
+        .post(&served.url)
+        .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = refused.text().await.unwrap();
     let error: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         error["error"]["data"]["limit"], "max_sessions_per_actor",
         "{body}"
     );
     let message = error["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("no session was opened and nothing was recorded"),
-        "{message}"
-    );
-    let held = two
-        .call("list_invoices", json!({}), json!({}))
-        .await
-        .unwrap();
-    assert!(
-        held["result"].is_object(),
-        "a held session still works: {held}"
-    );
+    assert!(message.contains("no session was opened"), "{message}");
     connect(OPS_TOKEN)
         .await
         .expect("another actor is not held up");
-    assert_eq!(one.close().await.unwrap(), 204);
+    assert_eq!(two.close().await.unwrap(), 204);
     connect(BILLING_TOKEN)
         .await
         .expect("a closed session frees its slot");
+}
+
+/// Issue 35, acceptance 1: 1,001 `initialize` of one actor without a `DELETE` (the default cap,
+/// 64) are all answered 200, a call on the newest session completes, the first session is
+/// unknown (404) and every eviction is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_abandoned_sessions_never_lock_the_actor_out() {
+    use postern_gateway::demo_client::McpClient;
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("session-churn");
+    let text = with_alice(&config(&format!("http://{}", target.addr)), &dir);
+    let served = Served::start(&dir.0, &text);
+    let http = crate::harness::http_client();
+    let first = McpClient::connect_with(http.clone(), &served.url, BILLING_TOKEN, "careless")
+        .await
+        .unwrap();
+    first
+        .call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    // Eight careless agents at once (an initialize waits for its session's owner to be stored).
+    let mut agents = tokio::task::JoinSet::new();
+    for agent in 0..8 {
+        let (http, url) = (http.clone(), served.url.clone());
+        agents.spawn(async move {
+            let mut last = None;
+            for i in (1 + agent..1000).step_by(8) {
+                let session =
+                    McpClient::connect_with(http.clone(), &url, BILLING_TOKEN, "careless")
+                        .await
+                        .unwrap_or_else(|e| panic!("initialize {i} was refused: {e:?}"));
+                last = Some(session);
+            }
+            last
+        });
+    }
+    let mut lasts = Vec::new();
+    while let Some(last) = agents.join_next().await {
+        lasts.push(last.unwrap().unwrap());
+    }
+    let newest = McpClient::connect_with(http.clone(), &served.url, BILLING_TOKEN, "careless")
+        .await
+        .expect("the 1,001st initialize");
+    let done = newest
+        .call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    assert!(done["result"].is_object(), "{done}");
+    let (_, list) = first.request("list_invoices", json!({}), json!({}));
+    assert_eq!(first.raw(&list, None).await.unwrap().0, 404);
+    let metrics = http
+        .get(format!("http://{}/metrics", served.addr()))
+        .bearer_auth(crate::harness::ALICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let evicted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("postern_session_evictions_total "))
+        .unwrap_or_else(|| panic!("no eviction count in:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        evicted,
+        1001.0 - 64.0,
+        "every session past the cap evicted one"
+    );
+    drop(lasts);
 }
 
 /// Issue 12: an actor keeps at most `max_streams_per_actor` SSE streams open: with a `GET`

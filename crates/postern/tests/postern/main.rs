@@ -31,4 +31,5 @@ mod tls_listener;
 mod tls_targets;
 mod upstream;
 mod upstream_edges;
+mod upstream_env;
 mod vault;
