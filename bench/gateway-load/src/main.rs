@@ -11,6 +11,9 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
+//! `--sessions N` measures the session cap under careless agents: an `initialize` at the cap
+//! against one below it, and RSS after N abandoned sessions (see `sessions.rs`).
+//!
 //! `--ssh` compares a trivial remote command through Postern with a bare russh exec on a
 //! loopback sshd (see `ssh.rs`).
 //! `--upstream [--ctrlrun PATH] [--upstream-work-ms W,…]` compares, on one upstream MCP server, calls made directly,
@@ -46,6 +49,7 @@ use serde_json::{json, Value};
 
 mod approvals;
 mod replicas;
+mod sessions;
 mod soak;
 mod ssh;
 mod telemetry;
@@ -452,6 +456,13 @@ fn main() {
         return;
     }
     let api = rt.block_on(InvoiceApi::start()).unwrap();
+    if let Some(n) = arg("--sessions") {
+        sessions::run(&rt, &postern, &dir, &api.url(""), n.parse().unwrap());
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
     if let Some(minutes) = arg("--soak") {
         let served = Served::start_with(&postern, &dir, config(&api.url(""), "1m", None), &[]);
         let concurrency = arg("--concurrency").map_or(8, |c| c.parse().unwrap());

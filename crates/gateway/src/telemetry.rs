@@ -33,6 +33,9 @@ pub const STREAM_RESUMES: &str = "postern_stream_resumes_total";
 /// MCP sessions given up at `max_sessions_per_actor` to make room for a newer one of the same
 /// actor (the least recently used idle one).
 pub const SESSION_EVICTIONS: &str = "postern_session_evictions_total";
+/// Idle SSE streams (standalone `GET`) ended at `max_streams_per_actor` to make room for
+/// another stream of the same actor (the oldest first).
+pub const STREAM_EVICTIONS: &str = "postern_stream_evictions_total";
 /// SSE streams this process carries.
 pub const STREAMS_LIVE: &str = "postern_streams_live";
 /// Gauges read from the store at each scrape.
@@ -108,6 +111,10 @@ fn describe() {
     describe_counter!(
         SESSION_EVICTIONS,
         "idle MCP sessions given up at max_sessions_per_actor for a newer one"
+    );
+    describe_counter!(
+        STREAM_EVICTIONS,
+        "idle SSE streams ended at max_streams_per_actor for another stream"
     );
     describe_histogram!(
         TARGET_SECONDS,
@@ -349,11 +356,12 @@ pub(crate) fn traceparent_for(span: &tracing::Span, client: Option<&str>) -> Opt
 }
 
 /// Every metric name this process may export (the dashboard in `docs/` is held to it).
-pub const ALL_METRICS: [&str; 21] = [
+pub const ALL_METRICS: [&str; 22] = [
     CALLS,
     TARGET_SECONDS,
     STREAM_RESUMES,
     SESSION_EVICTIONS,
+    STREAM_EVICTIONS,
     STREAMS_LIVE,
     APPROVALS_PENDING,
     APPROVAL_OLDEST_SECONDS,

@@ -17,6 +17,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::jsonrpc_error;
 
+mod streams;
+pub(super) use streams::{StreamPermit, StreamSlots};
+
 /// Which per-actor limit refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Limit {
@@ -103,7 +106,7 @@ impl Refusal {
 /// The per-actor limits of one front.
 pub(super) struct ActorLimits {
     pub(super) calls: Slots,
-    pub(super) streams: Slots,
+    pub(super) streams: StreamSlots,
     pub(super) sessions: SessionLimits,
 }
 
@@ -116,7 +119,7 @@ impl ActorLimits {
         let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
         ActorLimits {
             calls: Slots::new(Limit::Calls, count(settings.max_calls_per_actor)),
-            streams: Slots::new(Limit::Streams, count(settings.max_streams_per_actor)),
+            streams: StreamSlots::new(count(settings.max_streams_per_actor)),
             sessions: SessionLimits::new(count(settings.max_sessions_per_actor), sessions),
         }
     }
@@ -128,7 +131,7 @@ pub(super) struct Held {
     pub(super) call: Option<OwnedSemaphorePermit>,
     /// A request that may answer with a stream (a `GET`, a JSON-RPC request): held by the
     /// response body while it is a stream, given back at once otherwise.
-    pub(super) stream: Option<OwnedSemaphorePermit>,
+    pub(super) stream: Option<StreamPermit>,
     /// A session slot for a request that opens or restores a session, or the use of the
     /// session it names.
     pub(super) session: SessionHold,
@@ -136,12 +139,13 @@ pub(super) struct Held {
 
 impl ActorLimits {
     /// Takes the slots a request of `actor` needs, or refuses it. `message` is a `POST`'s
-    /// JSON-RPC message; `session` its `Mcp-Session-Id`.
+    /// JSON-RPC message; `session` its `Mcp-Session-Id`; `last_event_id` a `GET`'s.
     pub(super) async fn admit(
         &self,
         method: &http::Method,
         message: Option<&Value>,
         session: Option<&str>,
+        last_event_id: Option<&str>,
         actor: &str,
     ) -> Result<Held, Refusal> {
         let rpc_method = message
@@ -151,12 +155,20 @@ impl ActorLimits {
             Some("tools/call") => Some(self.calls.try_acquire(actor)?),
             _ => None,
         };
+        // A standalone `GET` stream (new, or its own resumption) carries only what the server
+        // sends unasked: it is idle, and neither pins its session nor keeps its stream slot
+        // against a stream that carries an answer.
+        let idle_stream = *method == http::Method::GET
+            && last_event_id.is_none_or(|id| {
+                id.rsplit_once('/')
+                    .is_some_and(|(stream, _)| stream.ends_with(":common"))
+            });
         // rmcp answers a JSON-RPC request (one with an id) and a GET with an SSE stream.
         let is_request = message.is_some_and(|m| {
             m.get("method").is_some() && m.get("id").is_some_and(|id| !id.is_null())
         });
         let stream = if *method == http::Method::GET || is_request {
-            Some(self.streams.try_acquire(actor)?)
+            Some(self.streams.try_acquire(actor, idle_stream)?)
         } else {
             None
         };
@@ -165,9 +177,9 @@ impl ActorLimits {
             // Closing a session is never refused: it is how a slot is freed.
             SessionHold::default()
         } else if rpc_method == Some("initialize") && session.is_none() {
-            self.sessions.admit(actor, None).await?
+            self.sessions.admit(actor, None, true).await?
         } else if let Some(id) = session {
-            self.sessions.admit(actor, Some(id)).await?
+            self.sessions.admit(actor, Some(id), !idle_stream).await?
         } else {
             SessionHold::default()
         };
@@ -303,13 +315,15 @@ impl SessionLimits {
     }
 
     /// Admits a request of `actor` that opens a session (`initialize`: `session` is `None`) or
-    /// uses `session`. A session in rmcp's memory holds its slot already and is never refused;
+    /// uses `session` (`in_use`: for a request or an answer's stream, not an idle `GET`
+    /// stream). A session in rmcp's memory holds its slot already and is never refused;
     /// one that is not (closed, expired, or from before a restart) would be restored, and is
     /// admitted like a new one. An evicted session is refused as unknown.
     pub(super) async fn admit(
         &self,
         actor: &str,
         session: Option<&str>,
+        in_use: bool,
     ) -> Result<SessionHold, Refusal> {
         let live = self.live.sessions.read().await;
         let tick = self.tick();
@@ -322,6 +336,9 @@ impl SessionLimits {
             if live.contains_key(id) {
                 // Restored by a request that raced a prune, it is counted again.
                 let used = sessions.ids.entry(id.to_string()).or_default();
+                if !in_use {
+                    return Ok(SessionHold::default());
+                }
                 used.busy += 1;
                 used.last_used = tick;
                 return Ok(SessionHold {
@@ -369,11 +386,14 @@ impl SessionLimits {
     }
 
     /// Ends an evicted session in rmcp's memory: its requests find no session from now on.
-    pub(super) async fn close(&self, session: &str) {
+    pub(super) fn close(&self, session: String) -> impl std::future::Future<Output = ()> {
         use rmcp::transport::streamable_http_server::session::SessionManager;
-        let id = session.into();
-        if let Err(e) = self.live.close_session(&id).await {
-            tracing::warn!(error = %e, "an evicted session could not be closed");
+        let live = self.live.clone();
+        async move {
+            let id = session.as_str().into();
+            if let Err(e) = live.close_session(&id).await {
+                tracing::warn!(error = %e, "an evicted session could not be closed");
+            }
         }
     }
 }
@@ -449,10 +469,10 @@ mod tests {
 
     #[test]
     fn slots_are_per_actor_and_come_back_when_dropped() {
-        let slots = Slots::new(Limit::Streams, 1);
+        let slots = Slots::new(Limit::Calls, 1);
         let held = slots.try_acquire("a").unwrap();
         let refused = slots.try_acquire("a").unwrap_err();
-        assert_eq!(limit_of(&refused), (Limit::Streams, 1));
+        assert_eq!(limit_of(&refused), (Limit::Calls, 1));
         let _other = slots.try_acquire("b").expect("another actor has its own");
         drop(held);
         let _again = slots.try_acquire("a").expect("given back");
@@ -467,31 +487,36 @@ mod tests {
         let limits = SessionLimits::new(2, manager.clone());
         let mut ids = Vec::new();
         for _ in 0..2 {
-            let hold = limits.admit("a", None).await.unwrap();
+            let hold = limits.admit("a", None, true).await.unwrap();
             assert!(hold.evicted.is_none());
             let (id, _transport) = manager.create_session().await.unwrap();
             hold.admission.unwrap().opened(&id);
             ids.push(id.to_string());
         }
         // The first is used again (and finishes): the second is now the idlest.
-        drop(limits.admit("a", Some(&ids[0])).await.unwrap());
-        let third = limits.admit("a", None).await.unwrap();
+        drop(limits.admit("a", Some(&ids[0]), true).await.unwrap());
+        let third = limits.admit("a", None, true).await.unwrap();
         assert_eq!(third.evicted.as_deref(), Some(ids[1].as_str()));
-        limits.close(&ids[1]).await;
+        limits.close(ids[1].clone()).await;
         assert!(matches!(
-            limits.admit("a", Some(&ids[1])).await,
+            limits.admit("a", Some(&ids[1]), true).await,
             Err(Refusal::Evicted)
         ));
         let (id3, _t3) = manager.create_session().await.unwrap();
         third.admission.unwrap().opened(&id3);
         // Both remaining sessions busy: the next is refused, with the limit named.
-        let busy0 = limits.admit("a", Some(&ids[0])).await.unwrap();
-        let busy3 = limits.admit("a", Some(&id3)).await.unwrap();
-        let refused = limits.admit("a", None).await.err().unwrap();
+        let busy0 = limits.admit("a", Some(&ids[0]), true).await.unwrap();
+        let busy3 = limits.admit("a", Some(&id3), true).await.unwrap();
+        let refused = limits.admit("a", None, true).await.err().unwrap();
         assert_eq!(limit_of(&refused), (Limit::Sessions, 2));
-        assert!(limits.admit("b", None).await.unwrap().evicted.is_none());
+        assert!(limits
+            .admit("b", None, true)
+            .await
+            .unwrap()
+            .evicted
+            .is_none());
         drop(busy3);
-        let fourth = limits.admit("a", None).await.unwrap();
+        let fourth = limits.admit("a", None, true).await.unwrap();
         assert_eq!(
             fourth.evicted.as_deref(),
             Some(&*id3),
@@ -504,8 +529,8 @@ mod tests {
     async fn a_session_being_opened_counts_and_one_let_go_frees_its_slot() {
         let manager = Arc::new(LocalSessionManager::default());
         let limits = SessionLimits::new(1, manager.clone());
-        let hold = limits.admit("a", None).await.unwrap();
-        let refused = limits.admit("a", None).await.err().unwrap();
+        let hold = limits.admit("a", None, true).await.unwrap();
+        let refused = limits.admit("a", None, true).await.err().unwrap();
         assert_eq!(
             limit_of(&refused).0,
             Limit::Sessions,
@@ -513,15 +538,15 @@ mod tests {
         );
         let (id, _transport) = manager.create_session().await.unwrap();
         hold.admission.unwrap().opened(&id);
-        let use_of = limits.admit("a", Some(&id)).await.unwrap();
+        let use_of = limits.admit("a", Some(&id), true).await.unwrap();
         assert!(
             use_of.admission.is_none() && use_of.busy.is_some(),
             "a session in memory holds its slot already"
         );
-        assert!(limits.admit("a", None).await.is_err(), "it is busy");
+        assert!(limits.admit("a", None, true).await.is_err(), "it is busy");
         drop(use_of);
         manager.close_session(&id).await.unwrap();
-        let hold = limits.admit("a", None).await.unwrap();
+        let hold = limits.admit("a", None, true).await.unwrap();
         assert!(
             hold.admission.is_some() && hold.evicted.is_none(),
             "a session let go frees its slot"
@@ -541,7 +566,7 @@ mod tests {
         let (id, _transport) = manager.create_session().await.unwrap();
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"});
         let mut held = limits
-            .admit(&http::Method::POST, Some(&init), None, "a")
+            .admit(&http::Method::POST, Some(&init), None, None, "a")
             .await
             .unwrap();
         held.session.admission.take().unwrap().opened(&id);
@@ -550,13 +575,14 @@ mod tests {
                 &http::Method::GET,
                 None,
                 Some("stored-before-a-restart"),
+                Some("stored-before-a-restart/3"),
                 "a",
             )
             .await
             .unwrap();
         assert_eq!(restore.session.evicted.as_deref(), Some(&*id));
         let delete = limits
-            .admit(&http::Method::DELETE, None, Some(&id), "a")
+            .admit(&http::Method::DELETE, None, Some(&id), None, "a")
             .await
             .unwrap();
         assert!(delete.session.admission.is_none() && delete.stream.is_none());

@@ -191,6 +191,10 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
             &parts.method,
             read.message.as_ref(),
             session.as_deref(),
+            parts
+                .headers
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok()),
             &actor,
         )
         .await
@@ -199,21 +203,24 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
         Err(refusal) => return refusal.response(read.request_id()),
     };
     if let Some(victim) = held.session.evicted.take() {
-        evict_session(&st, &actor, victim).await;
+        evict_session(&st, &actor, victim);
     }
     forward(&st, next, parts, read, held, session, actor).await
 }
 
 /// Gives up `session`, the least recently used idle session of `actor`, to make room for a new
-/// one: rmcp forgets it now (its next request finds no session: 404), and the Sessions log and
-/// the stored session state follow on the next commit. What the record promises stays: its
+/// one: its next request finds no session (404); rmcp forgets it, and the Sessions log and the
+/// stored session state follow, in the background. What the record promises stays: its
 /// executions, results and approvals belong to the actor, not to the session.
-async fn evict_session(st: &FrontState, actor: &str, session: String) {
+fn evict_session(st: &FrontState, actor: &str, session: String) {
     metrics::counter!(crate::telemetry::SESSION_EVICTIONS).increment(1);
-    tracing::info!(actor, session = %session, "an idle session was evicted at max_sessions_per_actor");
-    st.limits.sessions.close(&session).await;
+    tracing::debug!(actor, session = %session, "an idle session was evicted at max_sessions_per_actor");
+    // Its requests are refused as unknown from now on (`front::limits`), so rmcp may forget it
+    // in the background: the new session's `initialize` never waits for the old one's worker.
+    let closing = st.limits.sessions.close(session.clone());
     let gateway = st.gateway.clone();
     tokio::spawn(async move {
+        closing.await;
         let run = format!("mcp-session:{session}");
         if let Err(e) = gateway.end_run(&run, postern_ledger::RunEnd::Evicted).await {
             tracing::warn!(error = %e, "an evicted session's end could not be recorded in the Sessions log");
@@ -362,6 +369,14 @@ async fn forward(
     session: Option<String>,
     actor: String,
 ) -> Response {
+    // The response frame to this request's id carries its answer (`None`: a `GET` stream,
+    // where any response frame does).
+    let answers = read
+        .message
+        .as_ref()
+        .and_then(|m| m.get("id"))
+        .filter(|id| !id.is_null())
+        .cloned();
     let ReadBody {
         body,
         raw,
@@ -432,6 +447,8 @@ async fn forward(
         },
         actor,
     });
+    // Only a stream is kept open; any other answer gives its slot back at once.
+    let stream_slot = held.stream.filter(|_| is_sse);
     let tracked = TrackedBody {
         inner: body,
         slot,
@@ -440,8 +457,13 @@ async fn forward(
         claim,
         claimed: None,
         call_slot: held.call,
-        // Only a stream is kept open; any other answer gives its slot back at once.
-        stream_slot: held.stream.filter(|_| is_sse),
+        evicted: stream_slot
+            .as_ref()
+            .and_then(|permit| permit.ended())
+            .map(|token| Box::pin(token.cancelled_owned())),
+        stream_slot,
+        answers,
+        handed: false,
         session_busy: held.session.busy,
     };
     Response::from_parts(parts, Body::new(tracked))

@@ -448,8 +448,9 @@ impl EventStore for DurableStreams {
     }
 }
 
-/// A replayed stream. The executions whose answers it carried are recorded `delivered` when
-/// it ends, `delivery_failed` if the client goes away first.
+/// A replayed stream. An execution whose answer it carried is recorded `delivered` once that
+/// event was taken by the connection — the stream is polled again after yielding it, or ends —
+/// and `delivery_failed` if the client went away before.
 struct Replay {
     queue: VecDeque<Replayed>,
     live: Option<mpsc::UnboundedReceiver<Replayed>>,
@@ -489,6 +490,12 @@ impl futures_core::Stream for Replay {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
         let this = self.get_mut();
+        if !this.carried.is_empty() {
+            // Polled again: the answers yielded last were taken by the connection.
+            let ids = std::mem::take(&mut this.carried);
+            let gateway = this.gateway.clone();
+            tokio::spawn(async move { gateway.record_first_delivery(&ids, true).await });
+        }
         if let Some(r) = this.queue.pop_front() {
             return this.yield_event(r);
         }

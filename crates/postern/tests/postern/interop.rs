@@ -133,3 +133,30 @@ async fn the_python_sdk_lists_and_calls_at_2026_07_28() {
 async fn the_python_sdk_lists_and_calls_at_2026_07_28_over_tls() {
     run_sdk("2026-07-28", Over::Tls).await;
 }
+
+/// Issue 35: a careless Python SDK agent whose session is evicted at the session cap (1 here)
+/// by its own second client gets the SDK's "Session terminated", initialises again and
+/// continues: its identical call is answered from the record (`tests/interop/python_evicted.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_client_whose_session_was_evicted_initialises_again_and_continues() {
+    require_sdk().await;
+    let api = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("interop-evicted");
+    let text = config(&format!("http://{}", api.addr))
+        .replace("[gateway]\n", "[gateway]\nmax_sessions_per_actor = 1\n");
+    let served = Served::start(&dir.0, &text);
+    let script = repo_root().join("tests/interop/python_evicted.py");
+    let out = output(python3(&[
+        script.to_str().unwrap(),
+        &served.url,
+        BILLING_TOKEN,
+    ]))
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python_evicted.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(api.state.count_for("careless-python"), 1, "{stdout}");
+}

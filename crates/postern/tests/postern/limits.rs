@@ -342,9 +342,8 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
 
 /// Issues 12 and 35: at `max_sessions_per_actor`, a new `initialize` takes the place of the
 /// actor's least recently used idle session, whose next request gets 404 (unknown session) and
-/// whose run ends `evicted`; a session with a call in flight is never the one; only when every
-/// session is busy is the new one refused (429 naming the limit, `Retry-After`, nothing
-/// opened). Other actors are untouched, and a `DELETE` frees a slot.
+/// whose run ends `evicted`; a session with a call in flight is never the one, an idle `GET`
+/// stream does not pin one. Other actors are untouched, and a `DELETE` frees a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_session_cap_the_idlest_session_gives_way() {
     use postern_gateway::demo_client::McpClient;
@@ -414,43 +413,19 @@ async fn at_the_session_cap_the_idlest_session_gives_way() {
     };
     let (slow, four) = tokio::join!(slow, probe);
     assert_eq!(slow.unwrap().0, 200, "the busy session was not evicted");
-    // Both held sessions busy with an open stream: the next session is refused.
-    let http = crate::harness::http_client();
-    let open_stream = |session: &str| {
-        http.get(&served.url)
-            .header("authorization", format!("Bearer {BILLING_TOKEN}"))
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", "2025-06-18")
-            .send()
-    };
-    let stream_two = open_stream(two.session()).await.unwrap();
-    let stream_four = open_stream(four.session()).await.unwrap();
+    // Idle GET streams do not pin their sessions: the least recently used (`four`, unused since
+    // it opened; `two` answered its slow call later) gives way, and its stream ends with it.
+    let stream_two = get_stream(&served.url, two.session()).await;
+    let stream_four = get_stream(&served.url, four.session()).await;
     assert_eq!(
         (stream_two.status().as_u16(), stream_four.status().as_u16()),
         (200, 200)
     );
-    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "postern-tests", "version": "0"}}});
-    let refused = http
-        .post(&served.url)
-        .header("authorization", format!("Bearer {BILLING_TOKEN}"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&initialize)
-        .send()
+    let _five = connect(BILLING_TOKEN)
         .await
-        .unwrap();
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "1");
-    let body = refused.text().await.unwrap();
-    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        error["error"]["data"]["limit"], "max_sessions_per_actor",
-        "{body}"
-    );
-    let message = error["error"]["message"].as_str().unwrap();
-    assert!(message.contains("no session was opened"), "{message}");
+        .expect("an idle stream does not pin its session");
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream_four.text()).await;
+    assert!(ended.is_ok(), "the evicted session's stream ended");
     connect(OPS_TOKEN)
         .await
         .expect("another actor is not held up");
@@ -458,6 +433,60 @@ async fn at_the_session_cap_the_idlest_session_gives_way() {
     connect(BILLING_TOKEN)
         .await
         .expect("a closed session frees its slot");
+}
+
+/// Issue 35: a session with a call in flight is never evicted; when every session of the actor
+/// is busy, a new one is refused (429 naming the limit, `Retry-After`, nothing opened) until one
+/// is idle again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_session_is_busy_a_new_one_is_refused_until_one_is_idle() {
+    use postern_gateway::demo_client::McpClient;
+    use postern_gateway::demo_target::Mode;
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("session-busy");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("[gateway]\n", "[gateway]\nmax_sessions_per_actor = 1\n");
+    let served = Served::start(&dir.0, &text);
+    let busy = McpClient::connect(&served.url, BILLING_TOKEN, "postern-tests")
+        .await
+        .unwrap();
+    target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_secs(2)));
+    let (_, slow) = busy.request(
+        "create_invoice",
+        json!({"customer": "busy-co", "amount": 1}),
+        json!({}),
+    );
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "postern-tests", "version": "0"}}});
+    let refused = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let refused = crate::harness::http_client()
+            .post(&served.url)
+            .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let body = refused.text().await.unwrap();
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            error["error"]["data"]["limit"], "max_sessions_per_actor",
+            "{body}"
+        );
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains("no session was opened"), "{message}");
+    };
+    let (answered, ()) = tokio::join!(busy.raw(&slow, None), refused);
+    assert_eq!(answered.unwrap().0, 200, "the busy session was not evicted");
+    McpClient::connect(&served.url, BILLING_TOKEN, "postern-tests")
+        .await
+        .expect("idle again, it gives way");
 }
 
 /// Issue 35, acceptance 1: 1,001 `initialize` of one actor without a `DELETE` (the default cap,
@@ -532,12 +561,14 @@ async fn a_thousand_abandoned_sessions_never_lock_the_actor_out() {
     drop(lasts);
 }
 
-/// Issue 12: an actor keeps at most `max_streams_per_actor` SSE streams open: with a `GET`
-/// stream open, a request (answered as a stream) or another `GET` is refused with 429 before
-/// anything is recorded; once the stream closes, requests are served again.
+/// Issues 12 and 35: an actor keeps at most `max_streams_per_actor` SSE streams open. An idle
+/// standalone `GET` stream gives way to a request (the stream ends cleanly, and the client may
+/// open it again); a stream that carries an answer never does: with one in flight, another
+/// request is refused with 429 and `Retry-After` before anything is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_over_the_cap_are_refused() {
+async fn at_the_stream_cap_an_idle_stream_gives_way_and_an_answer_never_does() {
     use postern_gateway::demo_client::McpClient;
+    use postern_gateway::demo_target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("stream-cap");
     let text = config(&format!("http://{}", target.addr))
@@ -546,65 +577,82 @@ async fn streams_over_the_cap_are_refused() {
     let mcp = McpClient::connect(&served.url, BILLING_TOKEN, "postern-tests")
         .await
         .unwrap();
-    let http = crate::harness::http_client();
-    let open_stream = || {
-        http.get(&served.url)
-            .header("authorization", format!("Bearer {BILLING_TOKEN}"))
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", mcp.session())
-            .header("mcp-protocol-version", "2025-06-18")
-            .send()
-    };
-    let stream = open_stream().await.unwrap();
+    let stream = get_stream(&served.url, mcp.session()).await;
     assert_eq!(stream.status(), 200);
-    let (_, create) = mcp.request(
-        "create_invoice",
-        json!({"customer": "stream-co", "amount": 1}),
-        json!({}),
-    );
-    let (status, body) = mcp.raw(&create, None).await.unwrap();
-    assert_eq!(status, 429, "{body}");
-    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        error["error"]["data"]["limit"], "max_streams_per_actor",
-        "{body}"
-    );
-    let message = error["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("nothing was recorded or sent"),
-        "{message}"
-    );
-    assert_eq!(
-        open_stream().await.unwrap().status(),
-        429,
-        "a second GET stream"
-    );
-    assert!(
-        target.state.requests().is_empty(),
-        "nothing reached the target"
-    );
-    let ops = McpClient::connect(&served.url, OPS_TOKEN, "postern-tests")
-        .await
-        .expect("another actor is not held up");
-    let listed = ops
-        .call("list_invoices", json!({}), json!({}))
+    let created = mcp
+        .call(
+            "create_invoice",
+            json!({"customer": "stream-co", "amount": 1}),
+            json!({}),
+        )
         .await
         .unwrap();
-    assert!(listed["result"].is_object(), "{listed}");
-    drop(stream);
-    let mut answered = None;
-    for _ in 0..50 {
-        let (status, body) = mcp.raw(&create, None).await.unwrap();
-        if status == 200 {
-            answered = Some(body);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let body = answered.expect("a closed stream frees its slot");
+    assert!(
+        created["result"].is_object(),
+        "the idle stream made room: {created}"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.text()).await;
+    assert!(ended.is_ok(), "the idle stream was ended");
+
+    target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_secs(2)));
+    let (_, slow) = mcp.request(
+        "create_invoice",
+        json!({"customer": "slow-stream-co", "amount": 1}),
+        json!({}),
+    );
+    let refused = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let (_, list) = mcp.request("list_invoices", json!({}), json!({}));
+        let (status, body) = mcp.raw(&list, None).await.unwrap();
+        assert_eq!(status, 429, "{body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            error["error"]["data"]["limit"], "max_streams_per_actor",
+            "{body}"
+        );
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("nothing was recorded or sent"),
+            "{message}"
+        );
+        let idle = get_stream(&served.url, mcp.session()).await;
+        assert_eq!(
+            idle.status(),
+            429,
+            "an idle stream does not push an answer out"
+        );
+        assert_eq!(idle.headers()["retry-after"], "1");
+        let ops = McpClient::connect(&served.url, OPS_TOKEN, "postern-tests")
+            .await
+            .expect("another actor is not held up");
+        let listed = ops
+            .call("list_invoices", json!({}), json!({}))
+            .await
+            .unwrap();
+        assert!(listed["result"].is_object(), "{listed}");
+    };
+    let (answered, ()) = tokio::join!(mcp.raw(&slow, None), refused);
+    let (status, body) = answered.unwrap();
+    assert_eq!(status, 200, "{body}");
     assert!(
         crate::harness::sse_message(&body)["result"].is_object(),
         "{body}"
     );
     assert_eq!(target.state.count_for("stream-co"), 1);
+    assert_eq!(target.state.count_for("slow-stream-co"), 1);
+}
+
+/// A standalone `GET` stream of `session`.
+async fn get_stream(url: &str, session: &str) -> reqwest::Response {
+    crate::harness::http_client()
+        .get(url)
+        .header("authorization", format!("Bearer {BILLING_TOKEN}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap()
 }

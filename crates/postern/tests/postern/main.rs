@@ -7,6 +7,7 @@ mod bridge;
 mod conformance;
 mod connect;
 mod console;
+mod delivery;
 mod demo;
 mod fingerprint;
 mod foreign;

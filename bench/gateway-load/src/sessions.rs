@@ -1,0 +1,144 @@
+//! `--sessions N`: the per-actor session cap under careless agents (issue 35). One actor opens
+//! sessions and never ends them; at `max_sessions_per_actor` (default 64) each new one evicts
+//! the least recently used idle session. Prints:
+//! - the cost of an `initialize` at the cap (it evicts one) against one below it (the same
+//!   request on a gateway where a `DELETE` keeps the actor under the cap), in alternating
+//!   rounds of the same run;
+//! - the gateway's RSS after `N` sessions opened and abandoned, against its idle RSS measured
+//!   in the same process before them (goal: at most 1.5×).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::{Served, TOKEN};
+
+const ROUNDS: usize = 4;
+const PER_ROUND: usize = 250;
+/// Careless agents at once: the sessions being opened count against the cap too, so fewer
+/// than it.
+const AGENTS: usize = 32;
+
+/// Opens one session (`initialize` + `notifications/initialized`); returns its id and how long
+/// the `initialize` took.
+async fn open(http: &reqwest::Client, url: &str) -> (String, Duration) {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "careless", "version": "1"}}});
+    let started = Instant::now();
+    let resp = post(http, url, None).json(&init).send().await.unwrap();
+    assert!(resp.status().is_success(), "initialize: {}", resp.status());
+    let id = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    resp.bytes().await.unwrap();
+    let took = started.elapsed();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = post(http, url, Some(&id)).json(&note).send().await.unwrap();
+    assert!(resp.status().is_success(), "initialized: {}", resp.status());
+    (id, took)
+}
+
+fn post(http: &reqwest::Client, url: &str, session: Option<&str>) -> reqwest::RequestBuilder {
+    let mut req = http
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(id) = session {
+        req = req.header("mcp-session-id", id);
+    }
+    req
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+fn median_ms(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e3
+}
+
+pub(crate) fn run(
+    rt: &tokio::runtime::Runtime,
+    postern: &Path,
+    dir: &Path,
+    target: &str,
+    n: usize,
+) {
+    let (below_dir, cap_dir) = (dir.join("below"), dir.join("cap"));
+    std::fs::create_dir_all(&below_dir).unwrap();
+    std::fs::create_dir_all(&cap_dir).unwrap();
+    let below = Served::start(postern, &below_dir, target);
+    let cap = Served::start(postern, &cap_dir, target);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Warm both, then fill the second to its cap.
+        for _ in 0..64 {
+            let (id, _) = open(&http, &below.url).await;
+            end(&http, &below.url, &id).await;
+            open(&http, &cap.url).await;
+        }
+        let idle_rss = rss_kib(cap.child.id());
+        let (mut under, mut at) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            for _ in 0..PER_ROUND {
+                let (id, took) = open(&http, &below.url).await;
+                under.push(took);
+                end(&http, &below.url, &id).await;
+            }
+            for _ in 0..PER_ROUND {
+                at.push(open(&http, &cap.url).await.1);
+            }
+        }
+        let (under, at) = (median_ms(under), median_ms(at));
+        println!("initialize p50, {} each, {ROUNDS} alternating rounds:", ROUNDS * PER_ROUND);
+        println!("  below the cap {under:.3} ms, at the cap (evicting) {at:.3} ms: {:.2}x", at / under);
+        let started = Instant::now();
+        let mut agents = tokio::task::JoinSet::new();
+        for agent in 0..AGENTS {
+            let (http, url) = (http.clone(), cap.url.clone());
+            agents.spawn(async move {
+                for _ in (agent..n).step_by(AGENTS) {
+                    open(&http, &url).await;
+                }
+            });
+        }
+        while let Some(done) = agents.join_next().await {
+            done.unwrap();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        // Evictions finish their ledger writes in the background: let them land.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = rss_kib(cap.child.id());
+        println!(
+            "{n} sessions opened and abandoned by one actor ({AGENTS} at once, {:.0}/s): RSS {} KiB after, {} KiB idle (with 64 sessions): {:.2}x (goal: at most 1.5x)",
+            n as f64 / secs,
+            after,
+            idle_rss,
+            after as f64 / idle_rss as f64
+        );
+    });
+}
+
+async fn end(http: &reqwest::Client, url: &str, id: &str) {
+    let resp = http
+        .delete(url)
+        .bearer_auth(TOKEN)
+        .header("mcp-session-id", id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "DELETE: {}", resp.status());
+}
