@@ -40,6 +40,9 @@ pub struct CallReport {
     /// The target's answer (JSON if it was JSON, else text), or the execution record for
     /// `execution_status`.
     pub response: Option<Value>,
+    /// `response` is an upstream MCP server's tool result (its `content` blocks are what the
+    /// model reads), not a target's body.
+    pub upstream_result: bool,
     pub next_step: Option<String>,
     /// For an execution a human decides on: the pending approval request (when it expires), or
     /// the recorded decision (who, when, why).

@@ -136,6 +136,7 @@ pub fn upstream_specs(
         specs.push(UpstreamSpec {
             name: name.clone(),
             transport,
+            startup_timeout: upstream.startup_timeout,
         });
     }
     Ok(specs)

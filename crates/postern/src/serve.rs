@@ -138,18 +138,31 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         operators,
     };
     let resolved = crate::resolve::resolve(&config, &dir)?;
-    // Upstream MCP servers are started (or dialled) now, in the background: one that is down
-    // does not stop the gateway; its tools fail, sending nothing, until it is up.
+    // Upstream MCP servers are started (or dialled) now, and waited for (each up to its
+    // startup_timeout) before the gateway lists tools or listens: a host that lists tools once
+    // at start sees them all. One still down does not stop the gateway; its tools are listed
+    // unavailable, and a call waits for it (again up to the bound) or fails, sending nothing.
     let stop_upstreams = tokio_util::sync::CancellationToken::new();
-    let upstreams = crate::resolve::upstream_specs(&config, &resolved, &dir)?
-        .into_iter()
-        .map(|spec| {
-            (
-                spec.name.clone(),
-                Upstream::start(spec, stop_upstreams.clone()),
-            )
-        })
-        .collect();
+    let upstreams: std::collections::HashMap<String, Arc<Upstream>> =
+        crate::resolve::upstream_specs(&config, &resolved, &dir)?
+            .into_iter()
+            .map(|spec| {
+                (
+                    spec.name.clone(),
+                    Upstream::start(spec, stop_upstreams.clone()),
+                )
+            })
+            .collect();
+    let mut waits = tokio::task::JoinSet::new();
+    for upstream in upstreams.values().cloned() {
+        waits.spawn(async move { (upstream.wait_up().await, upstream) });
+    }
+    while let Some(Ok((up, upstream))) = waits.join_next().await {
+        if !up {
+            let why = upstream.state().up.err().unwrap_or_default();
+            tracing::warn!(upstream = upstream.name(), why = %why, "the upstream is not up after its startup_timeout; its tools are listed unavailable until it is");
+        }
+    }
     let dialers = Dialers {
         http: Arc::new(HttpChannel::with_reuse(connection_reuse()?)),
         upstreams,
@@ -183,6 +196,10 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         gateway = gateway.with_vault(vault);
     }
     gateway.watch_tool_pins().await?;
+    // The tools of the upstreams that came up are pinned (or withheld) before anything lists.
+    gateway
+        .wait_for_pins(std::time::Duration::from_secs(10))
+        .await;
     let gateway = Arc::new(gateway);
     Ok(Assembled {
         gateway,

@@ -26,6 +26,8 @@ use crate::http::{Credential, Secret, TlsProfile};
 pub struct UpstreamSpec {
     pub name: String,
     pub transport: UpstreamTransport,
+    /// How long a call waits for a link that is (re)connecting before it fails, sending nothing.
+    pub startup_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -83,6 +85,7 @@ pub struct Upstream {
     name: String,
     /// The names of the variables a stdio upstream's process receives (`None` over HTTP).
     environment: Option<Vec<String>>,
+    startup_timeout: Duration,
     state: watch::Sender<LinkState>,
     peer: RwLock<Option<Peer<RoleClient>>>,
     pub(super) progress: ProgressRoutes,
@@ -108,6 +111,7 @@ impl Upstream {
         let upstream = Arc::new(Upstream {
             name: spec.name.clone(),
             environment,
+            startup_timeout: spec.startup_timeout,
             state,
             peer: RwLock::new(None),
             progress: Default::default(),
@@ -133,6 +137,16 @@ impl Upstream {
 
     pub fn subscribe(&self) -> watch::Receiver<LinkState> {
         self.state.subscribe()
+    }
+
+    /// Waits (at most `startup_timeout`) until the link is up and its tools are listed;
+    /// whether it is.
+    pub async fn wait_up(&self) -> bool {
+        let mut state = self.state.subscribe();
+        let up = tokio::time::timeout(self.startup_timeout, state.wait_for(|s| s.up.is_ok()))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        up
     }
 
     /// The live peer, or why there is none.

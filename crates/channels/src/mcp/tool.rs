@@ -67,9 +67,16 @@ impl McpTool {
 
     /// One `tools/call` of `tool`, handed to the live link once.
     async fn call(&self, tool: &str, arguments: Map<String, Value>, action: &Action<'_>) -> Call {
+        // A link that is (re)connecting is waited for, up to the upstream's startup_timeout.
         let peer = match self.upstream.peer() {
             Ok(peer) => peer,
-            Err(why) => return Call::NotSent(why),
+            Err(why) => match self.upstream.wait_up().await {
+                true => match self.upstream.peer() {
+                    Ok(peer) => peer,
+                    Err(why) => return Call::NotSent(why),
+                },
+                false => return Call::NotSent(why),
+            },
         };
         let mut meta = RequestMetaObject::new();
         meta.insert(EXECUTION_ID_META.into(), json!(action.execution_id));

@@ -101,6 +101,7 @@ pub(super) struct RawUpstream {
     pub credential: Option<String>,
     pub ca_file: Option<String>,
     pub timeout: Option<String>,
+    pub startup_timeout: Option<String>,
     pub expose: Option<String>,
     pub prefix: Option<String>,
     pub default_class: Option<String>,

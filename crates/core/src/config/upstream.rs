@@ -20,6 +20,9 @@ pub struct Upstream {
     pub transport: UpstreamTransport,
     /// How long a call waits for an answer unless its tool says otherwise.
     pub timeout: Duration,
+    /// How long `serve` waits for the first connection before it lists tools or listens, and
+    /// a call waits for a link that is (re)connecting before it fails, sending nothing.
+    pub startup_timeout: Duration,
     /// `expose = "all"`: every tool it lists is served under one default contract.
     pub expose_all: Option<ExposeAll>,
 }
@@ -107,6 +110,9 @@ fn check_env(var: &str, value: &EnvValue) -> Result<(), String> {
 /// The default wait for an upstream's answer.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The default wait for an upstream's link to come up (at start, and for a call).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub(super) fn parse_upstream(
     name: &str,
     mut u: RawUpstream,
@@ -125,6 +131,10 @@ pub(super) fn parse_upstream(
             d if d.is_zero() => return Err(field("timeout", "must be greater than zero".into())),
             d => d,
         },
+    };
+    let startup_timeout = match &u.startup_timeout {
+        None => DEFAULT_STARTUP_TIMEOUT,
+        Some(t) => parse_duration(t).map_err(|e| field("startup_timeout", e.to_string()))?,
     };
     let expose_all = expose_all(name, &mut u, timeout, retention)?;
     let transport = match (u.command, u.url) {
@@ -183,6 +193,7 @@ pub(super) fn parse_upstream(
     Ok(Upstream {
         transport,
         timeout,
+        startup_timeout,
         expose_all,
     })
 }

@@ -361,7 +361,7 @@ impl SessionLimits {
             admission: Some(SessionAdmission {
                 held: self.held.clone(),
                 actor: actor.to_string(),
-                tick,
+                ticks: self.ticks.clone(),
             }),
             busy: None,
             evicted,
@@ -403,19 +403,22 @@ impl SessionLimits {
 pub(super) struct SessionAdmission {
     held: Arc<Mutex<HashMap<String, ActorSessions>>>,
     actor: String,
-    tick: u64,
+    ticks: Arc<AtomicU64>,
 }
 
 impl SessionAdmission {
     /// The request opened (or restored) `session`: it holds the slot from now on.
     pub(super) fn opened(self, session: &str) {
+        // Used now, as its `initialize` is answered: a session just opened is the newest, not
+        // one admitted before others that were answered first.
+        let now = self.ticks.fetch_add(1, Ordering::Relaxed);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(sessions) = held.get_mut(&self.actor) {
             sessions.ids.insert(
                 session.to_string(),
                 SessionUse {
                     busy: 0,
-                    last_used: self.tick,
+                    last_used: now,
                 },
             );
         }

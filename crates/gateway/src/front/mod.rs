@@ -13,9 +13,9 @@ use axum::Router;
 use postern_core::ActionClass;
 use postern_ledger::Run;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, ErrorCode,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -29,9 +29,12 @@ mod elicit;
 mod limits;
 pub mod listener;
 pub mod ops;
+mod result;
 mod streams;
 mod tasks;
 mod tool_list;
+
+use result::tool_result;
 
 use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
@@ -779,17 +782,6 @@ impl ServerHandler for PosternMcp {
             other => other.map_err(to_error),
         }
     }
-}
-
-/// The MCP result of a report: a summary line, and the record in `structuredContent`.
-fn tool_result(report: &crate::report::CallReport) -> CallToolResult {
-    let mut result = if report.is_error {
-        CallToolResult::error(vec![ContentBlock::text(report.summary())])
-    } else {
-        CallToolResult::success(vec![ContentBlock::text(report.summary())])
-    };
-    result.structured_content = Some(report.structured());
-    result
 }
 
 /// Serves MCP over stdin/stdout for a local agent, as the configured actor.

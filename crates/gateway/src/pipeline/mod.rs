@@ -241,6 +241,31 @@ impl Gateway {
         Ok(())
     }
 
+    /// Waits (at most `bound`) until every tool listed by an upstream that is up has been
+    /// checked against its pin, so a listing right after start-up withholds nothing only for
+    /// want of time.
+    pub async fn wait_for_pins(&self, bound: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        let pins = self.registry.pins();
+        let settled = || {
+            self.registry.upstreams().iter().all(|exposure| {
+                let state = exposure.upstream.state();
+                state.up.is_err()
+                    || exposure.exposed(&state.tools).iter().all(|name| {
+                        state.tools.iter().filter(|t| &t.name == name).all(|t| {
+                            !matches!(
+                                pins.check(exposure.upstream.name(), t),
+                                Err(crate::pins::Withheld::NotChecked)
+                            )
+                        })
+                    })
+            })
+        };
+        while !settled() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -532,6 +557,12 @@ impl Gateway {
             first_dispatched_at: s.first_dispatched_at,
             target_status,
             response,
+            upstream_result: self.registry.get(&s.tool).is_some_and(|e| {
+                matches!(
+                    e.contract.channel,
+                    postern_core::contract::ChannelSpec::Mcp(_)
+                )
+            }),
             next_step: next_step(s.lifecycle.state, s.id),
             decision: None,
             is_error,

@@ -33,4 +33,5 @@ mod tls_targets;
 mod upstream;
 mod upstream_edges;
 mod upstream_env;
+mod upstream_start;
 mod vault;

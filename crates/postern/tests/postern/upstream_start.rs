@@ -1,0 +1,226 @@
+//! Issue 32, start-up: a desktop host (the Python SDK's stdio client) starts `postern serve
+//! --stdio` in front of three upstreams — the npm reference servers `server-everything` and
+//! `server-memory` (pinned) and the demo upstream — and lists the tools once, right after
+//! `initialize`: every upstream's tools are there, none unavailable, because `serve` waits for
+//! each upstream's first connection (up to its `startup_timeout`) before it answers.
+
+use crate::foreign::{output, repo_root, NodeClients};
+use crate::harness::{prepare, Dir};
+use crate::interop::{python3, require_sdk};
+use crate::upstream::GATEWAY;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_lists_tools_once_at_start_sees_every_upstreams_tools() {
+    require_sdk().await;
+    let node = NodeClients::require();
+    let package = |name: &str| {
+        node.package(&format!("@modelcontextprotocol/{name}"))
+            .join("dist/index.js")
+    };
+    let dir = Dir::new("up-start");
+    let journal = dir.0.join("journal.jsonl");
+    let config = format!(
+        r#"{GATEWAY}tools = ["ev_*", "mem_*", "create_invoice"]
+
+[upstream.ev]
+command = [{node:?}, {everything:?}, "stdio"]
+expose = "all"
+default_class = "read_only"
+
+[upstream.mem]
+command = [{node:?}, {memory:?}]
+env = {{ MEMORY_FILE_PATH = {memory_file:?} }}
+expose = "all"
+
+[upstream.books]
+command = [{postern:?}, "demo-upstream", "--journal", {journal:?}]
+
+[[tool]]
+name = "create_invoice"
+class = "irreversible"
+match_window = "10m"
+mcp = {{ server = "books", tool = "create_invoice" }}
+"#,
+        node = node.node_binary().to_str().unwrap(),
+        everything = package("server-everything").to_str().unwrap(),
+        memory = package("server-memory").to_str().unwrap(),
+        memory_file = dir.0.join("memory.jsonl").to_str().unwrap(),
+        postern = env!("CARGO_BIN_EXE_postern"),
+        journal = journal.to_str().unwrap(),
+    );
+    prepare(&dir.0, &config);
+    let script = repo_root().join("tests/interop/python_host_start.py");
+    let out = output(python3(&[
+        script.to_str().unwrap(),
+        env!("CARGO_BIN_EXE_postern"),
+        dir.0.join("postern.toml").to_str().unwrap(),
+    ]))
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python_host_start.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for want in [
+        "ev_echo",
+        "ev_get-env",
+        "mem_read_graph",
+        "mem_create_entities",
+        "create_invoice",
+        "execution_status",
+    ] {
+        assert!(tools.contains(&want), "{want} is not listed: {tools:?}");
+    }
+    assert_eq!(seen["unavailable"], serde_json::json!([]), "{seen}");
+}
+
+/// Issue 32, results the model can read: the same tools of `server-everything` called directly
+/// (a raw stdio client) and through `postern serve`: the result's `content` through Postern is
+/// the upstream's own blocks unchanged (text, an image, resource links), followed by one text
+/// block naming the execution; the record is in `_meta["io.postern/execution"]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_content_reaches_the_model_unchanged() {
+    use crate::harness::{Mcp, Served, BILLING_TOKEN};
+    use serde_json::json;
+    let node = NodeClients::require();
+    let everything = node
+        .package("@modelcontextprotocol/server-everything")
+        .join("dist/index.js");
+    let calls = [
+        ("echo", json!({"message": "hello through postern"})),
+        ("get-tiny-image", json!({})),
+        ("get-resource-links", json!({"count": 2})),
+    ];
+    let mut direct = DirectStdio::start(node.node_binary(), &everything).await;
+    let mut expected = Vec::new();
+    for (i, (tool, arguments)) in calls.iter().enumerate() {
+        let result = direct.call(i as u64 + 10, tool, arguments.clone()).await;
+        expected.push(result["content"].clone());
+    }
+    let dir = Dir::new("up-content");
+    let config = format!(
+        "{GATEWAY}tools = [\"ev_*\"]\n\n[upstream.ev]\ncommand = [{:?}, {:?}, \"stdio\"]\nexpose = \"all\"\ndefault_class = \"read_only\"\n",
+        node.node_binary().to_str().unwrap(),
+        everything.to_str().unwrap()
+    );
+    let served = Served::start(&dir.0, &config);
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    for ((tool, arguments), want) in calls.iter().zip(expected) {
+        let response = mcp
+            .call(&format!("ev_{tool}"), arguments.clone(), json!({}))
+            .await;
+        let result = &response["result"];
+        let content = result["content"].as_array().unwrap();
+        let (last, upstream) = content.split_last().unwrap();
+        assert_eq!(
+            json!(upstream),
+            want,
+            "{tool}: the upstream's blocks, unchanged"
+        );
+        let id = result["_meta"]["io.postern/execution"]["execution_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{tool}: no execution in _meta: {result}"));
+        assert!(
+            last["text"].as_str().is_some_and(|t| t.contains(id)),
+            "{tool}: the last block names the execution: {last}"
+        );
+    }
+    direct.stop().await;
+}
+
+/// A raw MCP client on a server's stdin/stdout: the server reached directly.
+struct DirectStdio {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl DirectStdio {
+    async fn start(node: &std::path::Path, script: &std::path::Path) -> DirectStdio {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(node)
+            .arg(script)
+            .arg("stdio")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut d = DirectStdio {
+            child,
+            stdin,
+            lines,
+        };
+        d.request(
+            1,
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "direct", "version": "1"}}),
+        )
+        .await;
+        d.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        d
+    }
+
+    async fn send(&mut self, message: serde_json::Value) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    async fn request(
+        &mut self,
+        id: u64,
+        method: &str,
+        params: serde_json::Value,
+    ) -> serde_json::Value {
+        self.send(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await;
+        loop {
+            let line =
+                tokio::time::timeout(std::time::Duration::from_secs(20), self.lines.next_line())
+                    .await
+                    .expect("an answer within 20 s")
+                    .unwrap()
+                    .expect("the server's stdout is open");
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message["result"].clone();
+            }
+        }
+    }
+
+    async fn call(
+        &mut self,
+        id: u64,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> serde_json::Value {
+        self.request(
+            id,
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": arguments}),
+        )
+        .await
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
