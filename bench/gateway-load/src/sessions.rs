@@ -19,6 +19,9 @@ const PER_ROUND: usize = 250;
 /// Careless agents at once: the sessions being opened count against the cap too, so fewer
 /// than it.
 const AGENTS: usize = 32;
+/// How long the bench waits after the churn before it reads the RSS again (past the stream
+/// sweep's retention of streams carried a moment ago).
+const SETTLE: Duration = Duration::from_secs(70);
 
 /// Opens one session (`initialize` + `notifications/initialized`); returns its id and how long
 /// the `initialize` took. Panics unless both are accepted.
@@ -118,24 +121,32 @@ pub(crate) fn run(
         println!("initialize p50, {} each, {ROUNDS} alternating rounds:", ROUNDS * PER_ROUND);
         println!("  below the cap {under:.3} ms, at the cap (evicting) {at:.3} ms: {:.2}x", at / under);
         let started = Instant::now();
-        let mut agents = tokio::task::JoinSet::new();
-        for agent in 0..AGENTS {
-            let (http, url) = (http.clone(), cap.url.clone());
-            agents.spawn(async move {
-                let mut gone = 0;
-                for _ in (agent..n).step_by(AGENTS) {
-                    gone += usize::from(!try_open(&http, &url).await.2);
-                }
-                gone
-            });
-        }
-        let mut gone = 0;
-        while let Some(done) = agents.join_next().await {
-            gone += done.unwrap();
+        let (mut opened, mut gone) = (0, 0);
+        // In quarters, with the RSS after each: bounded memory is a plateau, not a slope.
+        for quarter in 1..=4 {
+            let upto = n * quarter / 4;
+            let mut agents = tokio::task::JoinSet::new();
+            for agent in 0..AGENTS {
+                let (http, url) = (http.clone(), cap.url.clone());
+                agents.spawn(async move {
+                    let mut gone = 0;
+                    for _ in (opened + agent..upto).step_by(AGENTS) {
+                        gone += usize::from(!try_open(&http, &url).await.2);
+                    }
+                    gone
+                });
+            }
+            while let Some(done) = agents.join_next().await {
+                gone += done.unwrap();
+            }
+            opened = upto;
+            let rss = rss_kib(cap.child.id());
+            println!(
+                "  after {opened:>7} abandoned sessions: RSS {rss} KiB = {:.2}x idle",
+                rss as f64 / idle_rss as f64
+            );
         }
         let secs = started.elapsed().as_secs_f64();
-        // Evictions finish their ledger writes in the background: let them land.
-        tokio::time::sleep(Duration::from_secs(2)).await;
         let after = rss_kib(cap.child.id());
         println!(
             "{n} sessions opened and abandoned by one actor ({AGENTS} at once, {:.0}/s; {gone} evicted before their `initialized`): RSS {} KiB after, {} KiB idle (with 64 sessions): {:.2}x (goal: at most 1.5x)",
@@ -143,6 +154,14 @@ pub(crate) fn run(
             after,
             idle_rss,
             after as f64 / idle_rss as f64
+        );
+        // What the churn leaves once the stream state of the last minute is swept.
+        tokio::time::sleep(SETTLE).await;
+        let settled = rss_kib(cap.child.id());
+        println!(
+            "  {}s later, with no traffic: RSS {settled} KiB = {:.2}x idle",
+            SETTLE.as_secs(),
+            settled as f64 / idle_rss as f64
         );
     });
 }

@@ -120,6 +120,30 @@ pub fn unrecorded_next_step(id: ExecutionId, why: &str) -> String {
     format!("the request was sent, but its outcome could not be recorded ({why}); do not repeat this as a new action. The gateway records it as soon as the store takes writes again: repeat the identical call later or check execution_status({id})")
 }
 
+/// The next step when an upstream MCP tool answered with `isError: true` and its contract
+/// leaves the outcome unknown (`on_tool_error = "unknown"`, the default): the upstream did
+/// answer, with an error that may follow a partial effect.
+pub fn upstream_error_step(
+    state: State,
+    id: ExecutionId,
+    result: Option<&Value>,
+) -> Option<String> {
+    let result = result?;
+    if !matches!(state, State::OutcomeUnknown) || result.get("isError") != Some(&Value::Bool(true))
+    {
+        return None;
+    }
+    let said = result
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|blocks| blocks.iter().find_map(|b| b.get("text")?.as_str()))
+        .unwrap_or("(no text)");
+    let said: String = said.chars().take(300).collect();
+    Some(format!(
+        "the upstream answered with an error: {said:?}. An error may follow a partial effect, so the outcome is unknown: do not retry as a new action; check with execution_status({id})"
+    ))
+}
+
 /// What the agent should do next, in words, for anything not plainly finished.
 pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
     match state {

@@ -498,6 +498,15 @@ impl Ledger {
         self.record_streams(vec![write]).await
     }
 
+    /// As [`Ledger::record_stream`], committed now rather than with the next commit: for a
+    /// write a client is waiting on (a session's owner and state, before its `initialize` is
+    /// answered), where riding a later commit would add its hold to the client's wait.
+    pub async fn record_stream_now(&self, write: StreamWrite) -> Result<(), LedgerError> {
+        // The write is queued first (join polls in order), so the flush commits it.
+        let (written, flushed) = tokio::join!(self.record_stream(write), self.flush());
+        written.and(flushed)
+    }
+
     /// Several transport writes in one commit, in order (all or none).
     pub async fn record_streams(&self, writes: Vec<StreamWrite>) -> Result<(), LedgerError> {
         self.call(|tx| Op::Stream(writes, tx)).await

@@ -102,6 +102,7 @@ pub(super) struct RawUpstream {
     pub ca_file: Option<String>,
     pub timeout: Option<String>,
     pub startup_timeout: Option<String>,
+    pub on_tool_error: Option<String>,
     pub expose: Option<String>,
     pub prefix: Option<String>,
     pub default_class: Option<String>,

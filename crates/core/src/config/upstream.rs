@@ -198,7 +198,8 @@ pub(super) fn parse_upstream(
     })
 }
 
-/// The `expose`, `prefix`, `default_class`, `match_window` and `approval` keys of an upstream.
+/// The `expose`, `prefix`, `default_class`, `match_window`, `approval` and `on_tool_error`
+/// keys of an upstream.
 fn expose_all(
     name: &str,
     u: &mut RawUpstream,
@@ -215,6 +216,7 @@ fn expose_all(
                 (u.default_class.is_some(), "default_class"),
                 (u.match_window.is_some(), "match_window"),
                 (u.approval.is_some(), "approval"),
+                (u.on_tool_error.is_some(), "on_tool_error"),
             ] {
                 if set {
                     return Err(field(key, "applies only with expose = \"all\"".into()));
@@ -244,6 +246,8 @@ fn expose_all(
     };
     let approval =
         super::parse_approval(u.approval.take().as_deref()).map_err(|m| field("approval", m))?;
+    let on_tool_error = tool_error_verdict(u.on_tool_error.take().as_deref())
+        .map_err(|m| field("on_tool_error", m))?;
     let draft = ToolContractDraft {
         name: format!("{prefix}tool"),
         class: Some(class),
@@ -252,7 +256,7 @@ fn expose_all(
             // Named per tool by `contract`; validated here under a stand-in.
             tool: "tool".into(),
             timeout,
-            on_tool_error: ToolErrorVerdict::Unknown,
+            on_tool_error,
             schema_from_upstream: true,
         })),
         match_window: Some(match_window),
@@ -287,16 +291,8 @@ pub(super) fn mcp_spec(
         None => upstream.timeout,
         Some(t) => parse_duration(t).map_err(|e| ("mcp.timeout", e.to_string()))?,
     };
-    let on_tool_error = match m.on_tool_error.as_deref() {
-        None | Some("unknown") => ToolErrorVerdict::Unknown,
-        Some("rejected") => ToolErrorVerdict::Rejected,
-        Some(other) => {
-            return Err((
-                "mcp.on_tool_error",
-                format!("{other:?} is not \"unknown\" or \"rejected\""),
-            ))
-        }
-    };
+    let on_tool_error =
+        tool_error_verdict(m.on_tool_error.as_deref()).map_err(|m| ("mcp.on_tool_error", m))?;
     Ok(McpSpec {
         server: m.server,
         tool: m.tool,
@@ -328,6 +324,16 @@ pub(super) fn status_tool(
             };
             Ok(Some(StatusTool { tool, arguments }))
         }
+    }
+}
+
+/// What an upstream's `isError: true` means for the effect: `unknown` (the default: an error
+/// may follow a partial effect) or `rejected` (nothing was applied).
+fn tool_error_verdict(value: Option<&str>) -> Result<ToolErrorVerdict, String> {
+    match value {
+        None | Some("unknown") => Ok(ToolErrorVerdict::Unknown),
+        Some("rejected") => Ok(ToolErrorVerdict::Rejected),
+        Some(other) => Err(format!("{other:?} is not \"unknown\" or \"rejected\"")),
     }
 }
 

@@ -168,6 +168,9 @@ fn an_upstream_exposed_whole_gets_one_default_contract() {
         ("expose = \"all\"\ndefault_class = \"sometimes\"\n", "upstream.u.default_class: \"sometimes\" is not one of"),
         ("expose = \"all\"\nprefix = \"a b\"\n", "upstream.u.prefix: \"a b\" may hold only"),
         ("expose = \"all\"\napproval = \"maybe\"\n", "upstream.u.approval: \"maybe\" is not"),
+        ("on_tool_error = \"rejected\"\n", "upstream.u.on_tool_error: applies only with expose = \"all\""),
+        ("expose = \"all\"\non_tool_error = \"never\"\n", "upstream.u.on_tool_error: \"never\" is not \"unknown\" or \"rejected\""),
+        ("startup_timeout = \"soon\"\n", "upstream.u.startup_timeout:"),
     ] {
         let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\n{body}");
         let err = parse_err(&text).to_string();
@@ -228,6 +231,22 @@ fn an_upstream_env_takes_plain_values_and_secret_references() {
         let err = parse_err(&text).to_string();
         assert!(err.contains(wanted), "{env}: {err}");
     }
+}
+
+/// `on_tool_error` and `startup_timeout` on an upstream served whole: its tools' contracts take
+/// the verdict.
+#[test]
+fn an_upstream_exposed_whole_takes_on_tool_error_and_startup_timeout() {
+    use postern_core::contract::{ChannelSpec, ToolErrorVerdict};
+    let text = format!("{GATEWAY}[upstream.fs]\ncommand = [\"fs\"]\nexpose = \"all\"\non_tool_error = \"rejected\"\nstartup_timeout = \"3s\"\n");
+    let c = Config::parse(&text, "t.toml").unwrap();
+    let fs = &c.upstreams["fs"];
+    assert_eq!(fs.startup_timeout, Duration::from_secs(3));
+    let contract = fs.expose_all.as_ref().unwrap().contract("fs_read", "read");
+    let ChannelSpec::Mcp(m) = &contract.channel else {
+        panic!("an MCP channel")
+    };
+    assert_eq!(m.on_tool_error, ToolErrorVerdict::Rejected);
 }
 
 #[test]

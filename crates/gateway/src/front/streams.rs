@@ -314,7 +314,7 @@ impl DurableStreams {
             actor: actor.to_string(),
             at: now(),
         };
-        if let Err(e) = self.ledger().record_stream(write).await {
+        if let Err(e) = self.ledger().record_stream_now(write).await {
             tracing::warn!(error = %e, "a session's owner could not be stored; another replica will not know it");
         }
     }
@@ -554,7 +554,7 @@ impl SessionStore for DurableSessions {
             state: serde_json::to_string(state)?,
             at: now(),
         };
-        Ok(self.ledger.record_stream(write).await?)
+        Ok(self.ledger.record_stream_now(write).await?)
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {

@@ -547,6 +547,12 @@ impl Gateway {
                 | State::Completed(Verdict::Rejected)
                 | State::Delivered(Verdict::Rejected)
         );
+        let upstream_result = self.registry.get(&s.tool).is_some_and(|e| {
+            matches!(
+                e.contract.channel,
+                postern_core::contract::ChannelSpec::Mcp(_)
+            )
+        });
         CallReport {
             execution_id: s.id,
             tool: s.tool.clone(),
@@ -556,14 +562,14 @@ impl Gateway {
             accepted_at: s.accepted_at,
             first_dispatched_at: s.first_dispatched_at,
             target_status,
+            next_step: crate::report::upstream_error_step(
+                s.lifecycle.state,
+                s.id,
+                response.as_ref().filter(|_| upstream_result),
+            )
+            .or_else(|| next_step(s.lifecycle.state, s.id)),
             response,
-            upstream_result: self.registry.get(&s.tool).is_some_and(|e| {
-                matches!(
-                    e.contract.channel,
-                    postern_core::contract::ChannelSpec::Mcp(_)
-                )
-            }),
-            next_step: next_step(s.lifecycle.state, s.id),
+            upstream_result,
             decision: None,
             is_error,
         }

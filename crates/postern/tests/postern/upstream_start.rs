@@ -224,3 +224,66 @@ impl DirectStdio {
         let _ = self.child.kill().await;
     }
 }
+
+/// Issue 32, upstream faults: the npm `server-filesystem` refuses a path outside its allowed
+/// directory with `isError: true`. Under the default `on_tool_error = "unknown"` the agent is
+/// told the upstream answered with an error (quoted), not that no answer came back; an upstream
+/// served whole with `on_tool_error = "rejected"` makes the same answer a rejection, an error
+/// result an identical retry may repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_error_is_told_as_what_it_is() {
+    use crate::harness::{Mcp, Served, BILLING_TOKEN};
+    use serde_json::json;
+    let node = NodeClients::require();
+    let fs = node
+        .package("@modelcontextprotocol/server-filesystem")
+        .join("dist/index.js");
+    for (verdict, state, is_error) in [
+        ("unknown", "outcome_unknown", false),
+        ("rejected", "completed", true),
+    ] {
+        let dir = Dir::new(&format!("up-iserror-{verdict}"));
+        let allowed = dir.0.join("allowed");
+        std::fs::create_dir_all(&allowed).unwrap();
+        let config = format!(
+            "{GATEWAY}tools = [\"fs_*\"]\n\n[upstream.fs]\ncommand = [{:?}, {:?}, {:?}]\nexpose = \"all\"\non_tool_error = \"{verdict}\"\n",
+            node.node_binary().to_str().unwrap(),
+            fs.to_str().unwrap(),
+            allowed.to_str().unwrap()
+        );
+        let served = Served::start(&dir.0, &config);
+        let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+        let response = mcp
+            .call(
+                "fs_write_file",
+                json!({"path": "/tmp/outside.txt", "content": "x"}),
+                json!({}),
+            )
+            .await;
+        let result = &response["result"];
+        let execution = &result["_meta"]["io.postern/execution"];
+        assert_eq!(execution["state"], state, "{verdict}: {result}");
+        if verdict == "rejected" {
+            assert_eq!(execution["outcome"], "rejected", "{result}");
+        }
+        assert_eq!(result["isError"], is_error, "{verdict}: {result}");
+        let texts: Vec<&str> = result["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect();
+        assert!(
+            texts.iter().any(|t| t.contains("Access denied")),
+            "{verdict}: the upstream's words reach the model: {texts:?}"
+        );
+        if verdict == "unknown" {
+            let step = execution["next_step"].as_str().unwrap();
+            assert!(
+                step.starts_with("the upstream answered with an error"),
+                "{step}"
+            );
+            assert!(!step.contains("no answer came back"), "{step}");
+        }
+    }
+}
