@@ -11,7 +11,7 @@
 //!
 //! `--soak MINUTES [--concurrency C] [--rate R]` runs the retention soak instead (see `soak.rs`).
 //!
-//! `--sessions N` measures the session cap under careless agents: an `initialize` at the cap
+//! `--sessions N [--concurrency C]` measures the session cap under careless agents: an `initialize` at the cap
 //! against one below it, and RSS after N abandoned sessions (see `sessions.rs`).
 //!
 //! `--ssh` compares a trivial remote command through Postern with a bare russh exec on a
@@ -457,7 +457,15 @@ fn main() {
     }
     let api = rt.block_on(InvoiceApi::start()).unwrap();
     if let Some(n) = arg("--sessions") {
-        sessions::run(&rt, &postern, &dir, &api.url(""), n.parse().unwrap());
+        let agents = arg("--concurrency").map_or(sessions::AGENTS, |c| c.parse().unwrap());
+        sessions::run(
+            &rt,
+            &postern,
+            &dir,
+            &api.url(""),
+            n.parse().unwrap(),
+            agents,
+        );
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -16,9 +16,9 @@ use crate::{Served, TOKEN};
 
 const ROUNDS: usize = 4;
 const PER_ROUND: usize = 250;
-/// Careless agents at once: the sessions being opened count against the cap too, so fewer
-/// than it.
-const AGENTS: usize = 32;
+/// Careless agents at once unless `--concurrency` says otherwise: the sessions being opened
+/// count against the cap too, so fewer than it.
+pub(crate) const AGENTS: usize = 32;
 /// How long the bench waits after the churn before it reads the RSS again (past the stream
 /// sweep's retention of streams carried a moment ago).
 const SETTLE: Duration = Duration::from_secs(70);
@@ -88,6 +88,7 @@ pub(crate) fn run(
     dir: &Path,
     target: &str,
     n: usize,
+    agents_at_once: usize,
 ) {
     let (below_dir, cap_dir) = (dir.join("below"), dir.join("cap"));
     std::fs::create_dir_all(&below_dir).unwrap();
@@ -126,11 +127,11 @@ pub(crate) fn run(
         for quarter in 1..=4 {
             let upto = n * quarter / 4;
             let mut agents = tokio::task::JoinSet::new();
-            for agent in 0..AGENTS {
+            for agent in 0..agents_at_once {
                 let (http, url) = (http.clone(), cap.url.clone());
                 agents.spawn(async move {
                     let mut gone = 0;
-                    for _ in (opened + agent..upto).step_by(AGENTS) {
+                    for _ in (opened + agent..upto).step_by(agents_at_once) {
                         gone += usize::from(!try_open(&http, &url).await.2);
                     }
                     gone
@@ -149,7 +150,7 @@ pub(crate) fn run(
         let secs = started.elapsed().as_secs_f64();
         let after = rss_kib(cap.child.id());
         println!(
-            "{n} sessions opened and abandoned by one actor ({AGENTS} at once, {:.0}/s; {gone} evicted before their `initialized`): RSS {} KiB after, {} KiB idle (with 64 sessions): {:.2}x (goal: at most 1.5x)",
+            "{n} sessions opened and abandoned by one actor ({agents_at_once} at once, {:.0}/s; {gone} evicted before their `initialized`): RSS {} KiB after, {} KiB idle (with 64 sessions): {:.2}x (goal: at most 1.5x)",
             n as f64 / secs,
             after,
             idle_rss,
