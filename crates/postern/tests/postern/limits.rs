@@ -489,6 +489,58 @@ async fn when_every_session_is_busy_a_new_one_is_refused_until_one_is_idle() {
         .expect("idle again, it gives way");
 }
 
+/// Issue 35, acceptance 1: a session with a call in flight (a slow target) is never evicted
+/// while 200 more sessions of its actor are opened at a cap of 2: every one of them is opened
+/// (each evicting the one before it), and the slow call's answer and a next call on its
+/// session arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_a_call_in_flight_outlives_200_newer_ones() {
+    use postern_gateway::demo_client::McpClient;
+    use postern_gateway::demo_target::Mode;
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("session-in-flight");
+    let text = config(&format!("http://{}", target.addr))
+        .replace("response_timeout = \"1s\"", "response_timeout = \"30s\"")
+        .replace("[gateway]\n", "[gateway]\nmax_sessions_per_actor = 2\n");
+    let served = Served::start(&dir.0, &text);
+    let http = crate::harness::http_client();
+    let busy = McpClient::connect_with(http.clone(), &served.url, BILLING_TOKEN, "busy")
+        .await
+        .unwrap();
+    target
+        .state
+        .set_mode(Mode::SlowOnce(Duration::from_secs(4)));
+    let (_, slow) = busy.request(
+        "create_invoice",
+        json!({"customer": "in-flight-co", "amount": 1}),
+        json!({}),
+    );
+    let newer = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for i in 0..200 {
+            McpClient::connect_with(http.clone(), &served.url, BILLING_TOKEN, "careless")
+                .await
+                .unwrap_or_else(|e| panic!("session {i} was refused: {e:?}"));
+        }
+    };
+    let (answered, ()) = tokio::join!(busy.raw(&slow, None), newer);
+    let (status, body) = answered.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        crate::harness::sse_message(&body)["result"].is_object(),
+        "{body}"
+    );
+    let next = busy
+        .call("list_invoices", json!({}), json!({}))
+        .await
+        .unwrap();
+    assert!(
+        next["result"].is_object(),
+        "the busy session was kept: {next}"
+    );
+    assert_eq!(target.state.count_for("in-flight-co"), 1);
+}
+
 /// Issue 35, acceptance 1: 1,001 `initialize` of one actor without a `DELETE` (the default cap,
 /// 64) are all answered 200, a call on the newest session completes, the first session is
 /// unknown (404) and every eviction is counted.
