@@ -143,7 +143,7 @@ impl Pins {
                     if first {
                         let detail = json!({"notice": "upstream_tool_changed", "upstream": upstream, "tool": tool.name, "accepted_digest": pin.digest, "listed_digest": current, "withheld": true});
                         ledger.notice(None, detail, now()).await?;
-                        eprintln!("postern: upstream {upstream}: tool {:?} changed its definition; withheld until accepted (postern upstream accept {upstream} {})", tool.name, tool.name);
+                        tracing::warn!(upstream, tool = %tool.name, "an upstream tool changed its definition; withheld until accepted (postern upstream accept {upstream} {})", tool.name);
                     }
                 }
                 Some(_) => {}
@@ -229,10 +229,7 @@ pub(crate) fn watch(
                     .observe(&ledger, upstream.name(), &tools, &exposed)
                     .await
                 {
-                    eprintln!(
-                        "postern: upstream {}: its tools' pins could not be recorded: {e}",
-                        upstream.name()
-                    );
+                    tracing::warn!(upstream = upstream.name(), error = %e, "the upstream's tools' pins could not be recorded");
                 }
                 if changes.changed().await.is_err() {
                     return;

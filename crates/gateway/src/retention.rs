@@ -50,7 +50,7 @@ pub fn keep_retention(gateway: &Arc<Gateway>) {
         let every = period(&retention);
         loop {
             if let Err(e) = gateway.ledger().prune(&retention).await {
-                eprintln!("postern: the retention pass failed (it runs again in {every:?}): {e}");
+                tracing::warn!(error = %e, retry_in = ?every, "the retention pass failed; it runs again");
             }
             tokio::time::sleep(every).await;
         }

@@ -191,15 +191,20 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
     }
     let vault = open_vault(&config, &dir)?;
+    // The tools' pins of upstreams that came up are waited for within the same bound.
+    let startup_bound = config
+        .upstreams
+        .values()
+        .map(|u| u.startup_timeout)
+        .max()
+        .unwrap_or_default();
     let mut gateway = Gateway::new(config, registry, key, Arc::new(ledger))?;
     if let Some(vault) = vault {
         gateway = gateway.with_vault(vault);
     }
     gateway.watch_tool_pins().await?;
     // The tools of the upstreams that came up are pinned (or withheld) before anything lists.
-    gateway
-        .wait_for_pins(std::time::Duration::from_secs(10))
-        .await;
+    gateway.wait_for_pins(startup_bound).await;
     let gateway = Arc::new(gateway);
     Ok(Assembled {
         gateway,

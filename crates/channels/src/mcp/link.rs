@@ -189,17 +189,11 @@ async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: Cancellati
                 drop(child);
                 upstream.set_down(why.clone());
                 if !stop.is_cancelled() {
-                    eprintln!(
-                        "postern: upstream {}: link ended ({why}); reconnecting",
-                        spec.name
-                    );
+                    tracing::warn!(upstream = %spec.name, why = %why, "the upstream's link ended; reconnecting");
                 }
             }
             Err(why) => {
-                eprintln!(
-                    "postern: upstream {}: {why}; trying again in {backoff:?}",
-                    spec.name
-                );
+                tracing::warn!(upstream = %spec.name, why = %why, retry_in = ?backoff, "the upstream could not be reached; trying again");
                 upstream.set_down(why);
             }
         }
@@ -307,7 +301,8 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    eprintln!("[upstream {name}] {line}");
+                    // The server's own stderr, under its name (a server's words, not ours).
+                    tracing::info!(upstream = %name, "[upstream {name}] {line}");
                 }
             });
             let running = client

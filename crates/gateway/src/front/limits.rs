@@ -1,6 +1,8 @@
-//! Per-actor bounds of the HTTP front (issue 12): `tools/call` requests in flight, MCP sessions
-//! held and SSE streams kept open. Each is counted on this gateway instance (replicas count
-//! their own); a request over one is refused with 429 and a JSON-RPC error naming the limit,
+//! Per-actor bounds of the HTTP front (issues 12 and 35): `tools/call` requests in flight, MCP
+//! sessions held and SSE streams kept open. Each is counted on this gateway instance (replicas
+//! count their own). A bound never locks its actor out: at the session or stream cap the
+//! actor's least recently used idle session (or oldest idle stream) gives way; only a request
+//! that finds every slot busy is refused, with 429 and a JSON-RPC error naming the limit,
 //! before rmcp or the pipeline sees it, so nothing is recorded or sent. One agent cannot take
 //! every connection, writer slot, session worker or target connection of the gateway.
 

@@ -212,7 +212,7 @@ async fn vault_unlock(
         tokio::task::spawn_blocking(move || gateway.vault().map(|v| v.unlock(&passphrase))).await;
     match unlocked {
         Ok(Some(Ok(names))) => {
-            eprintln!("postern: the vault was unlocked by operator {operator}");
+            tracing::info!(operator = %operator, "the vault was unlocked");
             Json(json!({"locked": false, "names": names, "unlocked_by": operator})).into_response()
         }
         Ok(Some(Err(postern_vault::VaultError::WrongPassphrase))) => error(
@@ -235,7 +235,7 @@ async fn vault_lock(
         return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
     };
     vault.lock();
-    eprintln!("postern: the vault was locked by operator {operator}");
+    tracing::info!(operator = %operator, "the vault was locked");
     Json(json!({"locked": true, "locked_by": operator})).into_response()
 }
 

@@ -420,7 +420,9 @@ impl Gateway {
             match step.await {
                 Ok(true) => expired += 1,
                 Ok(false) => {}
-                Err(e) => eprintln!("postern: approval request of {}: {e}", s.id),
+                Err(e) => {
+                    tracing::warn!(execution_id = %s.id, error = %e, "an approval request could not be handled")
+                }
             }
         }
         // An approval does not wait for ever either: a call approved and not sent within its

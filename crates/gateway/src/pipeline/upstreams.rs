@@ -130,7 +130,7 @@ impl Gateway {
             .await
         {
             Ok(pin) => {
-                eprintln!("postern: upstream {upstream}: tool {tool:?} version sha256:{} accepted by operator {by}", pin.digest);
+                tracing::info!(upstream, tool, digest = %pin.digest, operator = by, "an upstream tool's version was accepted");
                 Ok(pin.digest)
             }
             Err(AcceptError::Ledger(e)) => Err(e.into()),

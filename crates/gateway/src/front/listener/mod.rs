@@ -156,7 +156,7 @@ async fn pause_after_accept_error(e: io::Error) {
     ) {
         return;
     }
-    eprintln!("postern: accepting a connection failed ({e}); trying again in 1 s");
+    tracing::warn!(error = %e, "accepting a connection failed; trying again in 1 s");
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
