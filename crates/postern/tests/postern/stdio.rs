@@ -22,12 +22,19 @@ pub(crate) struct StdioAgent {
 impl StdioAgent {
     pub(crate) fn start(dir: &Dir, args: &[&str]) -> StdioAgent {
         let config = dir.0.join("postern.toml");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_postern"));
+        command
             .args(["serve", "--stdio", "-c", config.to_str().unwrap()])
             .args(args)
+            .stderr(Stdio::inherit());
+        StdioAgent::spawn(command)
+    }
+
+    /// Any MCP server on stdio (e.g. an upstream reached directly, to compare with Postern).
+    pub(crate) fn spawn(mut command: Command) -> StdioAgent {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
             .unwrap();

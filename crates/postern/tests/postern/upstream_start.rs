@@ -99,11 +99,29 @@ async fn an_upstreams_content_reaches_the_model_unchanged() {
         ("get-tiny-image", json!({})),
         ("get-resource-links", json!({"count": 2})),
     ];
-    let mut direct = DirectStdio::start(node.node_binary(), &everything).await;
+    // The same server reached directly, by a raw stdio client.
+    let mut command = tokio::process::Command::new(node.node_binary());
+    command
+        .arg(&everything)
+        .arg("stdio")
+        .stderr(std::process::Stdio::null());
+    let mut direct = crate::stdio::StdioAgent::spawn(command);
+    direct
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "direct", "version": "1"}}),
+        )
+        .await;
+    direct
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
     let mut expected = Vec::new();
     for (i, (tool, arguments)) in calls.iter().enumerate() {
-        let result = direct.call(i as u64 + 10, tool, arguments.clone()).await;
-        expected.push(result["content"].clone());
+        let params = json!({"name": tool, "arguments": arguments});
+        let response = direct.request(i as u64 + 10, "tools/call", params).await;
+        expected.push(response["result"]["content"].clone());
     }
     let dir = Dir::new("up-content");
     let config = format!(
@@ -133,96 +151,7 @@ async fn an_upstreams_content_reaches_the_model_unchanged() {
             "{tool}: the last block names the execution: {last}"
         );
     }
-    direct.stop().await;
-}
-
-/// A raw MCP client on a server's stdin/stdout: the server reached directly.
-struct DirectStdio {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-}
-
-impl DirectStdio {
-    async fn start(node: &std::path::Path, script: &std::path::Path) -> DirectStdio {
-        use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(node)
-            .arg(script)
-            .arg("stdio")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut d = DirectStdio {
-            child,
-            stdin,
-            lines,
-        };
-        d.request(
-            1,
-            "initialize",
-            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "direct", "version": "1"}}),
-        )
-        .await;
-        d.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        d
-    }
-
-    async fn send(&mut self, message: serde_json::Value) {
-        use tokio::io::AsyncWriteExt;
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-    }
-
-    async fn request(
-        &mut self,
-        id: u64,
-        method: &str,
-        params: serde_json::Value,
-    ) -> serde_json::Value {
-        self.send(
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .await;
-        loop {
-            let line =
-                tokio::time::timeout(std::time::Duration::from_secs(20), self.lines.next_line())
-                    .await
-                    .expect("an answer within 20 s")
-                    .unwrap()
-                    .expect("the server's stdout is open");
-            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == id {
-                return message["result"].clone();
-            }
-        }
-    }
-
-    async fn call(
-        &mut self,
-        id: u64,
-        tool: &str,
-        arguments: serde_json::Value,
-    ) -> serde_json::Value {
-        self.request(
-            id,
-            "tools/call",
-            serde_json::json!({"name": tool, "arguments": arguments}),
-        )
-        .await
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
+    drop(direct);
 }
 
 /// Issue 32, upstream faults: the npm `server-filesystem` refuses a path outside its allowed
