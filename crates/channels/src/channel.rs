@@ -105,6 +105,9 @@ pub struct Action<'a> {
     pub cancel: CancellationToken,
     /// Where the target's progress reports go, if the caller asked for them.
     pub progress: Option<ProgressSink>,
+    /// The caller's client, for the questions a target asks it during the call (an upstream
+    /// MCP server's sampling, elicitation and roots requests).
+    pub asker: Option<ClientAsker>,
     /// The W3C `traceparent` of this dispatch (the gateway's span, or the client's when no
     /// tracer runs): sent as the `traceparent` header over HTTP and in `_meta` over MCP, so
     /// the target's own spans join the agent's trace. Never a secret, never part of the intent.
@@ -137,6 +140,34 @@ pub struct Progress {
 
 /// Receives the progress reports of one dispatch.
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// The calling client, as a target may question it during a call: MCP's server-to-client
+/// requests (`sampling/createMessage`, `elicitation/create`, `roots/list`), passed as the
+/// JSON-RPC method and params; the answer is the client's result, or why there is none.
+/// Puts one question (method, params) to the client.
+pub type AskFn = dyn Fn(String, Value) -> Pending<'static, Result<Value, AskRefused>> + Send + Sync;
+
+#[derive(Clone)]
+pub struct ClientAsker {
+    /// Names the client (its session): requests in flight from one client can share a question.
+    pub client: String,
+    pub ask: Arc<AskFn>,
+}
+
+impl std::fmt::Debug for ClientAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientAsker")
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+/// Why a client question got no answer: a JSON-RPC error code and a message for the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AskRefused {
+    pub code: i32,
+    pub message: String,
+}
 
 /// A read-only question recovery asks the target about an execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -54,7 +54,7 @@ mod channel;
 mod error;
 
 pub use channel::{
-    Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Progress, ProgressSink, Question,
-    Reading,
+    Action, Answer, AnswerVerdict, AskRefused, Channel, ClientAsker, Outcome, Pending, Progress,
+    ProgressSink, Question, Reading,
 };
 pub use error::ChannelError;

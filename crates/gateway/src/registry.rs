@@ -14,6 +14,7 @@ use postern_channels::ssh::{SshLinks, SshTool};
 use postern_channels::Channel;
 use postern_core::config::ExposeAll;
 use postern_core::contract::{ChannelSpec, ToolContract};
+use postern_core::ActionClass;
 use serde_json::Value;
 
 use crate::error::GatewayError;
@@ -59,6 +60,10 @@ pub struct ListedTool {
     pub unavailable: Option<String>,
     /// Why the tool is not served at all now (its upstream changed it: tool pinning).
     pub withheld: Option<String>,
+    /// An upstream tool's display title and the schema of its `structuredContent`, as the
+    /// upstream lists them (its results' `structuredContent` is passed on unchanged).
+    pub title: Option<String>,
+    pub output_schema: Option<Value>,
 }
 
 /// What the registry's channels dial through: the HTTP sender (a simulated target in the
@@ -149,6 +154,8 @@ impl ToolEntry {
             upstream_annotations: None,
             unavailable: self.channel.unavailable(),
             withheld: None,
+            title: None,
+            output_schema: None,
         };
         if let Some(b) = &self.upstream {
             if let Some(listing) = b.listed() {
@@ -160,6 +167,8 @@ impl ToolEntry {
                     listed.description = t.description.clone();
                 }
                 listed.upstream_annotations = t.annotations.clone();
+                listed.title = t.title.clone();
+                listed.output_schema = t.output_schema.clone();
                 listed.withheld = b.withheld(&listing);
             } else if listed.unavailable.is_none() {
                 listed.unavailable = Some(format!(
@@ -174,6 +183,14 @@ impl ToolEntry {
 }
 
 impl ToolEntry {
+    /// Whether its upstream lists it with an output schema.
+    pub fn has_output_schema(&self) -> bool {
+        self.upstream
+            .as_ref()
+            .and_then(|b| b.listed())
+            .is_some_and(|listing| listing.1.output_schema.is_some())
+    }
+
     /// Why an upstream tool may not be called now although it is listed: its definition
     /// changed since it was accepted (or is not checked yet).
     pub fn withheld(&self) -> Option<String> {
@@ -315,6 +332,34 @@ impl UpstreamExposure {
             ));
         }
         Ok(name)
+    }
+
+    /// The prefix of the names its prompts are served under: `expose = "all"`'s prefix, else
+    /// `<upstream>_`.
+    pub fn prefix(&self) -> String {
+        match &self.all {
+            Some(all) => all.expose.prefix.clone(),
+            None => format!("{}_", self.upstream.name()),
+        }
+    }
+
+    /// The class an `expose = "all"` tool is served under, and why: an operator's `read_only`
+    /// pattern or the upstream's `default_class` (`None`: not served under `expose = "all"`).
+    pub fn served_class(&self, tool: &str) -> Option<(ActionClass, String)> {
+        let all = self.all.as_ref()?;
+        if self.explicit.iter().any(|t| t == tool) {
+            return None;
+        }
+        Some(match all.expose.read_pattern(tool) {
+            Some(p) => (
+                ActionClass::ReadOnly,
+                format!("matches read_only pattern {p:?}"),
+            ),
+            None => (
+                all.expose.template().class,
+                "the upstream's default_class".into(),
+            ),
+        })
     }
 
     /// The contract `expose = "all"` serves its tools under (named for none of them).

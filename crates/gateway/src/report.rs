@@ -43,6 +43,9 @@ pub struct CallReport {
     /// `response` is an upstream MCP server's tool result (its `content` blocks are what the
     /// model reads), not a target's body.
     pub upstream_result: bool,
+    /// The upstream lists the tool with an `outputSchema`: its `structuredContent` is passed
+    /// on unchanged (the execution record goes in `_meta` only).
+    pub upstream_structured: bool,
     pub next_step: Option<String>,
     /// For an execution a human decides on: the pending approval request (when it expires), or
     /// the recorded decision (who, when, why).

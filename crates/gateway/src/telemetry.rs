@@ -25,6 +25,8 @@ use crate::pipeline::{now, Gateway};
 /// Calls answered: `tool`, `class`, `attempt` (new, attached, recovered, refused), `outcome`
 /// (the state reported, or the refusal's kind).
 pub const CALLS: &str = "postern_calls_total";
+/// Reads passed through to upstreams (resources, prompts), by outcome.
+pub const READS: &str = "postern_reads_total";
 /// Time the target took to answer a dispatch (`tool`, `outcome`: applied, rejected, unknown,
 /// not_sent).
 pub const TARGET_SECONDS: &str = "postern_target_seconds";
@@ -98,6 +100,10 @@ fn describe() {
     describe_counter!(
         CALLS,
         "tools/call requests answered, by tool, class, attempt and outcome"
+    );
+    describe_counter!(
+        READS,
+        "resource and prompt reads passed through to upstreams, by outcome"
     );
     describe_counter!(
         ledger::EVENTS,
@@ -280,6 +286,11 @@ impl Gateway {
             }),
         }
     }
+}
+
+/// Counts a read passed through (see [`READS`]).
+pub(crate) fn count_read(outcome: &'static str) {
+    metrics::counter!(READS, "outcome" => outcome).increment(1);
 }
 
 /// Counts a call as answered (see [`CALLS`]).

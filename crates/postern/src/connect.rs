@@ -21,22 +21,23 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use postern_core::duration::parse_duration;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    ContentBlock, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
-    RequestMetaObject, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    ProgressToken, RequestMetaObject, ServerCapabilities, Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::RunningService;
 use rmcp::transport::common::client_side_sse::NeverRetry;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt};
+use rmcp::{ErrorData, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::{json, Value};
 
 mod edge;
+mod passthrough;
 mod remote;
 
+use passthrough::BridgeClient;
 use remote::{remote_from, Remote};
 
 /// The operation key in a request's `_meta` (the gateway's name for it).
@@ -115,7 +116,7 @@ struct Timing {
 /// One client session with the remote gateway.
 struct Session {
     generation: u64,
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, BridgeClient>,
 }
 
 /// How long `tools/list` answers are reused.
@@ -136,6 +137,10 @@ struct Inner {
     generations: AtomicU64,
     tools: Mutex<Option<(Instant, Vec<Tool>)>>,
     instructions: Option<String>,
+    /// What the gateway declared: the bridge passes the same on.
+    capabilities: ServerCapabilities,
+    /// The bridge's client side: notifications and questions to the agent.
+    client: BridgeClient,
     /// One run in the gateway's Sessions log for this bridge process, whatever sessions it
     /// needs underneath.
     run_id: String,
@@ -159,8 +164,9 @@ impl Bridge {
     async fn start(remote: Remote, timing: Timing, verbose: bool) -> Result<Bridge> {
         let deadline = Instant::now() + timing.recovery.min(Duration::from_secs(15));
         let mut pause = FIRST_PAUSE;
+        let client = BridgeClient::default();
         let service = loop {
-            match tokio::time::timeout(timing.attempt, connect(&remote)).await {
+            match tokio::time::timeout(timing.attempt, connect(&remote, &client)).await {
                 Ok(Ok(s)) => break s,
                 Ok(Err(e)) if e.auth_challenge().is_some() => bail!(
                     "{} refused the token (HTTP 401): check the token in the environment",
@@ -191,6 +197,10 @@ impl Bridge {
             pause = (pause * 2).min(MAX_PAUSE);
         };
         let instructions = service.peer_info().and_then(|i| i.instructions.clone());
+        let capabilities = service
+            .peer_info()
+            .map(|i| i.capabilities.clone())
+            .unwrap_or_default();
         let run_id = format!("connect:{}", random_hex());
         Ok(Bridge(Arc::new(Inner {
             remote,
@@ -203,6 +213,8 @@ impl Bridge {
             generations: AtomicU64::new(1),
             tools: Mutex::new(None),
             instructions,
+            capabilities,
+            client,
             run_id,
             requests: AtomicU64::new(1),
         })))
@@ -219,7 +231,7 @@ impl Bridge {
         if let Some(old) = slot.take() {
             retire(old);
         }
-        let built = tokio::time::timeout(budget, connect(&self.0.remote)).await;
+        let built = tokio::time::timeout(budget, connect(&self.0.remote, &self.0.client)).await;
         let service = match built {
             Ok(Ok(s)) => s,
             Ok(Err(e)) if e.auth_challenge().is_some() => {
@@ -270,8 +282,9 @@ impl Bridge {
     }
 
     async fn tools(&self) -> Result<Vec<Tool>, ErrorData> {
+        let changed = self.0.client.tools_changed.swap(false, Ordering::Relaxed);
         if let Some((at, tools)) = self.0.tools.lock().ok().and_then(|t| t.clone()) {
-            if at.elapsed() < TOOLS_TTL {
+            if at.elapsed() < TOOLS_TTL && !changed {
                 return Ok(tools);
             }
         }
@@ -323,6 +336,7 @@ impl Bridge {
     async fn call(
         &self,
         params: CallToolRequestParams,
+        progress: Option<ProgressToken>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
@@ -344,7 +358,7 @@ impl Bridge {
                 .max(Duration::from_millis(50));
             let outcome = tokio::select! {
                 () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
-                o = self.attempt(params.clone(), budget) => o,
+                o = self.attempt(params.clone(), progress.clone(), budget) => o,
             };
             match outcome {
                 Ok(CallToolResponse::Complete(result)) if is_in_progress(&result) => {
@@ -414,6 +428,7 @@ impl Bridge {
     async fn attempt(
         &self,
         params: CallToolRequestParams,
+        progress: Option<ProgressToken>,
         budget: Duration,
     ) -> Result<CallToolResponse, Failure> {
         let started = Instant::now();
@@ -421,7 +436,8 @@ impl Bridge {
         let budget = budget
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(50));
-        match tokio::time::timeout(budget, peer.call_tool_once(params)).await {
+        let answer = self.0.client.call_tool(&peer, params, progress);
+        match tokio::time::timeout(budget, answer).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => {
                 let failure = classify(&e);
@@ -476,17 +492,14 @@ impl Bridge {
 /// waiting the server's 3 s `retry:` each time); after that the call is re-issued instead.
 async fn connect(
     remote: &Remote,
-) -> Result<RunningService<RoleClient, ClientConfig>, rmcp::service::ClientInitializeError> {
+    client: &BridgeClient,
+) -> Result<RunningService<RoleClient, BridgeClient>, rmcp::service::ClientInitializeError> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(remote.url.clone())
         .auth_header(remote.token.clone())
         .reinit_on_expired_session(true);
     config.retry_config = Arc::new(NeverRetry::default());
     let transport = StreamableHttpClientTransport::with_client(remote.http.clone(), config);
-    let info = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("postern-connect", env!("CARGO_PKG_VERSION")),
-    );
-    info.serve(transport).await
+    client.clone().serve(transport).await
 }
 
 /// Closes a session in the background (its `DELETE` must not hold up the caller).
@@ -588,11 +601,14 @@ fn connect_refused(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The gateway's execution record in a result: always in `_meta`, and in `structuredContent`
+/// unless the tool's upstream gives structured content of its own.
 fn execution(result: &CallToolResult) -> Option<&serde_json::Map<String, Value>> {
     result
-        .structured_content
-        .as_ref()?
-        .get("execution")?
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("io.postern/execution"))
+        .or_else(|| result.structured_content.as_ref()?.get("execution"))?
         .as_object()
 }
 
@@ -720,43 +736,4 @@ fn random_hex() -> String {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
     hex::encode(b)
-}
-
-impl ServerHandler for Bridge {
-    fn get_info(&self) -> ServerConfig {
-        let mut instructions = self.0.instructions.clone().unwrap_or_default();
-        instructions.push_str(
-            " (Bridged by postern connect: a call whose answer is lost in transit is re-issued and \
-             matched by the gateway to the same execution.)",
-        );
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "postern-connect",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(instructions.trim_start().to_string())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools().await?))
-    }
-
-    async fn call_tool(
-        &self,
-        mut request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        if let Some(reason) = ctx.meta.0.get(REFUSED_META).and_then(Value::as_str) {
-            return Err(ErrorData::invalid_params(
-                format!("invalid request: {reason}"),
-                None,
-            ));
-        }
-        request.meta = Some(self.forwarded_meta(&ctx.meta));
-        self.call(request, ctx.ct.clone()).await
-    }
 }

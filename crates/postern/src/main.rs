@@ -45,6 +45,10 @@ enum Command {
     /// See the product work: a real gateway, a real target and a flaky agent, step by step.
     Demo,
     /// Write a commented starter postern.toml, a fingerprint key and an audit signing key.
+    ///
+    /// With --from-mcp-json FILE, the config puts Postern in front of the MCP servers of a host's
+    /// own config (mcpServers or servers JSON), and the change that routes the host through it is
+    /// printed.
     Init(init::InitArgs),
     /// Generate an Ed25519 audit signing key (and print its public key).
     Keygen(init::KeygenArgs),

@@ -137,6 +137,7 @@ pub fn upstream_specs(
             name: name.clone(),
             transport,
             startup_timeout: upstream.startup_timeout,
+            request_timeout: upstream.timeout,
         });
     }
     Ok(specs)

@@ -101,11 +101,15 @@ fn print_upstreams(v: &Value) {
         for t in u["tools"].as_array().map(Vec::as_slice).unwrap_or_default() {
             let digest = t["listed_digest"].as_str().map(|d| &d[..12.min(d.len())]);
             println!(
-                "  {:<32} {:<10} {}",
+                "  {:<32} {:<10} {:<18} {}",
                 text(&t["tool"]),
                 text(&t["state"]),
+                t["class"].as_str().unwrap_or("-"),
                 digest.map(|d| format!("sha256:{d}")).unwrap_or_default()
             );
+            if let Some(why) = t["class_why"].as_str() {
+                println!("    class: {why}");
+            }
             if let Some(why) = t["why"].as_str() {
                 println!("    {why}");
                 print_diff(t);

@@ -1,38 +1,221 @@
 //! The client side of one upstream link: what Postern tells the server about itself, and what
-//! it does with the server's notifications (a changed tool list, progress of a call).
+//! it does with the server's notifications (a changed list, progress of a call, a log message,
+//! an updated resource) and with its questions during a call (sampling, elicitation, roots).
+//!
+//! Postern declares upstream exactly what it can pass on: sampling, elicitation (form and URL)
+//! and roots. A question is passed to the client of the call in flight on this link; with no
+//! call in flight, `roots/list` is answered with no roots (the link serves many clients, none
+//! of whose roots apply to all) and the others are refused. With calls of several clients in
+//! flight the link cannot tell which one asked (MCP does not say), and refuses too, saying so.
+
+// Logging, sampling and roots are deprecated by SEP-2577, but the servers in the field use them.
+#![allow(deprecated)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ErrorCode, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    ResourceUpdatedNotificationParam,
 };
-use rmcp::service::NotificationContext;
-use rmcp::{ClientHandler, RoleClient};
-use tokio::sync::Notify;
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ClientHandler, ErrorData, RoleClient};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{broadcast, Notify};
 
-use crate::channel::{Progress, ProgressSink};
+use crate::channel::{ClientAsker, Progress, ProgressSink};
 
-/// Progress sinks of calls in flight, by the progress token their request carries.
-pub(super) type ProgressRoutes = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
+/// Progress sinks of calls in flight, by the progress token their request carries, and how
+/// many progress notifications the link has handled.
+#[derive(Clone, Default)]
+pub(super) struct ProgressRoutes {
+    pub routes: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+    pub handled: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Waits until the progress notifications that came before an answer have been handled.
+///
+/// rmcp hands each notification to a task of its own, spawned before the answer that follows
+/// it is delivered: the call's answer can overtake its last progress report. Once the answer is
+/// in, this waits for `handled` to stand still for a moment (bounded), so no report of the call
+/// is dropped or sent after its answer.
+pub async fn progress_settled(handled: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering;
+    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
+    const MOST: u32 = 10;
+    let mut last = handled.load(Ordering::Acquire);
+    for _ in 0..MOST {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(QUIET).await;
+        let now = handled.load(Ordering::Acquire);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// The clients of the calls in flight on a link, by a number the call holds.
+pub(super) type Askers = Arc<Mutex<HashMap<u64, ClientAsker>>>;
+
+/// What an upstream tells its clients outside any answer: the front passes it on to the
+/// clients that see the upstream.
+#[derive(Clone, Debug)]
+pub enum UpstreamEvent {
+    /// `notifications/message`.
+    Log(LoggingMessageNotificationParam),
+    /// `notifications/resources/updated` of a resource someone subscribed to.
+    ResourceUpdated(String),
+    /// `notifications/resources/list_changed`.
+    ResourcesChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+}
 
 #[derive(Clone)]
 pub(super) struct LinkClient {
     /// Woken by `notifications/tools/list_changed`: the link reads the list again.
     pub refresh: Arc<Notify>,
     pub progress: ProgressRoutes,
+    pub askers: Askers,
+    pub events: broadcast::Sender<UpstreamEvent>,
+}
+
+/// The capabilities Postern declares to every upstream (and `postern connect` to its gateway):
+/// those it can pass on to a caller.
+pub fn forwarded_capabilities() -> ClientCapabilities {
+    serde_json::from_value(json!({
+        "sampling": {},
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {}
+    }))
+    .unwrap_or_default()
+}
+
+impl LinkClient {
+    /// The one client of the calls in flight, or why there is none to ask.
+    fn caller(&self, method: &str) -> Result<Option<ClientAsker>, ErrorData> {
+        let askers = self
+            .askers
+            .lock()
+            .map_err(|_| ErrorData::internal_error("the gateway's link state is poisoned", None))?;
+        let mut clients = askers.values();
+        let Some(first) = clients.next() else {
+            return Ok(None);
+        };
+        if clients.any(|a| a.client != first.client) {
+            return Err(ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("Postern: {method} came while calls of several clients were in flight on this link; MCP does not say which call asked, so it is not passed to any"),
+                None,
+            ));
+        }
+        Ok(Some(first.clone()))
+    }
+
+    async fn ask<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+        asker: ClientAsker,
+    ) -> Result<R, ErrorData> {
+        let params = serde_json::to_value(params)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let answer = (asker.ask)(method.to_string(), params)
+            .await
+            .map_err(|r| ErrorData::new(ErrorCode(r.code), r.message, None))?;
+        serde_json::from_value(answer).map_err(|e| {
+            ErrorData::internal_error(format!("the client's answer to {method}: {e}"), None)
+        })
+    }
+
+    fn no_call(method: &str) -> ErrorData {
+        ErrorData::new(
+            ErrorCode::INVALID_REQUEST,
+            format!("Postern passes {method} only to the client of a call in flight, and none is"),
+            None,
+        )
+    }
+
+    fn tell(&self, event: UpstreamEvent) {
+        // No receiver (no front listening) is fine: nobody to tell.
+        let _ = self.events.send(event);
+    }
 }
 
 impl ClientHandler for LinkClient {
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            ClientCapabilities::default(),
+            forwarded_capabilities(),
             Implementation::new("postern", env!("CARGO_PKG_VERSION")),
         )
     }
 
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        const METHOD: &str = "sampling/createMessage";
+        match self.caller(METHOD)? {
+            Some(asker) => self.ask(METHOD, &params, asker).await,
+            None => Err(Self::no_call(METHOD)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        const METHOD: &str = "elicitation/create";
+        match self.caller(METHOD)? {
+            Some(asker) => self.ask(METHOD, &params, asker).await,
+            None => Err(Self::no_call(METHOD)),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        const METHOD: &str = "roots/list";
+        match self.caller(METHOD)? {
+            Some(asker) => self.ask(METHOD, &json!({}), asker).await,
+            None => Ok(ListRootsResult::default()),
+        }
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.refresh.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tell(UpstreamEvent::ResourcesChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tell(UpstreamEvent::PromptsChanged);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.tell(UpstreamEvent::Log(params));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.tell(UpstreamEvent::ResourceUpdated(params.uri));
     }
 
     async fn on_progress(
@@ -42,6 +225,7 @@ impl ClientHandler for LinkClient {
     ) {
         let sink = self
             .progress
+            .routes
             .lock()
             .ok()
             .and_then(|routes| routes.get(&params.progress_token).cloned());
@@ -52,5 +236,8 @@ impl ClientHandler for LinkClient {
                 message: params.message,
             });
         }
+        self.progress
+            .handled
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 }

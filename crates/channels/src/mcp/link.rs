@@ -15,10 +15,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{LinkClient, ProgressRoutes};
+use super::client::{Askers, LinkClient, ProgressRoutes, UpstreamEvent};
 use crate::http::{Credential, Secret, TlsProfile};
 
 /// How to reach an upstream, with its references resolved.
@@ -28,6 +28,8 @@ pub struct UpstreamSpec {
     pub transport: UpstreamTransport,
     /// How long a call waits for a link that is (re)connecting before it fails, sending nothing.
     pub startup_timeout: Duration,
+    /// How long a request passed through (a resource read, a prompt) waits for its answer.
+    pub request_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -54,6 +56,9 @@ pub struct UpstreamTool {
     pub input_schema: Value,
     /// The upstream's annotations (`readOnlyHint`, …), as sent: untrusted hints.
     pub annotations: Option<Value>,
+    /// The upstream's display title and the schema of its `structuredContent`, as listed.
+    pub title: Option<String>,
+    pub output_schema: Option<Value>,
 }
 
 impl UpstreamTool {
@@ -66,6 +71,11 @@ impl UpstreamTool {
                 .annotations
                 .as_ref()
                 .and_then(|a| serde_json::to_value(a).ok()),
+            title: tool.title.clone(),
+            output_schema: tool
+                .output_schema
+                .as_ref()
+                .map(|s| Value::Object(s.as_ref().clone())),
         }
     }
 }
@@ -86,15 +96,23 @@ pub struct Upstream {
     /// The names of the variables a stdio upstream's process receives (`None` over HTTP).
     environment: Option<Vec<String>>,
     startup_timeout: Duration,
+    pub(super) request_timeout: Duration,
     state: watch::Sender<LinkState>,
     peer: RwLock<Option<Peer<RoleClient>>>,
     pub(super) progress: ProgressRoutes,
+    pub(super) askers: Askers,
+    pub(super) events: broadcast::Sender<UpstreamEvent>,
+    /// Resources clients subscribed to, with how many subscriptions each: subscribed again
+    /// upstream on every new connection.
+    pub(super) subscriptions: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// Concurrent requests one HTTP upstream link carries.
 const MAX_CALLS_IN_FLIGHT: usize = 256;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Notifications kept for a front that is slow to take them (older ones are dropped for it).
+const EVENTS_BUFFERED: usize = 1024;
 
 impl Upstream {
     /// Starts supervising the link to `spec` until `stop` fires (a stdio child is killed then).
@@ -112,9 +130,13 @@ impl Upstream {
             name: spec.name.clone(),
             environment,
             startup_timeout: spec.startup_timeout,
+            request_timeout: spec.request_timeout,
             state,
             peer: RwLock::new(None),
             progress: Default::default(),
+            askers: Default::default(),
+            events: broadcast::channel(EVENTS_BUFFERED).0,
+            subscriptions: Default::default(),
         });
         tokio::spawn(supervise(upstream.clone(), spec, stop));
         upstream
@@ -176,6 +198,8 @@ async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: Cancellati
         let client = LinkClient {
             refresh: refresh.clone(),
             progress: upstream.progress.clone(),
+            askers: upstream.askers.clone(),
+            events: upstream.events.clone(),
         };
         let connected = tokio::select! {
             c = connect(&spec, client) => c,
@@ -225,6 +249,7 @@ async fn serve(
     if let Ok(mut p) = upstream.peer.write() {
         *p = Some(peer.clone());
     }
+    upstream.subscribe_again(&peer).await;
     let mut list = true;
     loop {
         if std::mem::take(&mut list) {

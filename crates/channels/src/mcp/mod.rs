@@ -11,6 +11,11 @@
 //! A stdio upstream's process gets a safe base of the gateway's environment and its own `env`
 //! table, nothing else (`environment`): the gateway's tokens and secrets never reach it.
 //!
+//! Requests that are not side effects (resources, prompts, completions, the log level) pass
+//! through [`Upstream::pass`], sent once and never recorded as executions; the upstream's
+//! notifications outside answers ([`UpstreamEvent`]) are offered to the front, and its
+//! questions during a call (sampling, elicitation, roots) go to the caller's client (`client`).
+//!
 //! Every send stays under the gateway's control: one `tools/call` request per dispatch, never
 //! re-sent by the client library — the HTTP transport's `reinit_on_expired_session` is off and
 //! its retries are disabled, and no multi-round `call_tool` helper is used. A lost session
@@ -28,10 +33,13 @@
 mod client;
 mod environment;
 mod link;
+mod passage;
 mod tool;
 
+pub use client::{forwarded_capabilities, progress_settled, UpstreamEvent};
 pub use environment::{child_environment, environment_names, INHERITED_ENV};
 pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
+pub use passage::PassError;
 pub use tool::McpTool;
 
 /// The `_meta` key that carries the execution id on every upstream call.

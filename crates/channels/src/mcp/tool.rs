@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use postern_core::contract::{McpSpec, StatusTool, ToolErrorVerdict};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientRequest, ErrorCode, RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
+    RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::ServiceError;
@@ -68,15 +68,9 @@ impl McpTool {
     /// One `tools/call` of `tool`, handed to the live link once.
     async fn call(&self, tool: &str, arguments: Map<String, Value>, action: &Action<'_>) -> Call {
         // A link that is (re)connecting is waited for, up to the upstream's startup_timeout.
-        let peer = match self.upstream.peer() {
+        let peer = match self.upstream.live_peer().await {
             Ok(peer) => peer,
-            Err(why) => match self.upstream.wait_up().await {
-                true => match self.upstream.peer() {
-                    Ok(peer) => peer,
-                    Err(why) => return Call::NotSent(why),
-                },
-                false => return Call::NotSent(why),
-            },
+            Err(why) => return Call::NotSent(why),
         };
         let mut meta = RequestMetaObject::new();
         meta.insert(EXECUTION_ID_META.into(), json!(action.execution_id));
@@ -88,7 +82,18 @@ impl McpTool {
         params.meta = Some(meta);
         params.arguments = Some(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut handle = match peer
+        // The caller's client answers the upstream's questions while the call is in flight.
+        let asking = action.asker.clone().map(|asker| {
+            let key = NEXT_ASKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut askers) = self.upstream.askers.lock() {
+                askers.insert(key, asker);
+            }
+            AskerGuard {
+                upstream: &self.upstream,
+                key,
+            }
+        });
+        let handle = match peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
         {
@@ -102,31 +107,26 @@ impl McpTool {
             }
         };
         let token = handle.progress_token.clone();
-        if let (Some(sink), Ok(mut routes)) = (&action.progress, self.upstream.progress.lock()) {
+        if let (Some(sink), Ok(mut routes)) =
+            (&action.progress, self.upstream.progress.routes.lock())
+        {
             routes.insert(token.clone(), sink.clone());
         }
-        let deadline = tokio::time::sleep(self.timeout);
-        tokio::pin!(deadline);
-        let mut cancel_sent = false;
-        let answer = loop {
-            tokio::select! {
-                r = &mut handle.rx => break r.unwrap_or(Err(ServiceError::TransportClosed)),
-                () = &mut deadline => break Err(ServiceError::Timeout { timeout: self.timeout }),
-                () = action.cancel.cancelled(), if !cancel_sent => {
-                    cancel_sent = true;
-                    let note = CancelledNotification::new(CancelledNotificationParam::new(
-                        Some(handle.id.clone()),
-                        Some("the caller cancelled the call".into()),
-                    ));
-                    if let Err(e) = peer.send_notification(note.into()).await {
-                        tracing::info!(upstream = %self.upstream.name(), error = %e, "a cancellation could not be passed upstream; the call's outcome is what the upstream answers");
-                    }
-                }
-            }
-        };
-        if let Ok(mut routes) = self.upstream.progress.lock() {
+        let answer = super::passage::answer(
+            &peer,
+            handle,
+            self.timeout,
+            &action.cancel,
+            self.upstream.name(),
+        )
+        .await;
+        if action.progress.is_some() {
+            super::progress_settled(&self.upstream.progress.handled).await;
+        }
+        if let Ok(mut routes) = self.upstream.progress.routes.lock() {
             routes.remove(&token);
         }
+        drop(asking);
         Call::Answered(answer)
     }
 
@@ -158,6 +158,23 @@ impl McpTool {
             body,
             size,
             truncated,
+        }
+    }
+}
+
+/// Numbers the askers registered on links (unique within the process).
+static NEXT_ASKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Takes a call's asker off its link when the call ends, however it ends.
+struct AskerGuard<'a> {
+    upstream: &'a Upstream,
+    key: u64,
+}
+
+impl Drop for AskerGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut askers) = self.upstream.askers.lock() {
+            askers.remove(&self.key);
         }
     }
 }

@@ -106,6 +106,7 @@ pub(super) struct RawUpstream {
     pub expose: Option<String>,
     pub prefix: Option<String>,
     pub default_class: Option<String>,
+    pub read_only: Option<Vec<String>>,
     pub match_window: Option<String>,
     pub approval: Option<String>,
 }

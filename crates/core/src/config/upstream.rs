@@ -35,12 +35,49 @@ pub struct Upstream {
 pub struct ExposeAll {
     pub prefix: String,
     template: ToolContract,
+    /// `read_only = ["list_*", …]`: the operator's patterns of the tools that only read; they
+    /// are served under `reads` (class `read_only`: re-executed every time, nothing stored).
+    /// The upstream's own annotations never decide this.
+    pub read_only: Vec<String>,
+    reads: Option<ToolContract>,
+}
+
+/// Whether `name` fits `pattern`, where `*` stands for any run of characters.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
 }
 
 impl ExposeAll {
+    /// The `read_only` pattern the upstream's tool `tool` matches, if any.
+    pub fn read_pattern(&self, tool: &str) -> Option<&str> {
+        self.read_only
+            .iter()
+            .find(|p| name_matches(p, tool))
+            .map(String::as_str)
+    }
+
     /// The contract of the upstream's tool `tool`, served as `name`.
     pub fn contract(&self, name: &str, tool: &str) -> ToolContract {
-        let mut c = self.template.clone();
+        let template = match (&self.reads, self.read_pattern(tool)) {
+            (Some(reads), Some(_)) => reads,
+            _ => &self.template,
+        };
+        let mut c = template.clone();
         c.name = name.to_string();
         if let ChannelSpec::Mcp(m) = &mut c.channel {
             m.tool = tool.to_string();
@@ -217,6 +254,7 @@ fn expose_all(
                 (u.match_window.is_some(), "match_window"),
                 (u.approval.is_some(), "approval"),
                 (u.on_tool_error.is_some(), "on_tool_error"),
+                (u.read_only.is_some(), "read_only"),
             ] {
                 if set {
                     return Err(field(key, "applies only with expose = \"all\"".into()));
@@ -248,7 +286,7 @@ fn expose_all(
         super::parse_approval(u.approval.take().as_deref()).map_err(|m| field("approval", m))?;
     let on_tool_error = tool_error_verdict(u.on_tool_error.take().as_deref())
         .map_err(|m| field("on_tool_error", m))?;
-    let draft = ToolContractDraft {
+    let draft = |class: ActionClass, match_window: Duration| ToolContractDraft {
         name: format!("{prefix}tool"),
         class: Some(class),
         channel: Some(ChannelSpec::Mcp(McpSpec {
@@ -264,7 +302,16 @@ fn expose_all(
         approval,
         ..ToolContractDraft::default()
     };
-    let template = draft.validate().map_err(|e| {
+    let read_only = read_patterns(u.read_only.take()).map_err(|m| field("read_only", m))?;
+    let reads = match read_only.is_empty() {
+        true => None,
+        false => Some(
+            draft(ActionClass::ReadOnly, Duration::ZERO)
+                .validate()
+                .map_err(|e| field("read_only", e.reason))?,
+        ),
+    };
+    let template = draft(class, match_window).validate().map_err(|e| {
         field(
             "default_class",
             format!(
@@ -273,7 +320,24 @@ fn expose_all(
             ),
         )
     })?;
-    Ok(Some(ExposeAll { prefix, template }))
+    Ok(Some(ExposeAll {
+        prefix,
+        template,
+        read_only,
+        reads,
+    }))
+}
+
+/// `read_only` patterns: tool names with `*` for any run of characters.
+fn read_patterns(patterns: Option<Vec<String>>) -> Result<Vec<String>, String> {
+    let patterns = patterns.unwrap_or_default();
+    for p in &patterns {
+        let plain = p.replace('*', "x");
+        if p.is_empty() || p.len() > 64 || !crate::contract::valid_tool_name(&plain) {
+            return Err(format!("{p:?} is not a tool-name pattern (letters, digits, '_', '-', '.', and '*' for any run of them)"));
+        }
+    }
+    Ok(patterns)
 }
 
 pub(super) fn mcp_spec(
@@ -342,4 +406,22 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_matches;
+
+    #[test]
+    fn read_patterns_match_names_as_globs() {
+        assert!(name_matches("list_*", "list_files"));
+        assert!(name_matches("list_*", "list_"));
+        assert!(!name_matches("list_*", "delete_list_x"));
+        assert!(name_matches("*_status", "order_status"));
+        assert!(name_matches("get*info", "get-system-info"));
+        assert!(!name_matches("get*info", "get-system-infos"));
+        assert!(name_matches("read_file", "read_file"));
+        assert!(!name_matches("read_file", "read_files"));
+        assert!(name_matches("*", "anything"));
+    }
 }

@@ -41,7 +41,7 @@ fn declared(ctx: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|e| e.url.is_some())
 }
 
-fn sessionless(ctx: &RequestContext<RoleServer>) -> bool {
+pub(super) fn sessionless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
         .is_some_and(|v| v.to_string().as_str() >= FIRST_SESSIONLESS_VERSION)
 }

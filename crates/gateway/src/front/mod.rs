@@ -12,30 +12,43 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use postern_core::ActionClass;
 use postern_ledger::Run;
+#[allow(deprecated)]
+// logging/setLevel: deprecated by SEP-2577, used by the servers in the field
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, ErrorCode,
-    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 mod admission;
+mod audience;
 mod auth;
 mod delivery;
 mod elicit;
+mod errors;
 mod limits;
 pub mod listener;
 pub mod ops;
+mod passage;
+mod progress;
+mod questions;
+mod relay;
 mod result;
 mod streams;
 mod tasks;
 mod tool_list;
 
 use admission::{check_ownership, evict_session, read_body, ReadBody};
+use errors::to_error;
 use result::tool_result;
 
 use auth::ActorCredentials;
@@ -334,11 +347,18 @@ pub struct PosternMcp {
     gateway: Arc<Gateway>,
     /// Over stdio there is no token: the configured actor.
     stdio_actor: Option<String>,
+    /// The clients that hear the upstreams' notifications.
+    audience: Arc<audience::Audience>,
+    /// Where resource URIs are served, learned from the upstreams' lists.
+    routes: Arc<passage::ResourceRoutes>,
 }
 
 impl PosternMcp {
+    /// A handler (cloned for every session) over `gateway`'s tools and upstreams.
     pub fn new(gateway: Arc<Gateway>, stdio_actor: Option<String>) -> PosternMcp {
         PosternMcp {
+            audience: audience::Audience::start(gateway.clone()),
+            routes: Arc::default(),
             gateway,
             stdio_actor,
         }
@@ -394,79 +414,29 @@ impl PosternMcp {
     }
 }
 
-/// Passes a target's progress reports (an upstream MCP server's) to the caller, when it asked
-/// for them with a progress token.
-fn progress_sink(ctx: &RequestContext<RoleServer>) -> Option<postern_channels::ProgressSink> {
-    let token = ctx.meta.get_progress_token()?;
-    let peer = ctx.peer.clone();
-    let runtime = tokio::runtime::Handle::current();
-    Some(std::sync::Arc::new(move |p: postern_channels::Progress| {
-        let mut param = rmcp::model::ProgressNotificationParam::new(token.clone(), p.progress);
-        param.total = p.total;
-        param.message = p.message;
-        let peer = peer.clone();
-        runtime.spawn(async move {
-            let _ = peer.notify_progress(param).await;
-        });
-    }))
-}
-
-fn to_error(e: GatewayError) -> ErrorData {
-    let message = e.to_string();
-    match e {
-        GatewayError::UnknownTool(tool) => {
-            ErrorData::invalid_params(message, Some(json!({"tool": tool})))
-        }
-        GatewayError::Forbidden { tool, .. } => {
-            ErrorData::invalid_params(message, Some(json!({"tool": tool})))
-        }
-        GatewayError::InvalidArguments { errors, .. } => {
-            ErrorData::invalid_params(message, Some(json!({"errors": errors})))
-        }
-        GatewayError::Conflict { original, .. } => ErrorData::new(
-            ErrorCode(-32010),
-            message,
-            Some(json!({"original_execution_id": original.to_string()})),
-        ),
-        GatewayError::UnknownExecution(_) | GatewayError::NotCancellable { .. } => {
-            ErrorData::invalid_params(message, None)
-        }
-        GatewayError::Cancelled => ErrorData::new(ErrorCode(-32800), message, None),
-        GatewayError::NoRun { .. } => ErrorData::new(
-            ErrorCode(-32011),
-            message,
-            Some(json!({"sent": false, "recorded": false})),
-        ),
-        GatewayError::RunRevoked { run, .. } => ErrorData::new(
-            ErrorCode(-32011),
-            message,
-            Some(json!({"sent": false, "recorded": false, "run": run})),
-        ),
-        GatewayError::Withheld { tool, .. } => ErrorData::new(
-            ErrorCode(-32012),
-            message,
-            Some(json!({"sent": false, "recorded": false, "tool": tool})),
-        ),
-        GatewayError::NotRecorded(e) => ErrorData::new(
-            ErrorCode(-32005),
-            message,
-            Some(json!({"sent": false, "store": e.fault().map(|f| f.to_string())})),
-        ),
-        GatewayError::Ledger(_)
-        | GatewayError::Internal(_)
-        | GatewayError::Unenforced(_)
-        | GatewayError::Decision(_) => ErrorData::internal_error(message, None),
-    }
-}
-
 impl ServerHandler for PosternMcp {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, used by the servers in the field
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tasks()
-                .build(),
-        )
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        if !self.gateway.registry().upstreams().is_empty() {
+            // What passes through from upstreams (see `passage`).
+            let passed: ServerCapabilities = serde_json::from_value(json!({
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+                "logging": {}
+            }))
+            .unwrap_or_default();
+            capabilities.resources = passed.resources;
+            capabilities.prompts = passed.prompts;
+            capabilities.completions = passed.completions;
+            capabilities.logging = passed.logging;
+        }
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
@@ -535,6 +505,7 @@ impl ServerHandler for PosternMcp {
                 .unwrap_or_default(),
         );
         let retried_with_input = request.input_responses.is_some();
+        let relay = progress::ProgressRelay::of(&ctx);
         let call = ToolCall {
             actor: actor.clone(),
             tool: request.name.to_string(),
@@ -559,7 +530,12 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             cancel: Some(cancel),
-            progress: progress_sink(&ctx),
+            progress: relay.as_ref().map(|(_, sink)| sink.clone()),
+            asker: Some(questions::client_asker(
+                &ctx,
+                self.client_key(&ctx.extensions)
+                    .unwrap_or_else(|| format!("request:{}", questions::next_request())),
+            )),
         };
         // A call that may wait for a person is served as a task too.
         let wants_task = (self.gateway.is_long_running(&call.tool)
@@ -581,6 +557,10 @@ impl ServerHandler for PosternMcp {
         // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
         let polling = call.tool == "execution_status";
         let report = self.gateway.call_tracked(call).await;
+        if let Some((relay, _)) = relay {
+            // Every progress report goes out before the answer.
+            relay.drain().await;
+        }
         let report = report.map_err(to_error)?;
         let asked = elicit::ask_in_client(&self.gateway, &ctx, retried_with_input, &report, &actor);
         if let Some(response) = asked.await {
@@ -594,6 +574,120 @@ impl ServerHandler for PosternMcp {
             }
         }
         Ok(tool_result(&report).into())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        let Some(client) = self.client_key(&ctx.extensions) else {
+            return;
+        };
+        let actor = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Actor>())
+            .map(|a| a.0.clone())
+            .or_else(|| self.stdio_actor.clone());
+        if let Some(actor) = actor {
+            self.audience.join(client, actor, ctx.peer);
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Changed lists; resource updates are the 2025 protocols' resources/subscribe.
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = None;
+        Some(accepted)
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
+        let actor = self.actor(ctx.request_context())?;
+        let client = format!("listen:{}", questions::next_request());
+        self.audience
+            .listen(client.clone(), actor, ctx.sink().clone());
+        ctx.cancelled().await;
+        self.audience.leave(&client);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.passage(&ctx)?.list_resources(request).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.passage(&ctx)?.list_resource_templates(request).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.relay_read_resource(request, &ctx)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    #[allow(deprecated)] // resources/subscribe: the 2025 protocols' way, which clients use
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_subscription(request.uri, true, &ctx).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_subscription(request.uri, false, &ctx).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.passage(&ctx)?.list_prompts(request).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.relay_get_prompt(request, &ctx)
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.passage(&ctx)?.complete(request).await
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_set_level(request, &ctx).await
     }
 
     async fn get_task(

@@ -3,8 +3,10 @@
 //! (text, image, audio, resource links, embedded resources), a target's body as text (JSON as
 //! JSON text; a bounded excerpt with the size when large) — then one short text block with the
 //! execution id, state and, where there is one, the next step. The execution record is
-//! machine-readable in `structuredContent.execution` (with the answer in
-//! `structuredContent.response`) and always in `_meta["io.postern/execution"]`.
+//! machine-readable always in `_meta["io.postern/execution"]`, and in
+//! `structuredContent.execution` (with the answer in `structuredContent.response`) unless the
+//! upstream lists the tool with an `outputSchema`: then its structured content is passed on
+//! unchanged, so a client that validates against that schema sees what the upstream sent.
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::Value;
@@ -30,7 +32,16 @@ pub(super) fn tool_result(report: &CallReport) -> CallToolResult {
     let mut meta = serde_json::Map::new();
     meta.insert(EXECUTION_META.into(), structured["execution"].clone());
     result.meta = Some(MetaObject(meta));
-    result.structured_content = Some(structured);
+    // An upstream's own structured content (what its outputSchema describes) is passed on
+    // unchanged; the execution record is then in `_meta` only.
+    let upstream_structured = report
+        .response
+        .as_ref()
+        .filter(|_| report.upstream_result && report.upstream_structured)
+        .and_then(|r| r.get("structuredContent"))
+        .filter(|v| !v.is_null())
+        .cloned();
+    result.structured_content = Some(upstream_structured.unwrap_or(structured));
     result
 }
 

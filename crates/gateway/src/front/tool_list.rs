@@ -6,6 +6,7 @@ use rmcp::model::{Tool, ToolAnnotations};
 use serde_json::Value;
 
 /// A tool as listed: its schema and description (an upstream's when the config gives none),
+/// an upstream tool's title and output schema as the upstream lists them,
 /// the annotations of its declared class; an upstream's own annotations are shown in `_meta`
 /// only (untrusted hints), and an unavailable tool says why in its description.
 pub(super) fn listed_tool(t: crate::registry::ListedTool) -> Tool {
@@ -19,6 +20,12 @@ pub(super) fn listed_tool(t: crate::registry::ListedTool) -> Tool {
     };
     let mut tool = Tool::new(t.contract.name.clone(), description, schema)
         .with_annotations(annotations(t.contract.class));
+    tool.title = t.title.clone();
+    tool.output_schema = t
+        .output_schema
+        .as_ref()
+        .and_then(Value::as_object)
+        .map(|o| std::sync::Arc::new(o.clone()));
     let mut meta = serde_json::Map::new();
     if let Some(a) = t.upstream_annotations {
         meta.insert("io.postern/upstream-annotations".into(), a);

@@ -40,6 +40,7 @@ impl Gateway {
         ) {
             Ok(mut action) => {
                 action.progress = call.progress.clone();
+                action.asker = call.asker.clone();
                 action
             }
             Err(reason) => {
@@ -144,6 +145,7 @@ impl Gateway {
                 .collect(),
             cancel,
             progress: None,
+            asker: None,
             traceparent: None,
         })
     }

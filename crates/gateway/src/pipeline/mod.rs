@@ -26,7 +26,7 @@ pub use approvals::{Decided, DecisionError, PendingDecision};
 pub use notices::Notice;
 pub use promises::unkept_promises;
 pub use sessions::{call_json, RunView};
-pub use upstreams::{UpstreamToolView, UpstreamView};
+pub use upstreams::{UpstreamToolView, UpstreamView, VisibleUpstream};
 
 use crate::error::GatewayError;
 use crate::registry::{ListedTool, Registry, ToolEntry};
@@ -62,6 +62,9 @@ pub struct ToolCall {
     pub cancel: Option<Cancellation>,
     /// Where the target's progress reports go (the caller asked with a progress token).
     pub progress: Option<postern_channels::ProgressSink>,
+    /// The caller's client, for an upstream's questions during the call (sampling,
+    /// elicitation, roots).
+    pub asker: Option<postern_channels::ClientAsker>,
 }
 
 impl ToolCall {
@@ -116,6 +119,9 @@ pub struct Gateway {
     open_runs: runs::OpenRuns,
     /// New approval requests and decisions, for the console and the webhooks.
     notices: notices::Notices,
+    /// Bumped when the tools served change by an operator's act (an accepted tool version):
+    /// the front tells its clients their tool list changed.
+    tool_view: tokio::sync::watch::Sender<u64>,
 }
 
 /// The call's span (`tools/call`), in the client's trace when it sent one.
@@ -198,6 +204,7 @@ impl Gateway {
             vault: None,
             open_runs: runs::OpenRuns::default(),
             notices: notices::Notices::default(),
+            tool_view: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -547,12 +554,15 @@ impl Gateway {
                 | State::Completed(Verdict::Rejected)
                 | State::Delivered(Verdict::Rejected)
         );
-        let upstream_result = self.registry.get(&s.tool).is_some_and(|e| {
+        let entry = self.registry.get(&s.tool);
+        let upstream_result = entry.as_ref().is_some_and(|e| {
             matches!(
                 e.contract.channel,
                 postern_core::contract::ChannelSpec::Mcp(_)
             )
         });
+        // The upstream lists an output schema: its structured content is the tool's own.
+        let upstream_structured = entry.is_some_and(|e| e.has_output_schema());
         CallReport {
             execution_id: s.id,
             tool: s.tool.clone(),
@@ -570,6 +580,7 @@ impl Gateway {
             .or_else(|| next_step(s.lifecycle.state, s.id)),
             response,
             upstream_result,
+            upstream_structured,
             decision: None,
             is_error,
         }

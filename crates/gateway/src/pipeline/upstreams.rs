@@ -2,6 +2,12 @@
 //! tool, the version served, the version accepted and (when they differ) both definitions —
 //! and the acceptance of a changed version.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use postern_channels::mcp::Upstream;
+use postern_core::contract::ChannelSpec;
+use postern_ledger::CallRecord;
 use serde::Serialize;
 
 use super::Gateway;
@@ -34,6 +40,10 @@ pub struct NotServed {
 #[derive(Clone, Debug, Serialize)]
 pub struct UpstreamToolView {
     pub tool: String,
+    /// The class it is served under, and why (its `[[tool]]`, a `read_only` pattern, or the
+    /// upstream's `default_class`; the upstream's annotations never decide).
+    pub class: Option<String>,
+    pub class_why: Option<String>,
     /// `serving`, `withheld` (changed since accepted, or not checked yet) or `not_listed`.
     pub state: &'static str,
     pub why: Option<String>,
@@ -45,7 +55,92 @@ pub struct UpstreamToolView {
     pub accepted_definition: Option<String>,
 }
 
+/// An upstream an actor sees: it may call at least one of its tools, so it also sees its
+/// resources and prompts (prompts named with `prefix`, like `expose = "all"` tools).
+#[derive(Clone)]
+pub struct VisibleUpstream {
+    pub upstream: Arc<Upstream>,
+    pub prefix: String,
+}
+
 impl Gateway {
+    /// The upstreams `actor` sees, in name order.
+    pub fn upstreams_for(&self, actor: &str) -> Vec<VisibleUpstream> {
+        let Some(config) = self.config.actor(actor) else {
+            return Vec::new();
+        };
+        let served: HashSet<String> = self
+            .registry
+            .iter()
+            .into_iter()
+            .filter(|e| config.may_call(&e.contract.name))
+            .filter_map(|e| match &e.contract.channel {
+                ChannelSpec::Mcp(m) => Some(m.server.clone()),
+                _ => None,
+            })
+            .collect();
+        self.registry
+            .upstreams()
+            .iter()
+            .filter(|x| served.contains(x.upstream.name()))
+            .map(|x| VisibleUpstream {
+                upstream: x.upstream.clone(),
+                prefix: x.prefix(),
+            })
+            .collect()
+    }
+
+    /// The class an upstream's tool is served under, and why.
+    fn class_of(
+        &self,
+        exposure: &crate::registry::UpstreamExposure,
+        tool: &str,
+    ) -> (Option<String>, Option<String>) {
+        if let Some((class, why)) = exposure.served_class(tool) {
+            return (Some(class.as_str().to_string()), Some(why));
+        }
+        let contract = self.registry.iter().into_iter().find(|e| {
+            matches!(&e.contract.channel, ChannelSpec::Mcp(m) if m.server == exposure.upstream.name() && m.tool == tool)
+        });
+        match contract {
+            Some(e) => (
+                Some(e.contract.class.as_str().to_string()),
+                Some(format!("its [[tool]] {}", e.contract.name)),
+            ),
+            None => (None, None),
+        }
+    }
+
+    /// Changes the operators made to the tools served (an accepted version).
+    pub fn tool_view_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tool_view.subscribe()
+    }
+
+    /// Records a read passed through to an upstream (a resource, a prompt) in the calls log:
+    /// who read what and when; never an execution.
+    pub fn record_read(
+        &self,
+        actor: &str,
+        run_id: Option<String>,
+        request_id: Option<String>,
+        what: String,
+        outcome: &'static str,
+    ) {
+        crate::telemetry::count_read(outcome);
+        self.ledger.record_call(CallRecord {
+            at: super::now(),
+            actor: actor.to_string(),
+            tool: what,
+            run_id,
+            request_id,
+            execution_id: None,
+            attempt: "read".into(),
+            operation_key: None,
+            outcome: outcome.into(),
+            instance: self.ledger.instance().to_string(),
+        });
+    }
+
     /// Every upstream whose tools are re-exported, with its tools' pins.
     pub fn upstream_views(&self) -> Vec<UpstreamView> {
         let pins = self.registry.pins();
@@ -59,11 +154,14 @@ impl Gateway {
                     .exposed(&state.tools)
                     .into_iter()
                     .map(|name| {
+                        let (class, class_why) = self.class_of(exposure, &name);
                         let listed = state.tools.iter().find(|t| t.name == name);
                         let accepted = pins.accepted(upstream.name(), &name);
                         let check = listed.map(|t| pins.check(upstream.name(), t));
                         let differs = matches!(check, Some(Err(_)));
                         UpstreamToolView {
+                            class,
+                            class_why,
                             state: match &check {
                                 None => "not_listed",
                                 Some(Ok(())) => "serving",
@@ -131,6 +229,7 @@ impl Gateway {
         {
             Ok(pin) => {
                 tracing::info!(upstream, tool, digest = %pin.digest, operator = by, "an upstream tool's version was accepted");
+                self.tool_view.send_modify(|n| *n += 1);
                 Ok(pin.digest)
             }
             Err(AcceptError::Ledger(e)) => Err(e.into()),

@@ -164,6 +164,7 @@ impl Run {
             trace_parent: None,
             cancel: None,
             progress: None,
+            asker: None,
         };
         match self.gateway().call(call).await {
             Ok(r) => Ok((r.execution_id, r.state)),

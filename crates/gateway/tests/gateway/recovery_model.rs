@@ -412,6 +412,7 @@ impl Run {
             trace_parent: None,
             cancel: Some(Cancellation::new(asked, gone)),
             progress: None,
+            asker: None,
         };
         tokio::select! {
             biased;
