@@ -26,7 +26,7 @@ const AGENT_TOKEN_VAR: &str = "POSTERN_AGENT_TOKEN";
 const MAX_NAME: usize = 40;
 /// Programs that may download the server before it starts: given a longer `startup_timeout`.
 const FETCHERS: [&str; 6] = ["npx", "uvx", "bunx", "pnpx", "pnpm", "docker"];
-/// Name patterns of tools that usually only read: suggested in a comment, not enforced.
+/// Name patterns of tools that usually only read: served as reads (check them per server).
 const SUGGESTED_READS: &str = r#"["list_*", "read_*", "get_*", "search_*"]"#;
 /// The keys of a server entry that are carried over (`transport` is read as `type`).
 const STDIO_KEYS: [&str; 6] = ["type", "transport", "command", "args", "env", "cwd"];
@@ -568,14 +568,15 @@ fn upstream_toml(
 {transport}expose = "all"
 prefix = {prefix_q}
 # Every tool under one contract, irreversible: a call whose answer was lost is never sent again
-# on its own. A tool's annotations (readOnlyHint …) decide nothing. To serve a read as a read
-# (performed on every call, safe to retry), re-export it under a contract of its own:
+# on its own. A tool's annotations (readOnlyHint …) decide nothing. Tools whose names match
+# read_only are served as reads (performed on every call, nothing stored): remove a pattern
+# that matches a tool of this server that writes (`postern upstream list` shows each tool's
+# class and why). A tool can also get a contract of its own:
 #   [[tool]]
 #   name = "{prefix}<tool>"
 #   class = "read_only"
 #   mcp = {{ server = "{name}", tool = "<tool>" }}
-# or, when every tool of this server only reads, write default_class = "read_only".
-# read_only = {SUGGESTED_READS}  (not enforced yet)
+read_only = {SUGGESTED_READS}
 default_class = "irreversible"
 {env}"#,
         prefix_q = quote(prefix),

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use postern_gateway::demo_upstream::Journal;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, Dir, Mcp, Served, BILLING_TOKEN};
 use crate::upstream::{calls_for, list, stdio_upstream, wait_available, wait_listed, GATEWAY};
@@ -219,4 +219,97 @@ mcp = {{ server = "bad", tool = "garbage" }}
         std::fs::read_to_string(&journal).unwrap().lines().count(),
         1
     );
+}
+
+/// `read_only = [patterns]` under `expose = "all"`: a tool whose name matches is served as a read
+/// (performed on every call, never matched to an earlier one), every other one under the
+/// default class; the upstream's annotations decide nothing, and the operators' view says which
+/// class each tool has and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_patterns_serve_matching_tools_as_reads() {
+    let dir = Dir::new("up-reads");
+    let journal = dir.0.join("journal.jsonl");
+    let config = format!(
+        r#"{GATEWAY}tools = ["books_*"]
+
+[[operator]]
+name = "alice"
+token = {{ file = "alice.token" }}
+
+{}expose = "all"
+read_only = ["invoice_*", "*_report"]
+"#,
+        stdio_upstream(&journal)
+    );
+    crate::harness::write_private(&dir.0.join("alice.token"), crate::harness::ALICE_TOKEN);
+    let served = Served::start(&dir.0, &config);
+    wait_available(&served.url, "books_create_invoice").await;
+    let tools = list(&served.url).await;
+    let tool = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {tools:?}"))
+            .clone()
+    };
+    assert_eq!(
+        tool("books_invoice_status")["annotations"]["readOnlyHint"],
+        true
+    );
+    assert_eq!(
+        tool("books_create_invoice")["annotations"]["readOnlyHint"],
+        false
+    );
+    assert_eq!(
+        tool("books_create_invoice")["annotations"]["destructiveHint"],
+        true
+    );
+    // A read is performed on every call: two identical calls are two executions, both new.
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let args = json!({"execution_id": "exe_nothing"});
+    let first = mcp
+        .call("books_invoice_status", args.clone(), json!({}))
+        .await;
+    let second = mcp.call("books_invoice_status", args, json!({})).await;
+    let ids: Vec<&Value> = [&first, &second]
+        .iter()
+        .map(|r| &execution(r)["execution_id"])
+        .collect();
+    assert_ne!(ids[0], ids[1], "{first}\n{second}");
+    assert_eq!(execution(&second)["attempt"], "new", "{second}");
+    // The operators' view: each tool's class and why.
+    let view: Value = crate::harness::http_client()
+        .get(format!(
+            "{}/ops/upstreams",
+            served.url.trim_end_matches("/mcp")
+        ))
+        .bearer_auth(crate::harness::ALICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let shown = |t: &str| {
+        view["upstreams"][0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["tool"] == t)
+            .unwrap_or_else(|| panic!("{t}: {view}"))
+            .clone()
+    };
+    assert_eq!(shown("invoice_status")["class"], "read_only", "{view}");
+    assert_eq!(
+        shown("invoice_status")["class_why"],
+        "matches read_only pattern \"invoice_*\"",
+        "{view}"
+    );
+    assert_eq!(shown("set_status")["class"], "irreversible", "{view}");
+    assert_eq!(
+        shown("set_status")["class_why"],
+        "the upstream's default_class",
+        "{view}"
+    );
+    served.stop();
 }
