@@ -588,17 +588,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The connection was refused: provably nothing of this attempt reached the gateway.
 fn connect_refused(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(cur) = source {
-        if let Some(r) = cur.downcast_ref::<reqwest::Error>() {
-            return r.is_connect();
-        }
-        if let Some(StreamableHttpError::Client(r)) = cur.downcast_ref::<HttpError>() {
-            return r.is_connect();
-        }
-        source = cur.source();
-    }
-    false
+    postern_channels::mcp::not_taken(e)
 }
 
 /// The gateway's execution record in a result: always in `_meta`, and in `structuredContent`

@@ -102,6 +102,9 @@ pub struct Upstream {
     pub(super) progress: ProgressRoutes,
     pub(super) askers: Askers,
     pub(super) events: broadcast::Sender<UpstreamEvent>,
+    /// Woken when a request finds the link's session gone or its server unreachable: the
+    /// link is opened again at once instead of waiting for a request's timeout.
+    pub(super) relink: Notify,
     /// Resources clients subscribed to, with how many subscriptions each: subscribed again
     /// upstream on every new connection.
     pub(super) subscriptions: std::sync::Mutex<std::collections::HashMap<String, usize>>,
@@ -135,6 +138,7 @@ impl Upstream {
             peer: RwLock::new(None),
             progress: Default::default(),
             askers: Default::default(),
+            relink: Notify::new(),
             events: broadcast::channel(EVENTS_BUFFERED).0,
             subscriptions: Default::default(),
         });
@@ -272,6 +276,11 @@ async fn serve(
         }
         tokio::select! {
             () = refresh.notified() => list = true,
+            () = upstream.relink.notified() => {
+                end();
+                let _ = (&mut ended).await;
+                return "a request found the link's session gone or its server unreachable".into();
+            }
             r = &mut ended => {
                 return match r {
                     Ok(Ok(reason)) => format!("{reason:?}"),
@@ -377,7 +386,10 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
             }
             config.retry_config = Arc::new(NeverRetry::default());
             let http = builder.build().map_err(|e| format!("http client: {e}"))?;
-            let transport = StreamableHttpClientTransport::with_client(http, config);
+            let transport = StreamableHttpClientTransport::with_client(
+                super::session_guard::SessionGuard(http),
+                config,
+            );
             let running = client
                 .serve(transport)
                 .await

@@ -19,8 +19,9 @@
 //! Every send stays under the gateway's control: one `tools/call` request per dispatch, never
 //! re-sent by the client library — the HTTP transport's `reinit_on_expired_session` is off and
 //! its retries are disabled, and no multi-round `call_tool` helper is used. A lost session
-//! (404) ends the link, which is re-initialised; the request it carried is `Unknown` and the
-//! recovery decision acts on it. Every request carries
+//! (404, or an error naming no request in answer to one in the session: the TypeScript SDK's
+//! 400 after a restart) means the server did not take the request: it is `NotSent`, and the link
+//! is opened again at once. Every request carries
 //! `_meta["io.postern/execution-id"]`, so a cooperating server can de-duplicate.
 //!
 //! Outcomes: a result is `Applied` (`isError: true` is the contract's verdict, by default
@@ -34,12 +35,14 @@ mod client;
 mod environment;
 mod link;
 mod passage;
+mod session_guard;
 mod tool;
 
 pub use client::{forwarded_capabilities, progress_settled, UpstreamEvent};
 pub use environment::{child_environment, environment_names, INHERITED_ENV};
 pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
 pub use passage::PassError;
+pub use session_guard::not_taken;
 pub use tool::McpTool;
 
 /// The `_meta` key that carries the execution id on every upstream call.

@@ -186,19 +186,13 @@ enum Call {
     Answered(Result<ServerResult, ServiceError>),
 }
 
-/// Whether a failed link error proves nothing was sent: an HTTP connection that was refused.
+/// Whether a failed link error proves nothing was taken: an HTTP connection that was refused,
+/// or a session the server no longer knows.
 fn refused_before_sending(e: &ServiceError) -> bool {
     let ServiceError::TransportSend(e) = e else {
         return false;
     };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.error.as_ref());
-    while let Some(current) = source {
-        if let Some(r) = current.downcast_ref::<reqwest::Error>() {
-            return r.is_connect();
-        }
-        source = current.source();
-    }
-    false
+    super::session_guard::not_taken(e.error.as_ref())
 }
 
 impl Channel for McpTool {
@@ -261,9 +255,13 @@ impl Channel for McpTool {
                         truncated: false,
                     })
                 }
-                Call::Answered(Err(e)) if refused_before_sending(&e) => Outcome::NotSent {
-                    reason: format!("upstream {name}: the connection was refused"),
-                },
+                Call::Answered(Err(e)) if refused_before_sending(&e) => {
+                    // A restarted server: a new session, now, rather than at the next timeout.
+                    self.upstream.relink.notify_one();
+                    Outcome::NotSent {
+                        reason: format!("upstream {name} did not take the request ({e}); nothing was applied"),
+                    }
+                }
                 Call::Answered(Err(e)) => Outcome::Unknown {
                     reason: match e {
                         ServiceError::TransportClosed => format!("upstream {name}: the link closed before it answered (the server may have died mid-call)"),

@@ -35,5 +35,6 @@ mod upstream;
 mod upstream_edges;
 mod upstream_env;
 mod upstream_matrix;
+mod upstream_restart;
 mod upstream_start;
 mod vault;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, execution_id, Dir, Mcp, Served, BILLING_TOKEN};
 
-const HEADER: &str = r#"
+pub(crate) const HEADER: &str = r#"
 [gateway]
 store = "sqlite://ledger.db"
 fingerprint_key = { file = "fp.key" }
@@ -43,7 +43,7 @@ name = "billing"
 token = { file = "billing.token" }
 "#;
 
-const TOOLS: &str = r#"
+pub(crate) const TOOLS: &str = r#"
 [[tool]]
 name = "invoice"
 class = "irreversible"
@@ -355,15 +355,20 @@ async fn an_upstream_that_is_down_fails_calls_without_sending() {
 }
 
 /// The demo upstream over Streamable HTTP: `postern demo-upstream --http`.
-struct HttpUpstream {
-    child: Child,
-    url: String,
+pub(crate) struct HttpUpstream {
+    pub child: Child,
+    pub url: String,
 }
 
 impl HttpUpstream {
-    fn start(journal: &Path) -> HttpUpstream {
+    pub(crate) fn start(journal: &Path) -> HttpUpstream {
+        HttpUpstream::start_on(journal, "127.0.0.1:0")
+    }
+
+    /// On `addr` (to start it again where it was).
+    pub(crate) fn start_on(journal: &Path, addr: &str) -> HttpUpstream {
         let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-            .args(["demo-upstream", "--http", "127.0.0.1:0", "--journal"])
+            .args(["demo-upstream", "--http", addr, "--journal"])
             .arg(journal)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

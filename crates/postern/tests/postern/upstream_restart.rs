@@ -1,0 +1,200 @@
+//! Issue 32, upstream faults: an HTTP upstream restarted under load. The gateway is not
+//! restarted; calls keep working once the upstream is back (a request that finds the link's
+//! session gone or the server unreachable fails at once — nothing taken — and the link opens a
+//! new session), no more than one call waits its whole timeout, and nothing is applied twice
+//! (the upstream's own journal). Two servers: Postern's demo upstream (rmcp: an unknown session
+//! is HTTP 404, and it journals every applied call) and server-everything (the TypeScript SDK:
+//! an unknown session is HTTP 400 with an error naming no request).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use postern_gateway::demo_upstream::Journal;
+use serde_json::json;
+
+use crate::foreign::NodeClients;
+use crate::harness::{execution, Dir, Mcp, Served, BILLING_TOKEN};
+use crate::upstream::{wait_available, wait_listed, HttpUpstream, GATEWAY, HEADER, TOOLS};
+
+/// The upstream's answer timeout in these tests.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+struct Seen {
+    id: String,
+    state: String,
+    took: Duration,
+    after_restart: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_upstream_restarted_under_load_keeps_serving_and_applies_nothing_twice() {
+    let dir = Dir::new("up-restart");
+    let journal = dir.0.join("journal.jsonl");
+    let addr = free_addr();
+    let mut upstream = HttpUpstream::start_on(&journal, &addr);
+    let config = format!(
+        "{HEADER}\n[upstream.books]\nurl = {:?}\ntimeout = \"5s\"\nstartup_timeout = \"5s\"\n\n{TOOLS}",
+        upstream.url
+    );
+    let served = Served::start(&dir.0, &config);
+    wait_listed(&served.url).await;
+    let restarted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let url = served.url.clone();
+        let restarted = restarted.clone();
+        workers.push(tokio::spawn(async move {
+            let mcp = Mcp::connect(&url, BILLING_TOKEN).await;
+            let mut seen = Vec::new();
+            for n in 0..30 {
+                let started = Instant::now();
+                let after_restart = restarted.load(std::sync::atomic::Ordering::SeqCst);
+                let resp = mcp
+                    .call(
+                        "invoice",
+                        json!({"customer": format!("w{w}-{n}"), "amount": n}),
+                        json!({}),
+                    )
+                    .await;
+                let e = execution(&resp);
+                seen.push(Seen {
+                    id: e["execution_id"].as_str().unwrap_or_default().to_string(),
+                    state: e["state"].as_str().unwrap_or("(no execution)").to_string(),
+                    took: started.elapsed(),
+                    after_restart,
+                });
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // kill -9, and the same server again on the same address.
+    upstream.child.kill().unwrap();
+    upstream.child.wait().unwrap();
+    let _again = HttpUpstream::start_on(&journal, &addr);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    restarted.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut seen = Vec::new();
+    for w in workers {
+        seen.extend(w.await.unwrap());
+    }
+    let count = |state: &str| seen.iter().filter(|s| s.state == state).count();
+    let report = format!(
+        "completed {}, failed {}, outcome_unknown {}, of {}",
+        count("completed"),
+        count("failed"),
+        count("outcome_unknown"),
+        seen.len()
+    );
+    // Every call is decided by the record: done, not sent, or unknown (in flight at the kill).
+    for s in &seen {
+        assert!(
+            ["completed", "failed", "outcome_unknown"].contains(&s.state.as_str()),
+            "{}: {} ({report})",
+            s.id,
+            s.state
+        );
+    }
+    // Once the upstream is back, calls complete (the link opened a new session by itself).
+    let late: Vec<&Seen> = seen.iter().filter(|s| s.after_restart).collect();
+    let late_done = late.iter().filter(|s| s.state == "completed").count();
+    assert!(
+        late.len() >= 20 && late_done + 4 >= late.len(),
+        "after the restart {late_done} of {} completed ({report})",
+        late.len()
+    );
+    let waited_out = seen.iter().filter(|s| s.took >= TIMEOUT).count();
+    assert!(
+        waited_out <= 1,
+        "{waited_out} calls waited the whole timeout ({report})"
+    );
+    // The upstream's journal: nothing applied twice; every completed call applied once, every
+    // failed one never.
+    let mut applied: HashMap<String, usize> = HashMap::new();
+    for c in Journal::calls(&journal) {
+        *applied
+            .entry(c.execution_id.unwrap_or_default())
+            .or_default() += 1;
+    }
+    assert!(
+        applied.values().all(|&n| n == 1),
+        "applied twice: {applied:?}"
+    );
+    for s in &seen {
+        let times = applied.get(&s.id).copied().unwrap_or(0);
+        match s.state.as_str() {
+            "completed" => assert_eq!(times, 1, "{} completed ({report})", s.id),
+            "failed" => assert_eq!(times, 0, "{} failed but was applied ({report})", s.id),
+            _ => {}
+        }
+    }
+    eprintln!("restart under load: {report}");
+    served.stop();
+}
+
+/// server-everything over Streamable HTTP (the TypeScript SDK) answers a request in a session
+/// it does not know with HTTP 400 and an error naming no request: the call is failed at once
+/// (nothing was taken), the link opens a new session, and the next call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_typescript_upstream_is_relinked_without_waiting_out_a_timeout() {
+    let node = NodeClients::require();
+    let everything = node
+        .package("@modelcontextprotocol/server-everything")
+        .join("dist/index.js");
+    let addr = free_addr();
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    let start = || {
+        let mut c = node.node(&everything);
+        c.arg("streamableHttp")
+            .env("PORT", &port)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c.spawn().unwrap()
+    };
+    let mut server = start();
+    let dir = Dir::new("up-restart-ts");
+    let config = format!(
+        "{GATEWAY}tools = [\"ev_*\"]\n\n[upstream.ev]\nurl = \"http://{addr}/mcp\"\nexpose = \"all\"\ndefault_class = \"read_only\"\ntimeout = \"5s\"\n"
+    );
+    let served = Served::start(&dir.0, &config);
+    wait_available(&served.url, "ev_echo").await;
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let echo = |m: &str| mcp.call("ev_echo", json!({"message": m}), json!({}));
+    assert_eq!(execution(&echo("before").await)["state"], "completed");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let mut server = start();
+    // Wait until the new server listens.
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let first = echo("after").await;
+    let state = execution(&first)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        state == "failed" || state == "completed",
+        "the first call after the restart: {first}"
+    );
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "it waited {:?}: {first}",
+        started.elapsed()
+    );
+    let next = echo("again").await;
+    assert_eq!(execution(&next)["state"], "completed", "{next}");
+    server.kill().unwrap();
+    let _ = server.wait();
+    served.stop();
+}
