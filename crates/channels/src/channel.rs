@@ -59,6 +59,9 @@ pub struct Answer {
     pub size: u64,
     /// The stored body is not the whole answer.
     pub truncated: bool,
+    /// A read's whole answer when it is over the cap: given to the caller, never stored (the
+    /// stored body is a note of its size and digest; nothing needs it to recover a read).
+    pub whole: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Answer {

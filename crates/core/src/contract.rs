@@ -126,6 +126,9 @@ pub struct McpSpec {
     /// The config gives no `input_schema`: calls are validated against the upstream's, as it
     /// lists it now.
     pub schema_from_upstream: bool,
+    /// The largest answer stored: a read's larger answer is still given to the caller (and
+    /// only a note of it stored), any other's is stored as a note with its size and digest.
+    pub max_response_bytes: usize,
 }
 
 /// How an upstream tool's `isError: true` result is read.

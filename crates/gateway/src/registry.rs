@@ -454,7 +454,7 @@ impl Registry {
                         link.clone(),
                         m,
                         c.recovery.status_tool.clone(),
-                        crate::pipeline::MAX_RESPONSE_BYTES,
+                        c.class.is_read_only(),
                     ))
                 }
                 ChannelSpec::Ssh(s) => Arc::new(SshTool::new(
@@ -548,7 +548,7 @@ impl Registry {
                     x.upstream.clone(),
                     m,
                     None,
-                    crate::pipeline::MAX_RESPONSE_BYTES,
+                    contract.class.is_read_only(),
                 ));
                 let upstream = Some(UpstreamBinding::new(&x.upstream, m, &self.pins));
                 Arc::new(ToolEntry {

@@ -164,6 +164,7 @@ impl From<HttpOutcome> for Outcome {
                 body: a.body,
                 size: a.size,
                 truncated: a.truncated,
+                whole: None,
             }),
         }
     }

@@ -24,6 +24,8 @@ pub struct McpTool {
     on_tool_error: ToolErrorVerdict,
     status_tool: Option<StatusTool>,
     max_response_bytes: usize,
+    /// The tool's contract says it only reads: an answer over the cap still reaches the caller.
+    reads: bool,
 }
 
 impl McpTool {
@@ -31,7 +33,7 @@ impl McpTool {
         upstream: Arc<Upstream>,
         spec: &McpSpec,
         status_tool: Option<StatusTool>,
-        max_response_bytes: usize,
+        reads: bool,
     ) -> McpTool {
         McpTool {
             upstream,
@@ -39,7 +41,8 @@ impl McpTool {
             timeout: spec.timeout,
             on_tool_error: spec.on_tool_error,
             status_tool,
-            max_response_bytes,
+            max_response_bytes: spec.max_response_bytes,
+            reads,
         }
     }
 
@@ -140,24 +143,37 @@ impl McpTool {
         let cap = self.max_response_bytes;
         let body = redact(&bytes, bytes.len(), usize::MAX, &action.redaction_needles());
         let size = body.len() as u64;
-        let truncated = body.len() > cap;
-        let body = if truncated {
-            // A cut JSON text is not JSON: the stored answer says what happened instead.
-            serde_json::to_vec(&json!({
-                "truncated": true,
-                "size": size,
-                "note": format!("the upstream's result was {size} bytes, over the {cap}-byte cap; it was not stored"),
-            }))
-            .unwrap_or_default()
+        if body.len() <= cap {
+            return Answer {
+                status: None,
+                verdict,
+                body,
+                size,
+                truncated: false,
+                whole: None,
+            };
+        }
+        // A cut JSON text is not JSON: the stored answer says what happened instead.
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+        let note = if self.reads {
+            format!("the upstream's result was {size} bytes, over this tool's {cap}-byte max_response_bytes: it was given to the caller whole and not stored (a read is performed again on every call)")
         } else {
-            body
+            format!("the upstream's result was {size} bytes, over this tool's {cap}-byte max_response_bytes: it was not stored, and the caller got this note; raise max_response_bytes for the tool or its upstream to keep such answers")
         };
+        let stored = serde_json::to_vec(&json!({
+            "truncated": true,
+            "size": size,
+            "sha256": digest,
+            "note": note,
+        }))
+        .unwrap_or_default();
         Answer {
             status: None,
             verdict,
-            body,
+            body: stored,
             size,
-            truncated,
+            truncated: true,
+            whole: self.reads.then_some(body),
         }
     }
 }
@@ -253,6 +269,7 @@ impl Channel for McpTool {
                         size: body.len() as u64,
                         body,
                         truncated: false,
+                        whole: None,
                     })
                 }
                 Call::Answered(Err(e)) if refused_before_sending(&e) => {

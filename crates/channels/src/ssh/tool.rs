@@ -95,6 +95,7 @@ impl SshTool {
             body: serde_json::to_vec(&body).unwrap_or_default(),
             size,
             truncated,
+            whole: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub(super) struct RawUpstream {
     pub ca_file: Option<String>,
     pub timeout: Option<String>,
     pub startup_timeout: Option<String>,
+    pub max_response_bytes: Option<u64>,
     pub on_tool_error: Option<String>,
     pub expose: Option<String>,
     pub prefix: Option<String>,
@@ -168,6 +169,7 @@ pub(super) struct RawMcp {
     pub server: String,
     pub tool: String,
     pub timeout: Option<String>,
+    pub max_response_bytes: Option<u64>,
     pub on_tool_error: Option<String>,
 }
 

@@ -23,6 +23,9 @@ pub struct Upstream {
     /// How long `serve` waits for the first connection before it lists tools or listens, and
     /// a call waits for a link that is (re)connecting before it fails, sending nothing.
     pub startup_timeout: Duration,
+    /// The largest answer of its tools that is stored (a tool's `mcp.max_response_bytes` says
+    /// otherwise for that tool).
+    pub max_response_bytes: usize,
     /// `expose = "all"`: every tool it lists is served under one default contract.
     pub expose_all: Option<ExposeAll>,
 }
@@ -173,7 +176,9 @@ pub(super) fn parse_upstream(
         None => DEFAULT_STARTUP_TIMEOUT,
         Some(t) => parse_duration(t).map_err(|e| field("startup_timeout", e.to_string()))?,
     };
-    let expose_all = expose_all(name, &mut u, timeout, retention)?;
+    let max_response_bytes =
+        response_cap(u.max_response_bytes).map_err(|m| field("max_response_bytes", m))?;
+    let expose_all = expose_all(name, &mut u, timeout, retention, max_response_bytes)?;
     let transport = match (u.command, u.url) {
         (Some(command), None) => {
             if command.is_empty() || command[0].is_empty() {
@@ -231,6 +236,7 @@ pub(super) fn parse_upstream(
         transport,
         timeout,
         startup_timeout,
+        max_response_bytes,
         expose_all,
     })
 }
@@ -242,6 +248,7 @@ fn expose_all(
     u: &mut RawUpstream,
     timeout: Duration,
     retention: Duration,
+    max_response_bytes: usize,
 ) -> Result<Option<ExposeAll>, String> {
     let field = |f: &str, m: String| format!("upstream.{name}.{f}: {m}");
     match u.expose.as_deref() {
@@ -296,6 +303,7 @@ fn expose_all(
             timeout,
             on_tool_error,
             schema_from_upstream: true,
+            max_response_bytes,
         })),
         match_window: Some(match_window),
         retention: (!class.is_read_only()).then_some(retention.max(match_window)),
@@ -357,13 +365,33 @@ pub(super) fn mcp_spec(
     };
     let on_tool_error =
         tool_error_verdict(m.on_tool_error.as_deref()).map_err(|m| ("mcp.on_tool_error", m))?;
+    let max_response_bytes = match m.max_response_bytes {
+        None => upstream.max_response_bytes,
+        some => response_cap(some).map_err(|e| ("mcp.max_response_bytes", e))?,
+    };
     Ok(McpSpec {
         server: m.server,
         tool: m.tool,
         timeout,
         on_tool_error,
         schema_from_upstream: !schema_in_config,
+        max_response_bytes,
     })
+}
+
+/// The default largest answer stored (256 KiB).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 * 1024;
+/// The largest `max_response_bytes` accepted (64 MiB: an answer is held in memory whole).
+const MOST_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
+
+fn response_cap(value: Option<u64>) -> Result<usize, String> {
+    match value {
+        None => Ok(DEFAULT_MAX_RESPONSE_BYTES),
+        Some(n) if (1024..=MOST_RESPONSE_BYTES).contains(&n) => Ok(n as usize),
+        Some(n) => Err(format!(
+            "{n} is not between 1024 and {MOST_RESPONSE_BYTES} bytes"
+        )),
+    }
 }
 
 pub(super) fn status_tool(

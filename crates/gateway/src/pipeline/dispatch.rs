@@ -197,7 +197,8 @@ impl Gateway {
                 )
             }
             Outcome::Answered(a) => {
-                let response = response_value(&a.body);
+                // A read over the cap: the caller gets it whole, the record a note of it.
+                let response = response_value(a.whole.as_deref().unwrap_or(&a.body));
                 let mut detail = match a.status {
                     Some(status) => json!({"target_status": status}),
                     None => json!({}),

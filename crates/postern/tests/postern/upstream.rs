@@ -703,3 +703,64 @@ async fn an_oversized_upstream_answer_is_capped() {
     assert!(resp.to_string().len() < 64 * 1024, "the answer was capped");
     assert_eq!(calls_for(&s.journal, "big"), 1);
 }
+
+/// `max_response_bytes` (here per tool, under the upstream's): a read's answer over it still
+/// reaches the caller whole — 1 MiB — while the record keeps only a note of its size and
+/// digest; a write's answer over it reaches nobody whole, and its note carries the digest too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reads_answer_over_the_cap_reaches_the_caller_whole() {
+    let dir = Dir::new("up-big-read");
+    let journal = dir.0.join("journal.jsonl");
+    let config = format!(
+        "{}\n{}max_response_bytes = 65536\n\n[[tool]]\nname = \"big_read\"\nclass = \"read_only\"\nmcp = {{ server = \"books\", tool = \"create_invoice\", max_response_bytes = 100000 }}\n\n[[tool]]\nname = \"big_write\"\nclass = \"irreversible\"\nmatch_window = \"10m\"\nmcp = {{ server = \"books\", tool = \"create_invoice\" }}\n",
+        GATEWAY.to_string() + "tools = [\"big_read\", \"big_write\"]\n",
+        stdio_upstream(&journal)
+    );
+    let served = Served::start(&dir.0, &config);
+    wait_available(&served.url, "big_read").await;
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let pad = 1_048_576;
+    let read = mcp
+        .call(
+            "big_read",
+            json!({"customer": "r", "amount": 1, "pad_bytes": pad}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(execution(&read)["state"], "completed");
+    // The upstream puts the padding in its structured content.
+    let whole = read["result"]["structuredContent"]["response"].to_string();
+    assert!(whole.len() > pad, "the read's answer was cut: {whole:.300}");
+    // The record keeps a note: size and digest, not the megabyte.
+    let id = execution_id(&read);
+    let status = mcp
+        .call("execution_status", json!({"execution_id": id}), json!({}))
+        .await;
+    let stored = status.to_string();
+    assert!(
+        stored.len() < 64 * 1024,
+        "the record stored the whole answer"
+    );
+    assert!(
+        stored.contains("sha256") && stored.contains("given to the caller whole"),
+        "{stored}"
+    );
+    // A write over the cap (the upstream's 64 KiB): a note with the digest, to the caller too.
+    let write = mcp
+        .call(
+            "big_write",
+            json!({"customer": "w", "amount": 1, "pad_bytes": 200_000}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(execution(&write)["state"], "completed");
+    let response = &write["result"]["structuredContent"]["response"];
+    assert_eq!(response["truncated"], true, "{response}");
+    assert_eq!(
+        response["sha256"].as_str().map(str::len),
+        Some(64),
+        "{response}"
+    );
+    assert!(write.to_string().len() < 64 * 1024);
+    served.stop();
+}
