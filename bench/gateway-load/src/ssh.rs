@@ -18,7 +18,7 @@ use russh::client::{self, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use serde_json::json;
 
-use crate::upstream::measure_calls;
+use crate::upstream::{measure_calls, Op};
 use crate::{Run, Served, WARMUP_PER_WORKER};
 
 /// The bench's own sshd: any key it shows is accepted (the channel's pinning is tested
@@ -143,7 +143,7 @@ ssh = {{ host = "127.0.0.1", port = {port}, user = {user:?}, host_key = {host_ke
     let mut results = std::collections::HashMap::new();
     for (c, n) in [(1, calls.0), (16, calls.1)] {
         let bare = rt.block_on(measure_bare(handle.clone(), c, n));
-        let run = |n: &str| ("run", json!({ "n": n }));
+        let run = |n: &str| Op::Call("run", json!({ "n": n }));
         let through = rt.block_on(measure_calls(
             &served.url,
             c,

@@ -21,6 +21,9 @@ use serde_json::{json, Value};
 
 use crate::{sse_message, Run, Served, TOKEN, WARMUP_PER_WORKER};
 
+/// The demo upstream's one resource.
+const PRICE_LIST_URI: &str = "demo://books/price-list";
+
 /// A child process killed when dropped.
 struct Process(Child);
 
@@ -95,6 +98,23 @@ impl Session {
         req
     }
 
+    /// One request: a `tools/call` (see [`Session::call_tool`]) or a `resources/read`.
+    pub(crate) async fn perform(&mut self, op: Op, through_postern: bool) {
+        match op {
+            Op::Call(tool, arguments) => self.call_tool(tool, arguments, through_postern).await,
+            Op::Read(uri) => self.read_resource(uri).await,
+        }
+    }
+
+    /// One `resources/read`; panics unless it answered with contents.
+    async fn read_resource(&mut self, uri: &str) {
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "resources/read", "params": {"uri": uri}});
+        let text = self.post(&body).send().await.unwrap().text().await.unwrap();
+        let msg = sse_message(&text);
+        assert!(msg["result"]["contents"].is_array(), "{text}");
+    }
+
     /// One `tools/call`; panics unless it succeeded (through Postern: as a new completed
     /// execution).
     pub(crate) async fn call_tool(&mut self, name: &str, arguments: Value, through_postern: bool) {
@@ -116,6 +136,15 @@ impl Session {
     }
 }
 
+/// What one measured request is.
+#[derive(Clone)]
+pub(crate) enum Op {
+    /// A `tools/call` of the tool with these arguments.
+    Call(&'static str, Value),
+    /// A `resources/read` of this URI (not an action: never recorded as an execution).
+    Read(&'static str),
+}
+
 async fn measure(
     url: &str,
     concurrency: usize,
@@ -129,7 +158,7 @@ async fn measure(
         if work_ms > 0 {
             arguments["delay_ms"] = json!(work_ms);
         }
-        ("create_invoice", arguments)
+        Op::Call("create_invoice", arguments)
     };
     measure_calls(url, concurrency, calls, tag, postern, call).await
 }
@@ -143,14 +172,13 @@ pub(crate) async fn measure_calls(
     calls: usize,
     tag: &str,
     postern: bool,
-    call: impl Fn(&str) -> (&'static str, Value) + Copy + Send + 'static,
+    call: impl Fn(&str) -> Op + Copy + Send + 'static,
 ) -> Run {
     let mut clients = Vec::new();
     for w in 0..concurrency {
         let mut c = Session::open(url).await;
         for i in 0..WARMUP_PER_WORKER {
-            let (tool, arguments) = call(&format!("{tag}-w{w}-{i}"));
-            c.call_tool(tool, arguments, postern).await;
+            c.perform(call(&format!("{tag}-w{w}-{i}")), postern).await;
         }
         clients.push(c);
     }
@@ -168,9 +196,9 @@ pub(crate) async fn measure_calls(
                         c.close().await;
                         return lat;
                     }
-                    let (tool, arguments) = call(&format!("{tag}-{i}"));
+                    let op = call(&format!("{tag}-{i}"));
                     let t = Instant::now();
-                    c.call_tool(tool, arguments, postern).await;
+                    c.perform(op, postern).await;
                     lat.push(t.elapsed());
                 }
             })
@@ -297,6 +325,42 @@ mcp = {{ server = "books", tool = "create_invoice" }}
     for &work in work_ms {
         compare(rt, &routes, calls, work);
     }
+    compare_reads(rt, &routes[..2], calls);
+}
+
+/// A `resources/read` of the upstream's one resource, directly and passed through Postern.
+fn compare_reads(
+    rt: &tokio::runtime::Runtime,
+    routes: &[(&str, &str, bool)],
+    calls: (usize, usize),
+) {
+    println!();
+    println!("resources/read of {PRICE_LIST_URI} (passed through: not an execution)");
+    println!(
+        "{:<8} {:>3} {:>9} {:>9} {:>10}",
+        "route", "c", "p50 ms", "p99 ms", "reads/s"
+    );
+    let mut results = std::collections::HashMap::new();
+    for (c, n) in [(1, calls.0), (32, calls.1)] {
+        for &(route, url, _) in routes {
+            let tag = format!("{route}-read-c{c}");
+            let r = rt.block_on(measure_calls(url, c, n, &tag, false, |_| {
+                Op::Read(PRICE_LIST_URI)
+            }));
+            println!(
+                "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",
+                r.pct(0.5),
+                r.pct(0.99),
+                r.rate
+            );
+            results.insert((route, c), r);
+        }
+    }
+    println!(
+        "c=1: a resources/read through Postern adds {:.2} ms to direct's p50 (goal <= 1 ms); c=32: Postern / direct reads/s = {:.2}",
+        results[&("postern", 1)].pct(0.5) - results[&("direct", 1)].pct(0.5),
+        results[&("postern", 32)].rate / results[&("direct", 32)].rate
+    );
 }
 
 /// Every route at c=1 and c=32, the upstream working `work` ms on each call.

@@ -280,9 +280,49 @@ impl DemoUpstream {
     }
 }
 
+/// The one resource the demo upstream serves (what a resource read through Postern is
+/// measured and tested with).
+pub const PRICE_LIST_URI: &str = "demo://books/price-list";
+
 impl ServerHandler for DemoUpstream {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let resource = rmcp::model::Resource::new(PRICE_LIST_URI, "price-list");
+        Ok(rmcp::model::ListResourcesResult::with_all_items(vec![
+            resource,
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        if request.uri != PRICE_LIST_URI {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {}", request.uri),
+                None,
+            ));
+        }
+        let text = rmcp::model::ResourceContents::text(
+            "invoice: 1.00\nstatus change: 0.10\n",
+            PRICE_LIST_URI,
+        );
+        Ok(rmcp::model::ReadResourceResponse::Complete(
+            rmcp::model::ReadResourceResult::new(vec![text]),
+        ))
     }
 
     async fn list_tools(

@@ -102,6 +102,8 @@ pub struct Upstream {
     pub(super) progress: ProgressRoutes,
     pub(super) askers: Askers,
     pub(super) events: broadcast::Sender<UpstreamEvent>,
+    /// Why the last link was ended by its upstream's output (a message over the line bound).
+    pub(super) broken: super::line_guard::Broken,
     /// Woken when a request finds the link's session gone or its server unreachable: the
     /// link is opened again at once instead of waiting for a request's timeout.
     pub(super) relink: Notify,
@@ -139,6 +141,7 @@ impl Upstream {
             progress: Default::default(),
             askers: Default::default(),
             relink: Notify::new(),
+            broken: Default::default(),
             events: broadcast::channel(EVENTS_BUFFERED).0,
             subscriptions: Default::default(),
         });
@@ -206,12 +209,16 @@ async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: Cancellati
             events: upstream.events.clone(),
         };
         let connected = tokio::select! {
-            c = connect(&spec, client) => c,
+            c = connect(&spec, client, upstream.broken.clone()) => c,
             () = stop.cancelled() => break,
         };
         match connected {
             Ok((running, child)) => {
                 backoff = FIRST_BACKOFF;
+                // A new link: what ended the last one no longer explains anything.
+                if let Ok(mut broken) = upstream.broken.lock() {
+                    *broken = None;
+                }
                 let why = serve(&upstream, running, &refresh, &stop).await;
                 // A stdio child lives exactly as long as its link.
                 drop(child);
@@ -303,7 +310,11 @@ type Connected = (
 );
 
 /// Connects and initialises (a new child process for stdio, killed when dropped).
-async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, String> {
+async fn connect(
+    spec: &UpstreamSpec,
+    client: LinkClient,
+    broken: super::line_guard::Broken,
+) -> Result<Connected, String> {
     match &spec.transport {
         UpstreamTransport::Stdio {
             program,
@@ -339,6 +350,12 @@ async fn connect(spec: &UpstreamSpec, client: LinkClient) -> Result<Connected, S
                     tracing::info!(upstream = %name, "[upstream {name}] {line}");
                 }
             });
+            let stdout = super::line_guard::LineGuard::new(
+                stdout,
+                super::line_guard::MAX_LINE,
+                broken,
+                spec.name.clone(),
+            );
             let running = client
                 .serve((stdout, stdin))
                 .await

@@ -33,6 +33,7 @@
 
 mod client;
 mod environment;
+mod line_guard;
 mod link;
 mod passage;
 mod session_guard;

@@ -281,7 +281,10 @@ impl Channel for McpTool {
                 }
                 Call::Answered(Err(e)) => Outcome::Unknown {
                     reason: match e {
-                        ServiceError::TransportClosed => format!("upstream {name}: the link closed before it answered (the server may have died mid-call)"),
+                        ServiceError::TransportClosed => match self.upstream.broken.lock().ok().and_then(|b| b.clone()) {
+                            Some(why) => format!("{why}: the call's answer may have been that message"),
+                            None => format!("upstream {name}: the link closed before it answered (the server may have died mid-call)"),
+                        },
                         ServiceError::Timeout { timeout } => format!("upstream {name}: no answer within {timeout:?}"),
                         ServiceError::McpError(e) => format!("upstream {name}: JSON-RPC error {}: the call may have had an effect", e.code.0),
                         other => format!("upstream {name}: {other}"),

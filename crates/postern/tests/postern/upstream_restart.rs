@@ -198,3 +198,53 @@ async fn a_restarted_typescript_upstream_is_relinked_without_waiting_out_a_timeo
     let _ = server.wait();
     served.stop();
 }
+
+/// A stdio upstream whose answer is one line longer than a client may take (17 MB, over
+/// rmcp's 16 MiB, which would drop it silently and leave the call to wait its timeout): the
+/// link is ended at once, the call is decided now with why, and the upstream is started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_long_stdio_line_ends_the_call_at_once_with_why() {
+    crate::interop::require_sdk().await;
+    let dir = Dir::new("up-long-line");
+    let script = crate::foreign::repo_root().join("tests/interop/python_huge_line.py");
+    let config = format!(
+        "{GATEWAY}tools = [\"py_*\"]\n\n[upstream.py]\ncommand = [\"python3\", {:?}]\nexpose = \"all\"\ntimeout = \"30s\"\n",
+        script.to_str().unwrap()
+    );
+    let served = Served::start(&dir.0, &config);
+    wait_available(&served.url, "py_huge").await;
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let started = Instant::now();
+    let resp = mcp
+        .call("py_huge", json!({"size": 17_000_000}), json!({}))
+        .await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the call waited {took:?}");
+    assert_eq!(execution(&resp)["state"], "outcome_unknown", "{resp:.600}");
+    // The record says why.
+    let id = execution(&resp)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let status = mcp
+        .call("execution_status", json!({"execution_id": id}), json!({}))
+        .await
+        .to_string();
+    assert!(
+        status.contains("on one line") && status.contains("16777215"),
+        "{status:.1500}"
+    );
+    // The upstream is started again and serves the next call.
+    wait_available(&served.url, "py_small").await;
+    let next = mcp.call("py_small", json!({}), json!({})).await;
+    // A tool with an outputSchema: the record is in `_meta`, its structured content its own.
+    assert_eq!(
+        next["result"]["_meta"]["io.postern/execution"]["state"], "completed",
+        "{next}"
+    );
+    assert_eq!(
+        next["result"]["structuredContent"],
+        json!({"result": "small"})
+    );
+    served.stop();
+}
