@@ -18,7 +18,7 @@ use russh::client::{self, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use serde_json::json;
 
-use crate::upstream::{measure_calls, Op};
+use crate::upstream::{measure_calls, print_header, print_row, Op};
 use crate::{Run, Served, WARMUP_PER_WORKER};
 
 /// The bench's own sshd: any key it shows is accepted (the channel's pinning is tested
@@ -136,10 +136,7 @@ ssh = {{ host = "127.0.0.1", port = {port}, user = {user:?}, host_key = {host_ke
     let served = Served::start_with(postern, &gw_dir, config, &[]);
     let handle = Arc::new(rt.block_on(bare_connection(&sshd)));
     println!("a trivial remote command (`true`) on a loopback OpenSSH sshd");
-    println!(
-        "{:<8} {:>3} {:>9} {:>9} {:>10}",
-        "route", "c", "p50 ms", "p99 ms", "calls/s"
-    );
+    print_header("calls/s");
     let mut results = std::collections::HashMap::new();
     for (c, n) in [(1, calls.0), (16, calls.1)] {
         let bare = rt.block_on(measure_bare(handle.clone(), c, n));
@@ -153,12 +150,7 @@ ssh = {{ host = "127.0.0.1", port = {port}, user = {user:?}, host_key = {host_ke
             run,
         ));
         for (route, r) in [("bare", bare), ("postern", through)] {
-            println!(
-                "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",
-                r.pct(0.5),
-                r.pct(0.99),
-                r.rate
-            );
+            print_row(route, c, &r);
             results.insert((route, c), r);
         }
     }

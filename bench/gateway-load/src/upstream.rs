@@ -136,6 +136,24 @@ impl Session {
     }
 }
 
+/// The head of a table of routes' figures (`unit`: what the rate counts).
+pub(crate) fn print_header(unit: &str) {
+    println!(
+        "{:<8} {:>3} {:>9} {:>9} {:>10}",
+        "route", "c", "p50 ms", "p99 ms", unit
+    );
+}
+
+/// One route's figures at concurrency `c`.
+pub(crate) fn print_row(route: &str, c: usize, r: &Run) {
+    println!(
+        "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",
+        r.pct(0.5),
+        r.pct(0.99),
+        r.rate
+    );
+}
+
 /// What one measured request is.
 #[derive(Clone)]
 pub(crate) enum Op {
@@ -336,10 +354,7 @@ fn compare_reads(
 ) {
     println!();
     println!("resources/read of {PRICE_LIST_URI} (passed through: not an execution)");
-    println!(
-        "{:<8} {:>3} {:>9} {:>9} {:>10}",
-        "route", "c", "p50 ms", "p99 ms", "reads/s"
-    );
+    print_header("reads/s");
     let mut results = std::collections::HashMap::new();
     for (c, n) in [(1, calls.0), (32, calls.1)] {
         for &(route, url, _) in routes {
@@ -347,12 +362,7 @@ fn compare_reads(
             let r = rt.block_on(measure_calls(url, c, n, &tag, false, |_| {
                 Op::Read(PRICE_LIST_URI)
             }));
-            println!(
-                "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",
-                r.pct(0.5),
-                r.pct(0.99),
-                r.rate
-            );
+            print_row(route, c, &r);
             results.insert((route, c), r);
         }
     }
@@ -372,21 +382,13 @@ fn compare(
 ) {
     println!();
     println!("the upstream works {work} ms per call");
-    println!(
-        "{:<8} {:>3} {:>9} {:>9} {:>10}",
-        "route", "c", "p50 ms", "p99 ms", "calls/s"
-    );
+    print_header("calls/s");
     let mut results = std::collections::HashMap::new();
     for (c, n) in [(1, calls.0), (32, calls.1)] {
         for &(route, url, postern_route) in routes {
             let tag = format!("{route}-w{work}-c{c}");
             let r = rt.block_on(measure(url, c, n, &tag, postern_route, work));
-            println!(
-                "{route:<8} {c:>3} {:>9.2} {:>9.2} {:>10.0}",
-                r.pct(0.5),
-                r.pct(0.99),
-                r.rate
-            );
+            print_row(route, c, &r);
             results.insert((route, c), r);
         }
     }
