@@ -248,3 +248,64 @@ async fn an_over_long_stdio_line_ends_the_call_at_once_with_why() {
     );
     served.stop();
 }
+
+/// A client with a session is told its tool list changed when an upstream's link goes down
+/// and when it comes back (the listed tools are unavailable, then available): the client
+/// lists again instead of calling tools that are not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hears_its_tool_list_change_when_an_upstream_goes_and_comes_back() {
+    use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+    use rmcp::service::NotificationContext;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::{ClientHandler, RoleClient, ServiceExt};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Clone, Default)]
+    struct Listener(Arc<AtomicUsize>);
+    impl ClientHandler for Listener {
+        fn get_info(&self) -> ClientConfig {
+            ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("list-changed-test", "1.0"),
+            )
+        }
+        async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let dir = Dir::new("up-list-changed");
+    let journal = dir.0.join("journal.jsonl");
+    let config = format!(
+        "{HEADER}\n{}\n{TOOLS}",
+        crate::upstream::stdio_upstream(&journal)
+    );
+    let served = Served::start(&dir.0, &config);
+    wait_listed(&served.url).await;
+    let heard = Listener::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(served.url.clone())
+            .auth_header(BILLING_TOKEN.to_string()),
+    );
+    let client = heard.clone().serve(transport).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = heard.0.load(Ordering::SeqCst);
+    // kill -9 the upstream's process: the gateway restarts it.
+    let pid = Journal::last_pid(&journal).unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while heard.0.load(Ordering::SeqCst) < before + 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let told = heard.0.load(Ordering::SeqCst) - before;
+    assert!(told >= 2, "told {told} times (down, then up)");
+    // And it is back: the tools are there to call.
+    wait_listed(&served.url).await;
+    client.cancel().await.unwrap();
+    served.stop();
+}
