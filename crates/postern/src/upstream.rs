@@ -95,7 +95,7 @@ fn print_upstreams(v: &Value) {
             Some(why) => println!("{}: DOWN ({why})", text(&u["name"])),
         }
         if let Some(names) = u["environment"].as_array() {
-            let names: Vec<&str> = names.iter().map(text).collect();
+            let names: Vec<_> = names.iter().map(text).collect();
             println!("  environment (names only): {}", names.join(" "));
         }
         for t in u["tools"].as_array().map(Vec::as_slice).unwrap_or_default() {
