@@ -88,6 +88,20 @@ pub(crate) struct Audience {
     members: Mutex<Members>,
 }
 
+/// The level of a rank (see [`rank`]).
+pub(crate) fn level_of(rank: u8) -> LoggingLevel {
+    match rank {
+        0 => LoggingLevel::Debug,
+        1 => LoggingLevel::Info,
+        2 => LoggingLevel::Notice,
+        3 => LoggingLevel::Warning,
+        4 => LoggingLevel::Error,
+        5 => LoggingLevel::Critical,
+        6 => LoggingLevel::Alert,
+        _ => LoggingLevel::Emergency,
+    }
+}
+
 /// A level's rank, least severe first.
 pub(crate) fn rank(level: LoggingLevel) -> u8 {
     match level {

@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ErrorCode,
-    GetPromptRequest, GetPromptRequestParams, GetPromptResult, ListPromptsRequest,
-    ListPromptsResult, ListResourceTemplatesRequest, ListResourceTemplatesResult,
-    ListResourcesRequest, ListResourcesResult, PaginatedRequestParams, ReadResourceRequest,
+    GetPromptRequest, GetPromptRequestParams, GetPromptResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, ReadResourceRequest,
     ReadResourceRequestParams, ReadResourceResult, Reference, ServerCapabilities, ServerResult,
 };
 use rmcp::ErrorData;
@@ -222,8 +221,15 @@ mod futures_page {
     >;
 }
 
-fn page_params(cursor: Option<String>) -> Option<PaginatedRequestParams> {
-    cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)))
+/// A list request (resources, templates, prompts) for the page at `cursor`.
+fn page_request<M: Default>(
+    cursor: Option<String>,
+) -> rmcp::model::RequestOptionalParam<M, PaginatedRequestParams> {
+    rmcp::model::RequestOptionalParam {
+        method: M::default(),
+        params: cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c))),
+        extensions: Default::default(),
+    }
 }
 
 /// Passes requests through for one actor's view.
@@ -253,11 +259,7 @@ impl Passage<'_> {
         let (items, next) = paging
             .walk(|v, cursor| {
                 Box::pin(async move {
-                    let request = ClientRequest::ListResourcesRequest(ListResourcesRequest {
-                        method: Default::default(),
-                        params: page_params(cursor),
-                        extensions: Default::default(),
-                    });
+                    let request = ClientRequest::ListResourcesRequest(page_request(cursor));
                     match self.ask(v, request).await? {
                         ServerResult::ListResourcesResult(r) => {
                             self.routes.learn_uris(
@@ -284,12 +286,7 @@ impl Passage<'_> {
         let (items, next) = paging
             .walk(|v, cursor| {
                 Box::pin(async move {
-                    let request =
-                        ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest {
-                            method: Default::default(),
-                            params: page_params(cursor),
-                            extensions: Default::default(),
-                        });
+                    let request = ClientRequest::ListResourceTemplatesRequest(page_request(cursor));
                     match self.ask(v, request).await? {
                         ServerResult::ListResourceTemplatesResult(r) => {
                             self.routes.learn_templates(
@@ -372,11 +369,7 @@ impl Passage<'_> {
         let (items, next) = paging
             .walk(|v, cursor| {
                 Box::pin(async move {
-                    let request = ClientRequest::ListPromptsRequest(ListPromptsRequest {
-                        method: Default::default(),
-                        params: page_params(cursor),
-                        extensions: Default::default(),
-                    });
+                    let request = ClientRequest::ListPromptsRequest(page_request(cursor));
                     match self.ask(v, request).await? {
                         ServerResult::ListPromptsResult(r) => {
                             let prompts = r

@@ -10,9 +10,8 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
-use serde_json::Value;
 
-use super::audience::rank;
+use super::audience::level_of;
 use super::passage::{pass_error, Passage};
 use super::PosternMcp;
 
@@ -153,10 +152,7 @@ impl PosternMcp {
                     .iter()
                     .any(|u| u.upstream.name() == name)
             });
-            let level = all_levels()
-                .into_iter()
-                .find(|l| rank(*l) == wanted)
-                .unwrap_or(params.level);
+            let level = level_of(wanted);
             let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(
                 SetLevelRequestParams::new(level),
             ));
@@ -166,20 +162,4 @@ impl PosternMcp {
         }
         Ok(())
     }
-}
-
-fn all_levels() -> Vec<rmcp::model::LoggingLevel> {
-    [
-        "debug",
-        "info",
-        "notice",
-        "warning",
-        "error",
-        "critical",
-        "alert",
-        "emergency",
-    ]
-    .iter()
-    .filter_map(|l| serde_json::from_value(Value::String((*l).to_string())).ok())
-    .collect()
 }

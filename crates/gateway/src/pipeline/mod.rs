@@ -37,7 +37,7 @@ use crate::report::{next_step, Attempt, CallReport};
 const MAX_KEY_BYTES: usize = 256;
 
 /// The most of a target's answer that is stored and returned.
-pub(crate) const MAX_RESPONSE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = postern_core::config::DEFAULT_MAX_RESPONSE_BYTES;
 
 /// One `tools/call`, already authenticated. Protocol links (JSON-RPC id, session) are not here:
 /// they never decide anything.
