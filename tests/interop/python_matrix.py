@@ -5,12 +5,19 @@ Postern, a result may differ from the direct one only by what Postern adds (its 
 block, the tool-name prefix, the logger's upstream name).
 
 Usage: python3 tests/interop/python_matrix.py POSTERN CONFIG NODE EVERYTHING [URL]
+       python3 tests/interop/python_matrix.py --filesystem POSTERN CONFIG NODE FILESYSTEM DIR [URL]
 
   POSTERN     the `postern` binary; CONFIG its config, serving server-everything as upstream
               `ev` (expose = "all", prefix "ev_"): the "stdio" column is `postern serve --stdio`
   NODE        the node binary; EVERYTHING server-everything's dist/index.js (the direct server)
   URL         a running `postern serve` (HTTP) with the same upstream: the "connect" column is
               `postern connect URL` in front of it (token in POSTERN_TOKEN)
+
+With --filesystem the server is server-filesystem, serving DIR (upstream `fs`, prefix "fs_",
+`read_only = ["read_*", ...]`), and the rows are its large read-only answer (a 1 MiB file: more
+than the gateway's default answer cap, returned whole because the tool is read-only) and its
+`isError` answer (a write outside DIR). Its client declares no roots: server-filesystem replaces
+its directories with a client's roots.
 
 Prints one JSON line: {capability: {"direct": ..., "stdio": ..., "connect": ..., "same": bool}}
 ("same": every column equals the direct one). Exit 0 when every session ran; the verdicts are
@@ -93,14 +100,14 @@ class Client:
             params = getattr(root, "params", None)
             self.notes.append({"method": method, "uri": getattr(params, "uri", None)})
 
-    def session(self, read, write):
+    def session(self, read, write, roots=True):
         return ClientSession(
             read,
             write,
             read_timeout_seconds=60,
             sampling_callback=self.sampling,
             elicitation_callback=self.elicitation,
-            list_roots_callback=self.roots,
+            list_roots_callback=self.roots if roots else None,
             logging_callback=self.logging,
             message_handler=self.messages,
         )
@@ -300,6 +307,39 @@ async def probe(session, client, through):
         return {"answer": result}
 
     await row("roots", roots)
+
+    async def task_required():
+        # `execution.taskSupport: "required"`: the server refuses a call without a task. rmcp
+        # 3.11 does not read that field (2026-07-28 moved tasks to an extension), so Postern
+        # lists the tool and the server's refusal reaches the agent as an error result.
+        return await call(session, name("simulate-research-query"), {"topic": "matrix"}, through)
+
+    await row("task-required tool", task_required)
+    return rows
+
+
+LARGE = "large.txt"
+LARGE_BYTES = 1024 * 1024
+
+
+async def probe_filesystem(session, client, through, directory):
+    """server-filesystem's rows: an answer over the default cap, and an error answer."""
+    name = (lambda t: "fs_" + t) if through else (lambda t: t)
+    rows = {}
+
+    async def large():
+        got = await call(session, name("read_text_file"), {"path": os.path.join(directory, LARGE)}, through)
+        text = "".join(c.get("text", "") for c in got.get("content", []))
+        return {"bytes": len(text.encode()), "answer": got}
+
+    async def error():
+        return await call(session, name("write_file"), {"path": "/tmp/postern-matrix-outside.txt", "content": "x"}, through)
+
+    for key, fn in (("large output (1 MiB read-only)", large), ("isError", error)):
+        try:
+            rows[key] = await fn()
+        except Exception as e:  # noqa: BLE001 - the matrix records what failed
+            rows[key] = {"error": f"{type(e).__name__}: {e}"}
     return rows
 
 
@@ -308,11 +348,13 @@ async def call(session, tool, arguments, through):
     return answer(result, through)
 
 
-async def run_one(params, through):
+async def run_one(params, through, directory=None):
     client = Client()
     async with stdio_client(params) as (read, write):
-        async with client.session(read, write) as session:
+        async with client.session(read, write, roots=directory is None) as session:
             await session.initialize()
+            if directory is not None:
+                return await probe_filesystem(session, client, through, directory)
             return await probe(session, client, through)
 
 
@@ -328,10 +370,11 @@ def verdicts(results):
     return out
 
 
-async def run(postern, config, node, everything, url=None):
+async def run(postern, config, node, server, url=None, directory=None):
     env = {"PATH": os.environ.get("PATH", "")}
+    direct_args = [server, directory] if directory else [server, "stdio"]
     columns = {
-        "direct": (StdioServerParameters(command=node, args=[everything, "stdio"], env=env), False),
+        "direct": (StdioServerParameters(command=node, args=direct_args, env=env), False),
         "stdio": (StdioServerParameters(command=postern, args=["serve", "--stdio", "-c", config], env=env), True),
     }
     if url:
@@ -340,7 +383,7 @@ async def run(postern, config, node, everything, url=None):
     results = {}
 
     async def go(key, params, through):
-        results[key] = await run_one(params, through)
+        results[key] = await run_one(params, through, directory)
 
     async with anyio.create_task_group() as tg:
         for key, (params, through) in columns.items():
@@ -350,7 +393,13 @@ async def run(postern, config, node, everything, url=None):
 
 def main():
     try:
-        asyncio.run(run(*sys.argv[1:6]))
+        if sys.argv[1] == "--filesystem":
+            postern, config, node, server, directory, *url = sys.argv[2:8]
+            with open(os.path.join(directory, LARGE), "w") as f:
+                f.write(("0123456789abcdef" * 4 + "\n") * (LARGE_BYTES // 65 + 1))
+            asyncio.run(run(postern, config, node, server, url[0] if url else None, directory))
+        else:
+            asyncio.run(run(*sys.argv[1:6]))
     except Exception as e:  # the reason, for the caller's assertion message
         print(f"python_matrix.py: {e!r}", file=sys.stderr)
         sys.exit(1)

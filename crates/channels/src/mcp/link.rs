@@ -7,8 +7,8 @@ use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rmcp::model::Tool;
-use rmcp::service::RunningService;
+use rmcp::model::{ClientRequest, PingRequest, Tool};
+use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::common::client_side_sse::NeverRetry;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -95,7 +95,7 @@ pub struct Upstream {
     name: String,
     /// The names of the variables a stdio upstream's process receives (`None` over HTTP).
     environment: Option<Vec<String>>,
-    startup_timeout: Duration,
+    pub(super) startup_timeout: Duration,
     pub(super) request_timeout: Duration,
     state: watch::Sender<LinkState>,
     peer: RwLock<Option<Peer<RoleClient>>>,
@@ -262,6 +262,8 @@ async fn serve(
     }
     upstream.subscribe_again(&peer).await;
     let mut list = true;
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if std::mem::take(&mut list) {
             match peer.list_all_tools().await {
@@ -283,6 +285,13 @@ async fn serve(
         }
         tokio::select! {
             () = refresh.notified() => list = true,
+            _ = ping.tick() => {
+                if let Some(why) = unreachable(&peer).await {
+                    end();
+                    let _ = (&mut ended).await;
+                    return why;
+                }
+            }
             () = upstream.relink.notified() => {
                 end();
                 let _ = (&mut ended).await;
@@ -301,6 +310,33 @@ async fn serve(
                 return "stopped".into();
             }
         }
+    }
+}
+
+/// How often an idle or busy link is checked with `ping`: a server that went away is seen
+/// within this, even when no request finds it gone (an HTTP upstream has no connection of its
+/// own to lose), so `postern status` and clients' tool lists say what is true.
+const PING_EVERY: Duration = Duration::from_secs(2);
+/// How long a ping may go unanswered before it is given up (and nothing is concluded: a busy
+/// server is not a dead one).
+const PING_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Why the link's server is known to be gone (it refused the ping untaken: a refused
+/// connection, a session it no longer knows), or `None`.
+async fn unreachable(peer: &Peer<RoleClient>) -> Option<String> {
+    let ping = ClientRequest::PingRequest(PingRequest::default());
+    let handle = match peer
+        .send_request_with_option(ping, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => handle,
+        Err(e) => return Some(format!("the link closed ({e})")),
+    };
+    match tokio::time::timeout(PING_PATIENCE, handle.rx).await {
+        Ok(Ok(Err(e))) if super::tool::refused_before_sending(&e) => {
+            Some(format!("the upstream did not take a ping ({e})"))
+        }
+        _ => None,
     }
 }
 

@@ -46,12 +46,34 @@ impl Upstream {
         self.events.subscribe()
     }
 
-    /// The live peer, waiting (at most `startup_timeout`) for a link that is connecting.
+    /// The live peer, waiting (at most `startup_timeout`) for a link that is connecting —
+    /// including one whose transport has just closed while its state still says up (a
+    /// restarted server): the supervisor is about to open the next one.
     pub(super) async fn live_peer(&self) -> Result<Peer<RoleClient>, String> {
-        match self.peer() {
-            Ok(peer) => Ok(peer),
-            Err(why) if self.wait_up().await => self.peer().map_err(|_| why),
-            Err(why) => Err(why),
+        let deadline = tokio::time::Instant::now() + self.startup_timeout;
+        let mut state = self.subscribe();
+        loop {
+            let why = match self.peer() {
+                Ok(peer) => return Ok(peer),
+                Err(why) => why,
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(why);
+            }
+            // A state change wakes this at once; the short bound covers the moment between a
+            // transport closing and the supervisor saying so.
+            let _ =
+                tokio::time::timeout(left.min(Duration::from_millis(25)), state.changed()).await;
+        }
+    }
+
+    /// Waits (at most `startup_timeout`) until the link `old` has ended, so that the next
+    /// request goes on its successor.
+    pub(super) async fn link_ended(&self, old: &Peer<RoleClient>) {
+        let deadline = tokio::time::Instant::now() + self.startup_timeout;
+        while !old.is_transport_closed() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -9,7 +9,7 @@ use rmcp::model::{
     RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
-use rmcp::ServiceError;
+use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{json, Map, Value};
 
 use super::{Upstream, EXECUTION_ID_META};
@@ -96,18 +96,23 @@ impl McpTool {
                 key,
             }
         });
-        let handle = match peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
+        let (peer, handle) = match peer
+            .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
             .await
         {
-            Ok(handle) => handle,
-            // The link's loop was gone: the request never entered it.
-            Err(e) => {
-                return Call::NotSent(format!(
-                    "upstream {}: the link had closed before it took the request ({e})",
-                    self.upstream.name()
-                ))
-            }
+            Ok(handle) => (peer, handle),
+            // The link's loop was gone: the request never entered it, so it is safe to hand
+            // it once to the next link (a restarted server), if one comes within the bound.
+            Err(_) => match self.upstream.live_peer().await {
+                Ok(next) => match next
+                    .send_request_with_option(request, PeerRequestOptions::no_options())
+                    .await
+                {
+                    Ok(handle) => (next, handle),
+                    Err(e) => return Call::NotSent(self.closed_before_taking(e)),
+                },
+                Err(why) => return Call::NotSent(why),
+            },
         };
         let token = handle.progress_token.clone();
         if let (Some(sink), Ok(mut routes)) =
@@ -130,7 +135,17 @@ impl McpTool {
             routes.remove(&token);
         }
         drop(asking);
-        Call::Answered(answer)
+        match answer {
+            Err(e) if refused_before_sending(&e) => Call::NotTaken(e, peer),
+            answer => Call::Answered(answer),
+        }
+    }
+
+    fn closed_before_taking(&self, e: ServiceError) -> String {
+        format!(
+            "upstream {}: the link had closed before it took the request ({e})",
+            self.upstream.name()
+        )
     }
 
     fn answer(
@@ -199,12 +214,15 @@ impl Drop for AskerGuard<'_> {
 #[allow(clippy::large_enum_variant)]
 enum Call {
     NotSent(String),
+    /// The link's server refused the request untaken (a refused connection, a session it no
+    /// longer knows): the link it was sent on must end.
+    NotTaken(ServiceError, Peer<RoleClient>),
     Answered(Result<ServerResult, ServiceError>),
 }
 
 /// Whether a failed link error proves nothing was taken: an HTTP connection that was refused,
 /// or a session the server no longer knows.
-fn refused_before_sending(e: &ServiceError) -> bool {
+pub(super) fn refused_before_sending(e: &ServiceError) -> bool {
     let ServiceError::TransportSend(e) = e else {
         return false;
     };
@@ -238,7 +256,20 @@ impl Channel for McpTool {
             if let Some(why) = self.unlisted() {
                 return Outcome::NotSent { reason: why };
             }
-            match self.call(&self.tool, action.arguments.clone(), &action).await {
+            let mut call = self
+                .call(&self.tool, action.arguments.clone(), &action)
+                .await;
+            if let Call::NotTaken(e, old) = &call {
+                // A restarted server that did not take the request: a new session, now rather
+                // than at the next timeout, and the request handed to it once.
+                tracing::info!(upstream = %name, error = %e, "the upstream did not take the request; sending it once on a new link");
+                self.upstream.relink.notify_one();
+                self.upstream.link_ended(old).await;
+                call = self
+                    .call(&self.tool, action.arguments.clone(), &action)
+                    .await;
+            }
+            match call {
                 Call::NotSent(reason) => Outcome::NotSent { reason },
                 Call::Answered(Ok(ServerResult::CallToolResult(result))) => {
                     let verdict = match (result.is_error, self.on_tool_error) {
@@ -272,8 +303,8 @@ impl Channel for McpTool {
                         whole: None,
                     })
                 }
-                Call::Answered(Err(e)) if refused_before_sending(&e) => {
-                    // A restarted server: a new session, now, rather than at the next timeout.
+                Call::NotTaken(e, _) => {
+                    // Not taken on the new link either: nothing was applied.
                     self.upstream.relink.notify_one();
                     Outcome::NotSent {
                         reason: format!("upstream {name} did not take the request ({e}); nothing was applied"),

@@ -563,6 +563,13 @@ impl Gateway {
         });
         // The upstream lists an output schema: its structured content is the tool's own.
         let upstream_structured = entry.is_some_and(|e| e.has_output_schema());
+        // An upstream that answered `isError: true` said its call failed, whatever the
+        // contract records of the effect: the client is told so as it would be directly.
+        let is_error = is_error
+            || (upstream_result
+                && response
+                    .as_ref()
+                    .is_some_and(|r| r.get("isError") == Some(&Value::Bool(true))));
         CallReport {
             execution_id: s.id,
             tool: s.tool.clone(),

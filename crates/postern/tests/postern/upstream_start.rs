@@ -155,7 +155,8 @@ async fn an_upstreams_content_reaches_the_model_unchanged() {
 }
 
 /// Issue 32, upstream faults: the npm `server-filesystem` refuses a path outside its allowed
-/// directory with `isError: true`. Under the default `on_tool_error = "unknown"` the agent is
+/// directory with `isError: true`; the client sees `isError: true` either way, as it would
+/// directly. Under the default `on_tool_error = "unknown"` the agent is
 /// told the upstream answered with an error (quoted), not that no answer came back; an upstream
 /// served whole with `on_tool_error = "rejected"` makes the same answer a rejection, an error
 /// result an identical retry may repeat.
@@ -168,7 +169,7 @@ async fn an_upstream_error_is_told_as_what_it_is() {
         .package("@modelcontextprotocol/server-filesystem")
         .join("dist/index.js");
     for (verdict, state, is_error) in [
-        ("unknown", "outcome_unknown", false),
+        ("unknown", "outcome_unknown", true),
         ("rejected", "completed", true),
     ] {
         let dir = Dir::new(&format!("up-iserror-{verdict}"));
