@@ -8,6 +8,8 @@ use postern_core::ExecutionId;
 use postern_ledger::{ExecutionSummary, ListFilter, StoreReader};
 use serde_json::{json, Value};
 
+use crate::terminal::shown;
+
 #[derive(Subcommand)]
 pub enum ActivityCommand {
     /// Executions, newest first.
@@ -124,7 +126,7 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                             Some(o) => format!("{} ({o})", e.lifecycle.state.display_name()),
                             None => e.lifecycle.state.display_name().to_string(),
                         };
-                        println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", e.id, e.accepted_at, e.actor, e.tool, state, e.lifecycle.dispatches);
+                        println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", e.id, e.accepted_at, shown(&e.actor), shown(&e.tool), state, e.lifecycle.dispatches);
                     }
                 }
             }
@@ -149,40 +151,25 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                 } else {
                     let s = &view.summary;
                     println!("execution    {}", s.id);
-                    println!("tool         {} ({})", s.tool, s.class);
-                    println!("actor        {}   intent scope {}", s.actor, s.intent_scope);
+                    println!("tool         {} ({})", shown(&s.tool), s.class);
+                    println!("actor        {}   intent scope {}", shown(&s.actor), shown(&s.intent_scope));
                     println!("fingerprint  {}", s.fingerprint);
                     println!("state        {}{}", s.lifecycle.state.display_name(), s.lifecycle.state.outcome().map(|o| format!(" ({o})")).unwrap_or_default());
-                    println!("record       {}", printable(&view.record.to_string()));
+                    println!("record       {}", shown(&view.record.to_string()));
                     if let Some(hints) = view.events.iter().find_map(|e| e.body.detail.get("upstream_annotations")) {
-                        println!("upstream     annotations {} (the upstream's own claim, untrusted: the class decides)", printable(&hints.to_string()));
+                        println!("upstream     annotations {} (the upstream's own claim, untrusted: the class decides)", shown(&hints.to_string()));
                     }
                     println!("lifecycle:");
                     for e in &view.events {
-                        println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), printable(&e.body.detail.to_string()));
+                        println!("  {}  {:<22} {}", e.body.at, e.body.event.name(), shown(&e.body.detail.to_string()));
                     }
                     if let Some(r) = &view.result {
                         println!("result       {} bytes{} {}", r.size, if r.truncated { " (truncated)" } else { "" }, r.digest);
-                        println!("             {}", printable(&String::from_utf8_lossy(&r.body)));
+                        println!("             {}", shown(&String::from_utf8_lossy(&r.body)));
                     }
                 }
             }
         }
         Ok(0)
     })
-}
-
-/// Text from the target (or recorded from it) as it may be shown on a terminal: control
-/// characters (escape sequences that could rewrite the screen, fake a prompt or set the title)
-/// are written as `\u{..}` escapes.
-pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }

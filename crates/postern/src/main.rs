@@ -17,6 +17,7 @@ mod secrets;
 mod serve;
 mod status;
 mod telemetry;
+mod terminal;
 mod trace;
 mod upstream;
 mod vault;

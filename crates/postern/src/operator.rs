@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use crate::client::{is_variable_name, shown_variable};
+use crate::terminal::{shown, text};
 
 #[derive(Args, Clone)]
 pub struct GatewayArgs {
@@ -321,7 +322,7 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                     println!("client       {}", client(r));
                     println!(
                         "protocol     {} over {}",
-                        r["protocol_version"].as_str().unwrap_or("?"),
+                        text(&r["protocol_version"]),
                         text(&r["transport"])
                     );
                     println!("started      {}", text(&r["started_at"]));
@@ -337,10 +338,10 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                         println!(
                             "  {}  id {:<8} {:<20} {:<10} {:<32} {}",
                             text(&c["at"]),
-                            c["request_id"].as_str().unwrap_or("-"),
+                            shown(c["request_id"].as_str().unwrap_or("-")),
                             text(&c["tool"]),
                             text(&c["attempt"]),
-                            c["execution_id"].as_str().unwrap_or("-"),
+                            shown(c["execution_id"].as_str().unwrap_or("-")),
                             text(&c["outcome"])
                         );
                     }
@@ -362,8 +363,8 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
 
 fn client(r: &Value) -> String {
     match (r["client"].as_str(), r["client_version"].as_str()) {
-        (Some(n), Some(v)) => format!("{n} {v}"),
-        (Some(n), None) => n.to_string(),
+        (Some(n), Some(v)) => format!("{} {}", shown(n), shown(v)),
+        (Some(n), None) => shown(n).into_owned(),
         _ => "-".to_string(),
     }
 }
@@ -373,14 +374,14 @@ fn decided_by(r: &Value) -> String {
     r["authorized_by"]
         .as_str()
         .or(r["revoked_by"].as_str())
-        .map(|by| format!(" by {by}"))
+        .map(|by| format!(" by {}", shown(by)))
         .unwrap_or_default()
 }
 
 fn ended(r: &Value) -> String {
     match (r["ended_at"].as_str(), r["end_reason"].as_str()) {
-        (Some(t), Some(how)) => format!("{t} ({how})"),
-        (Some(t), None) => t.to_string(),
+        (Some(t), Some(how)) => format!("{} ({})", shown(t), shown(how)),
+        (Some(t), None) => shown(t).into_owned(),
         _ => "open".to_string(),
     }
 }
@@ -457,34 +458,6 @@ fn confirm(shown: &Value, yes: bool) -> Result<()> {
     }
 }
 
-/// A string from the gateway, as the terminal may show it: agents choose many of them (run
-/// ids, client names, keys), so control characters (a newline that forges a line, an ESC that
-/// hides one) and invisible bidirectional formatting are shown escaped, never obeyed.
-pub(crate) fn text(v: &Value) -> std::borrow::Cow<'_, str> {
-    shown(v.as_str().unwrap_or("?"))
-}
-
-/// `s` with every character a terminal would act on written as `\u{…}` (a backslash as `\\`).
-pub(crate) fn shown(s: &str) -> std::borrow::Cow<'_, str> {
-    fn acts(c: char) -> bool {
-        c == '\\'
-            || c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
-    }
-    if !s.chars().any(acts) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if acts(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 fn print_list(items: &Value, none: &str) {
     let items = items.as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
@@ -499,7 +472,7 @@ fn print_list(items: &Value, none: &str) {
             text(&p["since"]),
             p["expires_at"]
                 .as_str()
-                .map(|e| format!(", expires {e}"))
+                .map(|e| format!(", expires {}", shown(e)))
                 .unwrap_or_default()
         );
     }
@@ -511,43 +484,32 @@ fn print_one(p: &Value) {
     println!("tool         {}", text(&p["tool"]));
     println!("actor        {}", text(&p["actor"]));
     if let Some(run) = p["run_id"].as_str() {
-        println!("run          {run}");
+        println!("run          {}", shown(run));
     }
-    println!("arguments    {}", p["record"]["arguments"]);
+    // JSON text escapes control characters but not invisible formatting (a bidi override).
+    println!(
+        "arguments    {}",
+        shown(&p["record"]["arguments"].to_string())
+    );
     println!("fingerprint  {}", text(&p["fingerprint"]));
     println!("since        {}", text(&p["since"]));
     if let Some(e) = p["expires_at"].as_str() {
-        println!("expires      {e}");
+        println!("expires      {}", shown(e));
     }
     if let Some(d) = p["decided"].as_object() {
         println!(
             "decided      {} by {} at {}{}",
-            d.get("decision").and_then(Value::as_str).unwrap_or("?"),
-            d.get("by")
-                .and_then(Value::as_str)
-                .unwrap_or("nobody (expired)"),
-            d.get("at").and_then(Value::as_str).unwrap_or("?"),
+            shown(d.get("decision").and_then(Value::as_str).unwrap_or("?")),
+            shown(
+                d.get("by")
+                    .and_then(Value::as_str)
+                    .unwrap_or("nobody (expired)")
+            ),
+            shown(d.get("at").and_then(Value::as_str).unwrap_or("?")),
             d.get("reason")
                 .and_then(Value::as_str)
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", shown(r)))
                 .unwrap_or_default()
         );
-    }
-}
-
-#[cfg(test)]
-mod shown_tests {
-    use super::shown;
-
-    #[test]
-    fn what_a_terminal_would_obey_is_shown_escaped() {
-        let forged = "r1\narguments    {\"amount\":1}\u{1b}[8m";
-        let out = shown(forged);
-        assert!(!out.contains('\n') && !out.contains('\u{1b}'), "{out}");
-        assert_eq!(out, "r1\\u{a}arguments    {\"amount\":1}\\u{1b}[8m");
-        assert_eq!(shown("plain-run_1 é"), "plain-run_1 é");
-        assert_eq!(shown("a\u{202e}b"), "a\\u{202e}b");
-        // A backslash is escaped too, so an escape cannot be imitated.
-        assert_eq!(shown("a\\u{a}"), "a\\\\u{a}");
     }
 }

@@ -4,7 +4,8 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::Value;
 
-use crate::operator::{runtime, text, GatewayArgs, Ops};
+use crate::operator::{runtime, GatewayArgs, Ops};
+use crate::terminal::text;
 
 #[derive(Args)]
 pub struct StatusArgs {

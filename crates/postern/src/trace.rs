@@ -5,7 +5,8 @@ use postern_core::ExecutionId;
 use postern_gateway::investigate::{self, RELATED};
 use postern_ledger::{ListFilter, StoreReader};
 
-use crate::activity::{printable, TraceArgs};
+use crate::activity::TraceArgs;
+use crate::terminal::shown;
 
 pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
     if let Some(id) = &a.id {
@@ -56,21 +57,15 @@ pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
             "  {}  {}  {} {}  state {}  sent {}x  key {}  run {}",
             r.execution_id,
             r.accepted_at,
-            r.actor,
-            r.tool,
+            shown(&r.actor),
+            shown(&r.tool),
             r.state,
             r.dispatches,
-            r.operation_key
-                .as_deref()
-                .map(printable)
-                .unwrap_or_else(|| "-".into()),
-            r.run_id
-                .as_deref()
-                .map(printable)
-                .unwrap_or_else(|| "-".into()),
+            r.operation_key.as_deref().map(shown).unwrap_or("-".into()),
+            r.run_id.as_deref().map(shown).unwrap_or("-".into()),
         );
         if let Some(why) = &r.separate_because {
-            println!("      separate from the one before: {}", printable(why));
+            println!("      separate from the one before: {}", shown(why));
         }
     }
     Ok(0)
@@ -89,15 +84,15 @@ async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
     println!(
         "execution    {} ({} by {})",
         trace.execution_id,
-        trace.tool,
-        printable(&trace.actor)
+        shown(&trace.tool),
+        shown(&trace.actor)
     );
     println!("state        {}", trace.state);
     println!("fingerprint  {}", trace.fingerprint);
     for (i, answer) in trace.answers.iter().enumerate() {
         println!();
         println!("{}. {}", i + 1, answer.question);
-        println!("   {}", printable(&answer.answer));
+        println!("   {}", shown(&answer.answer));
         for e in &answer.evidence {
             let mut facts = Vec::new();
             for (name, v) in [
@@ -108,7 +103,7 @@ async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
                 ("fingerprint", &e.fingerprint),
             ] {
                 if let Some(v) = v {
-                    facts.push(format!("{name} {}", printable(v)));
+                    facts.push(format!("{name} {}", shown(v)));
                 }
             }
             if let Some(n) = e.event {
@@ -117,7 +112,7 @@ async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
             println!(
                 "     - {}  {}  [{}]",
                 e.at.as_deref().unwrap_or("-"),
-                printable(&e.what),
+                shown(&e.what),
                 facts.join(", ")
             );
         }

@@ -5,7 +5,8 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use crate::operator::{runtime, segment, text, GatewayArgs, Ops};
+use crate::operator::{runtime, segment, GatewayArgs, Ops};
+use crate::terminal::{shown, text};
 
 #[derive(Subcommand)]
 pub enum UpstreamCommand {
@@ -92,7 +93,7 @@ fn print_upstreams(v: &Value) {
     for u in upstreams {
         match u["down"].as_str() {
             None => println!("{}: up", text(&u["name"])),
-            Some(why) => println!("{}: DOWN ({why})", text(&u["name"])),
+            Some(why) => println!("{}: DOWN ({})", text(&u["name"]), shown(why)),
         }
         if let Some(names) = u["environment"].as_array() {
             let names: Vec<_> = names.iter().map(text).collect();
@@ -104,14 +105,14 @@ fn print_upstreams(v: &Value) {
                 "  {:<32} {:<10} {:<18} {}",
                 text(&t["tool"]),
                 text(&t["state"]),
-                t["class"].as_str().unwrap_or("-"),
+                shown(t["class"].as_str().unwrap_or("-")),
                 digest.map(|d| format!("sha256:{d}")).unwrap_or_default()
             );
             if let Some(why) = t["class_why"].as_str() {
-                println!("    class: {why}");
+                println!("    class: {}", shown(why));
             }
             if let Some(why) = t["why"].as_str() {
-                println!("    {why}");
+                println!("    {}", shown(why));
                 print_diff(t);
             }
         }
@@ -136,12 +137,12 @@ fn print_diff(t: &Value) {
         (old.lines().collect(), new.lines().collect());
     for line in &old_lines {
         if !new_lines.contains(line) {
-            println!("    - {line}");
+            println!("    - {}", shown(line));
         }
     }
     for line in &new_lines {
         if !old_lines.contains(line) {
-            println!("    + {line}");
+            println!("    + {}", shown(line));
         }
     }
 }

@@ -476,11 +476,8 @@ impl ServerHandler for PosternMcp {
         let actor = self.actor(&ctx)?;
         // Checked before the run is recorded (the pipeline checks it again with the keys).
         if let Some(run) = ctx.meta.get("io.postern/run").and_then(Value::as_str) {
-            if run.is_empty() || run.len() > 256 {
-                return Err(ErrorData::invalid_params(
-                    "the run id (io.postern/run) must be 1 to 256 bytes long",
-                    None,
-                ));
+            if let Some(fault) = crate::pipeline::key_fault("run id (io.postern/run)", run) {
+                return Err(ErrorData::invalid_params(fault, None));
             }
         }
         let run_id = self.run_id(&ctx, &actor).await;

@@ -36,6 +36,26 @@ use crate::report::{next_step, Attempt, CallReport};
 /// and the first three are chained).
 const MAX_KEY_BYTES: usize = 256;
 
+/// Why a key an agent chose (an operation key, re-issue key, intent scope or run id; `what`
+/// names it) cannot be taken, or `None`. Each is stored and shown to operators, so beside the
+/// length bound it may hold no control character (a newline could forge a line of the
+/// operator's terminal, an ESC hide one) and no invisible formatting (a bidi override).
+pub(crate) fn key_fault(what: &str, key: &str) -> Option<String> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Some(format!(
+            "the {what} must be 1 to {MAX_KEY_BYTES} bytes long"
+        ));
+    }
+    let bad = key.chars().find(|&c| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    })?;
+    Some(format!(
+        "the {what} holds the character U+{:04X} (a control or invisible formatting character); it is shown to operators, so it may hold only visible characters and spaces",
+        bad as u32
+    ))
+}
+
 /// The most of a target's answer that is stored and returned.
 pub(crate) const MAX_RESPONSE_BYTES: usize = postern_core::config::DEFAULT_MAX_RESPONSE_BYTES;
 
@@ -450,13 +470,8 @@ impl Gateway {
             ("intent scope", &call.intent_scope),
             ("run id", &call.run_id),
         ] {
-            if key
-                .as_ref()
-                .is_some_and(|k| k.is_empty() || k.len() > MAX_KEY_BYTES)
-            {
-                return Err(invalid(format!(
-                    "the {what} must be 1 to {MAX_KEY_BYTES} bytes long"
-                )));
+            if let Some(fault) = key.as_deref().and_then(|k| key_fault(what, k)) {
+                return Err(invalid(fault));
             }
         }
         let contract = entry.contract.clone();

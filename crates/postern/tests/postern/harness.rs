@@ -334,6 +334,11 @@ impl Mcp {
             .unwrap())
     }
 
+    /// As [`Mcp::connect`], with the client name the agent gives in `initialize`.
+    pub async fn connect_as(url: &str, token: &str, client_name: &str) -> Mcp {
+        Mcp(McpClient::connect(url, token, client_name).await.unwrap())
+    }
+
     /// Its run in the Sessions log (`mcp-session:<session id>`).
     pub fn run_id(&self) -> String {
         format!("mcp-session:{}", self.0.session())

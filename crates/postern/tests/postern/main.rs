@@ -29,6 +29,7 @@ mod storage;
 mod targets;
 mod tasks;
 mod telemetry;
+mod terminal;
 mod tls_listener;
 mod tls_targets;
 mod upstream;
