@@ -107,8 +107,8 @@ impl Credential {
     }
 }
 
-/// Every form in which a target may echo `secret`: raw, base64 (standard and URL-safe, with and
-/// without padding), percent-encoded (upper- and lower-case hex) and JSON-escaped (as serde
+/// Every form in which a target may echo `secret`: raw, upper- and lower-cased, hex, base64
+/// (standard and URL-safe, with and without padding), percent-encoded (upper- and lower-case hex) and JSON-escaped (as serde
 /// writes it, with `/` escaped, and with everything outside ASCII as `\uXXXX`). Longest first,
 /// without repeats or empty forms.
 pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
@@ -125,6 +125,16 @@ pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
         std,
         url_safe,
     ];
+    // Hex (either case), and the secret in upper and lower case (a target that echoes it
+    // normalised); a case-changed form is kept only when it is as long as the secret.
+    let hex_lower = hex::encode(bytes);
+    forms.push(hex_lower.to_ascii_uppercase());
+    forms.push(hex_lower);
+    for cased in [secret.to_uppercase(), secret.to_lowercase()] {
+        if cased.len() == secret.len() {
+            forms.push(cased);
+        }
+    }
     let upper = crate::http::percent_encode(secret);
     forms.push(percent_lower(&upper));
     forms.push(upper);

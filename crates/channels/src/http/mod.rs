@@ -31,7 +31,7 @@ pub use client::{ConnectionReuse, POOL_IDLE_TIMEOUT};
 pub(crate) use credential::sorted as sorted_needles;
 pub use credential::{basic_token, secret_forms, Credential, Secret};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
-pub use redact::{redact, REDACTED};
+pub use redact::{redact, redact_answer, REDACTED};
 pub use tls::{install_default_provider, ClientIdentity, TlsProfile, TrustedRoots};
 pub use tool::HttpTool;
 pub use url::{
@@ -235,7 +235,7 @@ async fn read_answer(
         }
     }
     let cap = req.max_response_bytes;
-    let body = redact::redact(&stored, cap, cap, needles);
+    let body = redact::redact_answer(&stored, cap, cap, needles);
     HttpOutcome::Answered(HttpAnswer {
         status,
         verdict: req.outcome_rules.verdict(status),

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Upstream, EXECUTION_ID_META};
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
-use crate::http::redact;
+use crate::http::redact_answer;
 
 /// One upstream tool under a contract.
 pub struct McpTool {
@@ -156,7 +156,7 @@ impl McpTool {
     ) -> Answer {
         let bytes = serde_json::to_vec(result).unwrap_or_default();
         let cap = self.max_response_bytes;
-        let body = redact(&bytes, bytes.len(), usize::MAX, &action.redaction_needles());
+        let body = redact_answer(&bytes, bytes.len(), usize::MAX, &action.redaction_needles());
         let size = body.len() as u64;
         if body.len() <= cap {
             return Answer {
@@ -293,7 +293,7 @@ impl Channel for McpTool {
                     // The server refused the request as such: nothing was applied.
                     let body = serde_json::to_vec(&json!({"error": {"code": e.code.0, "message": e.message}}))
                         .unwrap_or_default();
-                    let body = redact(&body, body.len(), self.max_response_bytes, &action.redaction_needles());
+                    let body = redact_answer(&body, body.len(), self.max_response_bytes, &action.redaction_needles());
                     Outcome::Answered(Answer {
                         status: None,
                         verdict: AnswerVerdict::Rejected { retryable: true },

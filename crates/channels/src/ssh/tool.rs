@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
-use crate::http::{redact, Credential, Secret};
+use crate::http::{redact_answer, Credential, Secret};
 use crate::ssh::command::render;
 use crate::ssh::link::{Endpoint, SshLinks};
 use crate::ssh::marker::{self, Report};
@@ -74,7 +74,7 @@ impl SshTool {
     /// (the output is shortened, never the JSON text cut).
     fn answer(&self, exit_code: i32, stdout: &[u8], stderr: &[u8], action: &Action<'_>) -> Answer {
         let needles = action.redaction_needles();
-        let clean = |b: &[u8]| redact(b, b.len(), usize::MAX, &needles);
+        let clean = |b: &[u8]| redact_answer(b, b.len(), usize::MAX, &needles);
         let (stdout, stderr) = (clean(stdout), clean(stderr));
         let size = (stdout.len() + stderr.len()) as u64;
         // Room for the JSON around the output; each stream gets at most half the rest.

@@ -295,3 +295,74 @@ proptest::proptest! {
         }
     }
 }
+
+/// The secret as a JSON encoder may write it inside a string: each character in `escape`'s
+/// positions as `\uXXXX` (hex case from `upper`), `/` as `\/` when `slash`, `"` and `\` always
+/// escaped.
+fn json_escaped(secret: &str, escape: &[bool], upper: bool, slash: bool) -> String {
+    let mut out = String::new();
+    for (i, c) in secret.chars().enumerate() {
+        if escape.get(i).copied().unwrap_or(false) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                let hex = format!("{u:04x}");
+                out.push_str("\\u");
+                out.push_str(&if upper { hex.to_uppercase() } else { hex });
+            }
+        } else {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '/' if slash => out.push_str("\\/"),
+                c => out.push(c),
+            }
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    /// Issue 33: a secret written by any JSON encoder — any subset of its characters as
+    /// `\uXXXX` (either hex case), `/` as `\/` — decodes, for whoever reads the answer, to the
+    /// secret; the stored answer must decode to `[REDACTED]` instead, in a whole document and in
+    /// one cut short.
+    #[test]
+    fn a_secret_behind_any_json_escapes_is_redacted_where_it_would_decode(
+        secret in "[ -~é€/+=]{6,24}",
+        escape in proptest::collection::vec(proptest::bool::ANY, 24),
+        upper in proptest::bool::ANY,
+        slash in proptest::bool::ANY,
+        whole in proptest::bool::ANY,
+    ) {
+        static WORLD: std::sync::OnceLock<(tokio::runtime::Runtime, TestServer)> = std::sync::OnceLock::new();
+        let (rt, server) = WORLD.get_or_init(|| {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = rt.block_on(TestServer::start());
+            (rt, server)
+        });
+        let written = json_escaped(&secret, &escape, upper, slash);
+        let body = if whole {
+            format!("{{\"received\":\"{written}\",\"n\":1}}")
+        } else {
+            format!("{{\"received\":\"{written}\",\"rest\":\"cut sh")
+        };
+        let mut req = dispatch("POST", server.url("/echo-body"));
+        req.credential = Some(Credential::Bearer(Secret::new(secret.clone())));
+        req.body = Some(body.into_bytes());
+        let answer = answered(rt.block_on(HttpChannel::new().dispatch(req)));
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
+        if whole {
+            let decoded: serde_json::Value = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(&decoded["received"], "[REDACTED]", "{}", text);
+        } else {
+            // Read as a reader that completes the document would read it.
+            proptest::prop_assert!(!text.contains(&secret), "{}", text);
+            if let Ok(read) = serde_json::from_str::<serde_json::Value>(&format!("{text}\"}}")) {
+                proptest::prop_assert!(!read.to_string().contains(&secret), "{}", text);
+                let received = read["received"].as_str().unwrap_or_default();
+                proptest::prop_assert!(!received.contains(&secret), "{}", text);
+            }
+        }
+    }
+}
