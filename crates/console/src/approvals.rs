@@ -59,6 +59,11 @@ pub(crate) fn cursor(
 /// A gateway error as a page: conflicts say who decided first, and when.
 pub(crate) fn refused(e: GatewayError, s: &OperatorSession) -> Response {
     let (status, text) = match &e {
+        // Expired is 410 as on `/ops`, also once the sweep has recorded it denied (by nobody).
+        GatewayError::Decision(d) if d.expired() => (
+            StatusCode::GONE,
+            format!("The request expired: {e}. Your decision was not applied."),
+        ),
         GatewayError::Decision(d) => match d.as_ref() {
             DecisionError::NotAwaiting {
                 decided: Some(d), ..
@@ -81,7 +86,6 @@ pub(crate) fn refused(e: GatewayError, s: &OperatorSession) -> Response {
             DecisionError::Unknown(_) | DecisionError::UnknownRun(_) => {
                 (StatusCode::NOT_FOUND, e.to_string())
             }
-            DecisionError::Expired { .. } => (StatusCode::GONE, e.to_string()),
             _ => (StatusCode::CONFLICT, e.to_string()),
         },
         GatewayError::NotRecorded(_) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),

@@ -13,6 +13,8 @@
 //!   first recorded wins and the other page says who decided and when.
 //! - **Pages**: Approvals (live over SSE), Runs, Activity with each execution's timeline and
 //!   the five investigation answers, Reviews, Audit (head, last checkpoint, verify now).
+//! - **Host**: a request naming a `Host` other than a loopback name, the listen host or
+//!   `public_url`'s is refused 403 before anything else (DNS rebinding), as on `/mcp`.
 //! - **Headers**: `Content-Security-Policy` without `unsafe-inline` (scripts and styles only
 //!   from `/ui/assets`), `X-Frame-Options: DENY`, `no-store`, and a `Server-Timing` header
 //!   with the page's server time.
@@ -74,6 +76,8 @@ pub(crate) struct ConsoleState {
     pub verifying_key: Option<VerifyingKey>,
     pub deliveries: Arc<webhook::Deliveries>,
     pub live: live::Live,
+    /// The `Host` values the console answers to ([`page::allowed_hosts`]).
+    pub hosts: Vec<String>,
 }
 
 /// The console: its routes, and the webhook announcer to start beside them.
@@ -87,6 +91,7 @@ impl Console {
         let ttl = gateway.config().console.session_ttl;
         let state = Arc::new(ConsoleState {
             live: live::Live::start(gateway.clone()),
+            hosts: page::allowed_hosts(&gateway),
             gateway,
             sessions: session::Sessions::new(
                 setup.operators,
@@ -126,6 +131,10 @@ impl Console {
             .merge(authed)
             .merge(session::routes())
             .merge(page::asset_routes())
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                page::known_host,
+            ))
             .layer(axum::middleware::from_fn(page::headers))
             .with_state(state)
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -37,6 +37,37 @@ pub(crate) fn asset_routes() -> Router<Arc<ConsoleState>> {
                 )
             }),
         )
+}
+
+/// The hosts the console answers to: `/mcp`'s (loopback names, the listen host) and the host
+/// of `[console] public_url`, the address operators are sent to.
+pub(crate) fn allowed_hosts(gateway: &postern_gateway::Gateway) -> Vec<String> {
+    let config = gateway.config();
+    let mut hosts = postern_gateway::front::hosts::allowed_hosts(&config.gateway);
+    if let Some(url) = config.console.public_url.as_deref() {
+        let rest = url.split_once("://").map_or(url, |(_, r)| r);
+        hosts.push(
+            rest.split(['/', '?', '#'])
+                .next()
+                .unwrap_or(rest)
+                .to_string(),
+        );
+    }
+    hosts
+}
+
+/// Refuses a request whose `Host` is foreign (DNS rebinding), as `/mcp` does, before anything
+/// else: the log-in and the CSRF `Origin` check trust `Host` to be the console's own.
+pub(crate) async fn known_host(
+    State(st): State<Arc<ConsoleState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use postern_gateway::front::hosts::refuse_host;
+    match refuse_host(req.uri(), req.headers(), &st.hosts) {
+        Some(refusal) => refusal,
+        None => next.run(req).await,
+    }
 }
 
 /// The headers of every console answer, and its server time (`Server-Timing: app;dur=ms`).

@@ -178,10 +178,17 @@ impl Sessions {
     }
 }
 
-/// Where a log-in may send the operator back to: a console path, never another site.
+/// Where a log-in may send the operator back to: a console path, never another site, and
+/// never a control character (a CR or LF cannot go in a `Location` header: the redirect would
+/// fail).
 fn safe_next(next: Option<&str>) -> String {
+    let console_path = |n: &str| {
+        (n == "/ui" || n.starts_with("/ui/") || n.starts_with("/ui?"))
+            && !n.contains('\\')
+            && !n.chars().any(char::is_control)
+    };
     match next {
-        Some(n) if n.starts_with("/ui") && !n.starts_with("//") && !n.contains("\\") => n.into(),
+        Some(n) if console_path(n) => n.into(),
         _ => "/ui/approvals".into(),
     }
 }
@@ -341,7 +348,9 @@ async fn login(
     Form(f): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(f.next.as_deref());
-    let nonce_ok = cookie(&headers, LOGIN_COOKIE).is_some_and(|c| same(c, &f.login_nonce));
+    // An empty nonce proves nothing: a cleared cookie is empty too.
+    let nonce_ok = !f.login_nonce.is_empty()
+        && cookie(&headers, LOGIN_COOKIE).is_some_and(|c| same(c, &f.login_nonce));
     if !nonce_ok {
         return login_form(
             &st,
@@ -435,5 +444,16 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example")), "/ui/approvals");
         assert_eq!(safe_next(Some("//evil.example/ui")), "/ui/approvals");
         assert_eq!(safe_next(Some("/ui/runs")), "/ui/runs");
+        assert_eq!(safe_next(Some("/ui?x=1")), "/ui?x=1");
+        assert_eq!(safe_next(Some("/uievil")), "/ui/approvals");
+        assert_eq!(safe_next(Some("/ui/a\\b")), "/ui/approvals");
+        for bad in [
+            "/ui/runs\r\nSet-Cookie: x=1",
+            "/ui/\t",
+            "/ui/\u{7f}",
+            "/ui/\u{85}",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/ui/approvals", "{bad:?}");
+        }
     }
 }

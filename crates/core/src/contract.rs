@@ -79,7 +79,8 @@ pub struct SshSpec {
     /// fingerprint (`SHA256:…`).
     pub host_key: String,
     pub credential: String,
-    /// Command template; `{name}` is replaced by the POSIX-shell-quoted argument.
+    /// Command template; `{name}` is replaced by the POSIX-shell-quoted argument, so it must
+    /// stand in plain shell code, outside quotes ([`crate::shell::check_command`]).
     pub command: String,
     /// The directory the command runs in on the host (`None`: the user's home).
     pub cwd: Option<String>,
@@ -578,6 +579,8 @@ fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), Cont
             if s.command.matches('{').count() != s.command.matches('}').count() {
                 return Err(err("ssh.command", "has an unbalanced {placeholder}".into()));
             }
+            crate::shell::check_command(&s.command)
+                .map_err(|e| err("ssh.command", e.to_string()))?;
             if s.timeout.is_zero() {
                 return Err(err("ssh.timeout", "must be greater than zero".into()));
             }

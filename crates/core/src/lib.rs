@@ -19,6 +19,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod record;
 pub mod recovery;
+pub mod shell;
 
 pub use class::{ActionClass, RecoveryMethod};
 pub use contract::{Channel, ToolContract};

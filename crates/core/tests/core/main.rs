@@ -6,4 +6,5 @@ mod fingerprint;
 mod fuzz;
 mod lifecycle;
 mod recovery;
+mod ssh_command;
 mod support;

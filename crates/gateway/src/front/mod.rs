@@ -35,6 +35,7 @@ mod auth;
 mod delivery;
 mod elicit;
 mod errors;
+pub mod hosts;
 mod limits;
 pub mod listener;
 pub mod ops;
@@ -106,21 +107,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken
     let ops = ops::router(gateway.clone(), tokens.operators, actor_tokens);
     let tokens = tokens.actors;
     let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
-    let mut hosts: Vec<String> = vec![
-        "localhost".into(),
-        "127.0.0.1".into(),
-        "::1".into(),
-        "[::1]".into(),
-    ];
-    if let Some(host) = gateway
-        .config()
-        .gateway
-        .listen
-        .rsplit_once(':')
-        .map(|(h, _)| h.to_string())
-    {
-        hosts.push(host);
-    }
+    let hosts = hosts::allowed_hosts(&gateway.config().gateway);
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(max_body)

@@ -134,6 +134,7 @@ async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: N
 /// A pipeline error as the operator API answers it.
 fn refused(e: GatewayError) -> Response {
     let status = match &e {
+        GatewayError::Decision(d) if d.expired() => StatusCode::GONE,
         GatewayError::Decision(d) => match d.as_ref() {
             DecisionError::Unknown(_) | DecisionError::UnknownRun(_) => StatusCode::NOT_FOUND,
             DecisionError::Expired { .. } => StatusCode::GONE,

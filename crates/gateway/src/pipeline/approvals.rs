@@ -100,6 +100,21 @@ pub enum DecisionError {
     },
 }
 
+impl DecisionError {
+    /// Whether a decision came too late because the request expired: this attempt found it
+    /// due, or the expiry sweep had already recorded it `denied` by nobody (the only denial
+    /// without an operator). Both are 410 Gone, never 409, on `/ops` and the console.
+    pub fn expired(&self) -> bool {
+        match self {
+            DecisionError::Expired { .. } => true,
+            DecisionError::NotAwaiting {
+                decided: Some(d), ..
+            } => d.decision == "denied" && d.by.is_none(),
+            _ => false,
+        }
+    }
+}
+
 /// A recorded human decision: who, when, what and why.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Decided {

@@ -509,12 +509,15 @@ async fn a_session_with_a_call_in_flight_outlives_200_newer_ones() {
         .unwrap();
     target
         .state
-        .set_mode(Mode::SlowOnce(Duration::from_secs(4)));
+        // Longer than 200 sessions take on a loaded machine: the call must still be in flight
+        // when the last of them opens (once it is answered its session is idle, and may go).
+        .set_mode(Mode::SlowOnce(Duration::from_secs(12)));
     let (_, slow) = busy.request(
         "create_invoice",
         json!({"customer": "in-flight-co", "amount": 1}),
         json!({}),
     );
+    let started = std::time::Instant::now();
     let newer = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         for i in 0..200 {
@@ -522,6 +525,11 @@ async fn a_session_with_a_call_in_flight_outlives_200_newer_ones() {
                 .await
                 .unwrap_or_else(|e| panic!("session {i} was refused: {e:?}"));
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(11),
+            "the 200 sessions took {:?}: the call was no longer in flight, so this proves nothing",
+            started.elapsed()
+        );
     };
     let (answered, ()) = tokio::join!(busy.raw(&slow, None), newer);
     let (status, body) = answered.unwrap();

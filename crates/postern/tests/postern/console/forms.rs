@@ -47,7 +47,7 @@ pub async fn session_of(served: &Served, token: &str) -> (String, String) {
     (session, csrf)
 }
 
-fn cookie(r: &reqwest::Response, name: &str) -> String {
+pub fn cookie(r: &reqwest::Response, name: &str) -> String {
     r.headers()
         .get_all("set-cookie")
         .iter()
@@ -59,7 +59,7 @@ fn cookie(r: &reqwest::Response, name: &str) -> String {
         .unwrap_or_else(|| panic!("no {name} cookie"))
 }
 
-fn hidden(html: &str, name: &str) -> String {
+pub fn hidden(html: &str, name: &str) -> String {
     let at = html
         .find(&format!("name=\"{name}\" value=\""))
         .unwrap_or_else(|| panic!("no {name} field"));

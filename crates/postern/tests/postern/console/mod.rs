@@ -5,7 +5,8 @@
 //! rendered as text, forged and expired form posts. Screenshots go to
 //! `target/ui-screenshots/`.
 //!
-//! URL-mode elicitation is in `console/elicit.rs`, the webhooks in `console/webhook.rs`.
+//! URL-mode elicitation is in `console/elicit.rs`, the webhooks in `console/webhook.rs`, the
+//! security review's findings (Host, `next`, expiry, log-in nonce) in `console/hardening.rs`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use crate::harness::{
 
 mod elicit;
 mod forms;
+mod hardening;
 mod webhook;
 
 pub const BOB_TOKEN: &str = "bob-operator-token-0123456789ab";

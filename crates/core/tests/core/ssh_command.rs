@@ -1,0 +1,70 @@
+//! SSH command templates at start-up: a placeholder inside quotes (or any other shell context
+//! where the gateway's own quoting would not hold) stops the configuration from loading.
+
+use postern_core::config::Config;
+
+use crate::support::CONFIG;
+
+const GATEWAY: &str = "[gateway]\nfingerprint_key = { env = \"K\" }\n";
+
+/// A config with one ssh tool, `say`, whose `command` is the TOML value `command`.
+fn with_command(command: &str) -> String {
+    format!(
+        "{GATEWAY}[credential.k]\nkind = \"ssh_key\"\nsecret = {{ env = \"S\" }}\n[[tool]]\nname = \"say\"\nclass = \"remote_command\"\nmatch_window = \"1m\"\ninput_schema = {{ type = \"object\", properties = {{ msg = {{ type = \"string\" }} }} }}\nssh = {{ host = \"h\", user = \"u\", host_key = \"SHA256:x\", credential = \"k\", command = {command} }}\n"
+    )
+}
+
+#[test]
+fn a_placeholder_inside_double_quotes_stops_the_start_up() {
+    let err = Config::parse(&with_command(r#""echo \"{msg}\"""#), "postern.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("postern.toml:7:"),
+        "the tool's name line: {err}"
+    );
+    assert!(
+        err.contains("tool \"say\": ssh.command: placeholder {msg} at line 1, column 7 stands inside double quotes"),
+        "{err}"
+    );
+
+    let err = Config::parse(
+        &with_command("'''cd /srv\necho hi # {msg}'''"),
+        "postern.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("{msg} at line 2, column 11 stands inside a comment"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_safe_forms_load() {
+    for command in [
+        r#""echo {msg}""#,
+        r#""echo \\\"{msg}\\\"""#,
+        "'''printf '%s\\n' {msg} >> out.txt'''",
+    ] {
+        let text = with_command(command);
+        let config =
+            Config::parse(&text, "postern.toml").unwrap_or_else(|e| panic!("{command}: {e}"));
+        assert_eq!(config.tools.len(), 1);
+    }
+}
+
+/// The repository's own configs: the starter, the tests' shared one, and the README's SSH
+/// example.
+#[test]
+fn the_repository_s_configs_still_load() {
+    let starter = include_str!("../../../../examples/postern.toml");
+    Config::parse(starter, "examples/postern.toml").unwrap();
+    Config::parse(CONFIG, "support.toml").unwrap();
+
+    let readme = include_str!("../../../../README.md");
+    let section = &readme[readme.find("## Remote commands over SSH").unwrap()..];
+    let block = &section[section.find("```toml\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    Config::parse(&format!("{GATEWAY}{block}"), "README.md").unwrap();
+}
