@@ -290,6 +290,17 @@ async fn one(
         }
         h2 { "The record that will be sent" }
         pre.record { (pretty(&p.record)) }
+        h2 { "The request as it will be sent" }
+        @if let Some(request) = &p.request {
+            p.hint { "Every argument as the agent gave it (secret ones as ***). Non-semantic fields are sent but are not part of the record or its fingerprint, so they are not what you approve." }
+            dl.facts {
+                dt { "Target" } dd { pre.record { (pretty(&request["target"])) } }
+                dt { "Arguments" } dd { pre.record { (pretty(&request["arguments"])) } }
+                dt { "Non-semantic" } dd { (non_semantic(request)) }
+            }
+        } @else {
+            p.hint { "This gateway does not hold the call's arguments now (it restarted since the call): an approval applies to the record above, and the next identical call supplies them." }
+        }
         @if awaiting {
             div.actions #decide { (decision_forms(&s, &p)) }
         } @else {
@@ -309,6 +320,22 @@ struct ApproveForm {
 #[derive(Deserialize)]
 struct ReasonForm {
     reason: Option<String>,
+}
+
+/// The non-semantic fields a held request carries, or a dash.
+fn non_semantic(request: &serde_json::Value) -> String {
+    let names: Vec<&str> = request["non_semantic"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    if names.is_empty() {
+        "–".to_string()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// A reason as recorded: trimmed, at most 1,000 characters, none if empty.

@@ -278,6 +278,7 @@ impl Delivery {
             "run_id": p.run_id,
             "fingerprint": p.fingerprint,
             "record": p.record,
+            "request": p.request,
             "requested_at": p.since,
             "expires_at": p.expires_at,
             "page_url": page,

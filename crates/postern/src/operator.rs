@@ -478,6 +478,30 @@ fn print_list(items: &Value, none: &str) {
     }
 }
 
+/// The request as it will be sent (the record above leaves out non-semantic fields), or why it
+/// cannot be shown.
+fn print_request(request: &Value) {
+    if request.is_null() {
+        println!("sent as      (this gateway does not hold the call's arguments now: an approval applies to the record above, and the next identical call supplies them)");
+        return;
+    }
+    println!("sent to      {}", shown(&request["target"].to_string()));
+    println!("sent as      {}", shown(&request["arguments"].to_string()));
+    let names: Vec<_> = request["non_semantic"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(text)
+        .collect();
+    if !names.is_empty() {
+        println!(
+            "non-semantic {} (sent, but outside the fingerprint: not what is approved)",
+            names.join(", ")
+        );
+    }
+}
+
 fn print_one(p: &Value) {
     println!("execution    {}", text(&p["execution_id"]));
     println!("state        {}", text(&p["state"]));
@@ -491,6 +515,7 @@ fn print_one(p: &Value) {
         "arguments    {}",
         shown(&p["record"]["arguments"].to_string())
     );
+    print_request(&p["request"]);
     println!("fingerprint  {}", text(&p["fingerprint"]));
     println!("since        {}", text(&p["since"]));
     if let Some(e) = p["expires_at"].as_str() {

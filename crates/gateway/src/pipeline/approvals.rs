@@ -28,7 +28,7 @@ use postern_core::lifecycle::{Resolution, State};
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent, Run};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::{now, Gateway, ToolCall};
 use crate::error::GatewayError;
@@ -159,6 +159,19 @@ pub struct PendingDecision {
     /// For an approval request: when it is denied as expired.
     pub expires_at: Option<String>,
     pub decided: Option<Decided>,
+    /// The request as it will be sent, when this gateway holds the call's arguments: the
+    /// target, every argument (non-semantic ones too, which the record leaves out; secret ones
+    /// as `***`) and which of them are non-semantic. `None` when it does not (after a restart:
+    /// the next identical call supplies them).
+    pub request: Option<Value>,
+}
+
+impl HeldCalls {
+    /// The arguments held for `id`, if any.
+    fn arguments(&self, id: ExecutionId) -> Option<Map<String, Value>> {
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&id).map(|call| call.arguments.clone())
+    }
 }
 
 impl Gateway {
@@ -385,7 +398,33 @@ impl Gateway {
     /// One execution as an operator sees it (any state).
     pub async fn pending_decision(&self, id: ExecutionId) -> Result<PendingDecision, GatewayError> {
         let view = self.view_of(&id.to_string()).await?;
-        Ok(decision_view(&view))
+        let mut p = decision_view(&view);
+        p.request = self.held_request(id, &view.summary.tool);
+        Ok(p)
+    }
+
+    /// What will be sent for a held call: its target and every argument as given.
+    fn held_request(&self, id: ExecutionId, tool: &str) -> Option<Value> {
+        let arguments = self.held.arguments(id)?;
+        let entry = self.registry.get(tool)?;
+        let rules = &entry.contract.arguments;
+        let target = self.target_of(&entry, &arguments).ok()?;
+        let non_semantic: Vec<&String> = arguments
+            .keys()
+            .filter(|k| rules.non_semantic.contains(*k))
+            .collect();
+        let shown: Map<String, Value> = arguments
+            .iter()
+            .map(|(k, v)| {
+                let v = if rules.secret.contains(k) {
+                    json!("***")
+                } else {
+                    v.clone()
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        Some(json!({"target": target, "arguments": shown, "non_semantic": non_semantic}))
     }
 
     /// Whether the run `run` lets execution `id` be approved: authorized and not revoked.
@@ -693,6 +732,7 @@ fn decision_view(view: &ExecutionView) -> PendingDecision {
             .to_string(),
         expires_at: expires_at(&view.events).map(|t| t.to_string()),
         decided: decided(&view.events),
+        request: None,
     }
 }
 

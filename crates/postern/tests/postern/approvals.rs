@@ -42,6 +42,16 @@ input_schema = {{ type = "object", required = ["customer", "amount"], properties
 http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
 
 [[tool]]
+name = "pay_traced"
+description = "Pay an invoice (approved by an operator; trace_id is sent but not fingerprinted)"
+class = "idempotent_write"
+match_window = "10m"
+approval = "every_call"
+non_semantic = ["trace_id"]
+input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }}, trace_id = {{ type = "string" }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+
+[[tool]]
 name = "pay_quickly"
 description = "Pay an invoice (the approval must come within a second)"
 class = "idempotent_write"
@@ -568,4 +578,45 @@ async fn a_retry_after_the_window_still_finds_the_pending_request() {
     assert_eq!(execution(&again)["state"], "awaiting_approval");
     let listed = operator_json(&s.served, &["approvals", "list"]);
     assert_eq!(listed["approvals"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+/// Issue 33, point 6: the approver sees the request that will be sent — every argument,
+/// non-semantic ones (outside the record and its fingerprint) marked as such — on the console
+/// page, in `approvals show` and in the webhook's payload (the same `PendingDecision`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approver_sees_non_semantic_fields_that_will_be_sent() {
+    let s = setup("approve-traced").await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let args = json!({"customer": "traced-co", "amount": 7, "trace_id": "trace-4f1e"});
+    let first = mcp.call("pay_traced", args, json!({})).await;
+    let id = execution(&first)["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = operator_json(&s.served, &["approvals", "show", &id]);
+    assert!(
+        shown["record"]["arguments"].get("trace_id").is_none(),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["request"]["arguments"]["trace_id"], "trace-4f1e",
+        "{shown}"
+    );
+    assert_eq!(
+        shown["request"]["non_semantic"],
+        json!(["trace_id"]),
+        "{shown}"
+    );
+    let (code, out, err) = operator(&s.served, &["approvals", "show", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("trace-4f1e"), "{out}");
+    assert!(out.contains("non-semantic trace_id"), "{out}");
+    // Approved, the request that reaches the target is the one shown.
+    let fingerprint = shown["fingerprint"].as_str().unwrap();
+    let (code, _, err) = operator(
+        &s.served,
+        &["approvals", "approve", &id, "--fingerprint", fingerprint],
+    );
+    assert_eq!(code, 0, "{err}");
+    eventually("the approved call is sent", || posts(&s.target.state) == 1).await;
 }

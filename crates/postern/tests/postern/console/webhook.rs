@@ -72,6 +72,12 @@ async fn approval_requests_are_signed_retried_and_failures_shown() {
     assert_eq!(sent["type"], "approval_requested");
     assert_eq!(sent["approval_id"], id.as_str());
     assert_eq!(sent["record"]["arguments"]["customer"], "hook-co");
+    // The request as it will be sent, every argument (issue 33: the approver sees it all).
+    assert_eq!(
+        sent["request"]["arguments"]["customer"], "hook-co",
+        "{sent}"
+    );
+    assert!(sent["request"]["target"].is_object(), "{sent}");
     let page = format!("{}/ui/approvals/{id}", base(&s.served));
     assert_eq!(sent["page_url"], page.as_str());
     assert!(sent["approve_url"].as_str().unwrap().starts_with(&page));
