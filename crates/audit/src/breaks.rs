@@ -66,6 +66,21 @@ pub enum BreakReason {
         expected_hash: String,
         found: Option<String>,
     },
+    /// The chain ends before the head the signed export header names: events were cut.
+    EndsBeforeSignedHead {
+        last_seq: Option<u64>,
+    },
+    /// The event at the head the signed export header names has another hash: the log was
+    /// rewritten (hashes recomputed) before or at it.
+    SignedHeadMismatch {
+        expected_hash: String,
+        found: String,
+    },
+    /// An event past the head the signed export header names (`head: None`: of a chain the
+    /// header does not name): appended after the export.
+    PastSignedHead {
+        head: Option<u64>,
+    },
     /// A line or row that could not be read.
     Malformed {
         line: u64,
@@ -174,6 +189,28 @@ impl fmt::Display for Break {
                 None => write!(
                     f,
                     "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
+                ),
+            },
+            EndsBeforeSignedHead { last_seq } => write!(
+                f,
+                "cut before the signed head{at}: the export header names this head, the log ends at {}",
+                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+            ),
+            SignedHeadMismatch {
+                expected_hash,
+                found,
+            } => write!(
+                f,
+                "signed head mismatch{at}: the export header names hash {expected_hash}, the log has {found} (rewritten)"
+            ),
+            PastSignedHead { head } => match head {
+                Some(h) => write!(
+                    f,
+                    "event past the signed head{at}: the export header names seq {h} as the chain's last event (appended)"
+                ),
+                None => write!(
+                    f,
+                    "event of a chain the signed export header does not name{at} (appended)"
                 ),
             },
             Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),

@@ -23,6 +23,12 @@ pub struct ExportHeader {
     pub ranges: Vec<ChainRange>,
     /// The public key that signs the checkpoints (informational: verifiers bring their own).
     pub public_key: Option<String>,
+    /// Each chain's last event as of the export. Signed with the rest, so the file must end
+    /// exactly there: a rewrite after the last checkpoint, a cut or an appended event is a
+    /// break. `None` in exports written before heads were named (their signed bytes stay the
+    /// same, so their signatures still verify).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<Vec<ChainHead>>,
     /// Ed25519 over the JCS bytes of this header without `signature`, hex: the ranges it names
     /// are what the verifier holds the file to, so an edited header must not pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +58,15 @@ impl ExportHeader {
             _ => false,
         }
     }
+}
+
+/// A chain's last event, named by an export's signed header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    pub chain: String,
+    pub seq: u64,
+    #[serde(with = "hex32")]
+    pub hash: [u8; 32],
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -245,11 +260,12 @@ pub fn verify_export_with(
                 Parsed::Bad(reason) => verifier.malformed(line_no, reason),
                 Parsed::Header(h) => {
                     header = true;
-                    verifier.header(
-                        line_no,
-                        h.is_signed_by(&verifier.key()),
-                        h.signature.is_some(),
-                    );
+                    let signed = h.is_signed_by(&verifier.key());
+                    verifier.header(line_no, signed, h.signature.is_some());
+                    // Heads count only under a valid signature; an unsigned header is a break.
+                    if signed {
+                        verifier.signed_heads(h.heads.clone());
+                    }
                     if h.format != EXPORT_FORMAT {
                         verifier
                             .malformed(line_no, format!("unknown export format {:?}", h.format));

@@ -19,7 +19,8 @@ pub use chain::{
     GENESIS_HASH,
 };
 pub use export::{
-    read_line, verify_export, verify_export_with, ExportHeader, ExportLine, EXPORT_FORMAT,
+    read_line, verify_export, verify_export_with, ChainHead, ExportHeader, ExportLine,
+    EXPORT_FORMAT,
 };
 pub use pruned::PrunedRange;
 pub use results::ResultCheck;

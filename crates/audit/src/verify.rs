@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::breaks::{Break, BreakReason};
 use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
+use crate::export::ChainHead;
 use crate::pruned::PrunedRange;
 
 /// A contiguous run of one chain.
@@ -87,6 +88,9 @@ pub struct Report {
     /// contents are gone, the chain around them verified.
     pub pruned_events: u64,
     pub pruned_ranges: u64,
+    /// An export whose signed header names no chain heads (written before they were): only
+    /// checkpoints vouch for its events.
+    pub header_without_heads: bool,
 }
 
 /// The events of one chain that no valid signature covers.
@@ -132,6 +136,9 @@ impl fmt::Display for Report {
         writeln!(f, "Range covered:   {}", ranges(&self.covered))?;
         for b in &self.breaks {
             writeln!(f, "BREAK {b}")?;
+        }
+        if self.header_without_heads {
+            writeln!(f, "note: the export header names no chain heads (an export from before they were signed): only signed checkpoints vouch for its events")?;
         }
         for c in &self.unsigned_chains {
             writeln!(f, "note: no signed checkpoint covers chain {c}: truncation of its tail cannot be ruled out")?;
@@ -213,6 +220,9 @@ pub struct Verifier {
     /// Events and ranges the verified links went across.
     pruned_events: u64,
     pruned_ranges: u64,
+    /// The heads a validly signed export header names; `Some(None)`: a signed header that
+    /// names none.
+    signed_heads: Option<Option<Vec<ChainHead>>>,
 }
 
 impl Verifier {
@@ -228,7 +238,14 @@ impl Verifier {
             pruned: HashMap::new(),
             pruned_events: 0,
             pruned_ranges: 0,
+            signed_heads: None,
         }
+    }
+
+    /// The heads named by an export header the verifier's key signed: the log must end
+    /// exactly at each, with that hash, and they vouch for every event up to them.
+    pub fn signed_heads(&mut self, heads: Option<Vec<ChainHead>>) {
+        self.signed_heads = Some(heads);
     }
 
     /// A range pruned by retention (before the chain's events are fed). One without a valid
@@ -504,6 +521,8 @@ impl Verifier {
                 },
             }
         }
+        let header_without_heads = matches!(self.signed_heads, Some(None));
+        self.check_signed_heads(&mut signed);
         for (name, chain) in &self.chains {
             if let Some((expected, at)) = chain.pending_gap {
                 self.breaks.push(Break {
@@ -600,6 +619,59 @@ impl Verifier {
             unsigned_tail,
             pruned_events: self.pruned_events,
             pruned_ranges: self.pruned_ranges,
+            header_without_heads,
+        }
+    }
+
+    /// Holds the log to the heads a signed export header names: each chain must end exactly
+    /// at its head, with its hash, and no other chain may appear. A head that holds counts as
+    /// signed coverage up to it (in `signed`), like a checkpoint.
+    fn check_signed_heads(&mut self, signed: &mut BTreeMap<String, u64>) {
+        let Some(Some(heads)) = self.signed_heads.take() else {
+            return;
+        };
+        for h in &heads {
+            let brk = |seq, reason| Break {
+                chain: Some(h.chain.clone()),
+                seq: Some(seq),
+                reason,
+            };
+            let chain = self.chains.get(&h.chain);
+            let last = chain.and_then(|c| c.last);
+            match chain.and_then(|c| c.hashes.get(&h.seq)) {
+                Some(found) if *found == h.hash => {
+                    let entry = signed.entry(h.chain.clone()).or_insert(0);
+                    *entry = (*entry).max(h.seq);
+                }
+                Some(found) => self.breaks.push(brk(
+                    h.seq,
+                    BreakReason::SignedHeadMismatch {
+                        expected_hash: postern_core::hexdigits::encode(h.hash),
+                        found: postern_core::hexdigits::encode(found),
+                    },
+                )),
+                // A head inside a pruned range cannot be: retention never prunes a head.
+                None => self.breaks.push(brk(
+                    h.seq,
+                    BreakReason::EndsBeforeSignedHead { last_seq: last },
+                )),
+            }
+            if let Some(past) = chain.and_then(|c| c.hashes.keys().filter(|s| **s > h.seq).min()) {
+                self.breaks.push(brk(
+                    *past,
+                    BreakReason::PastSignedHead { head: Some(h.seq) },
+                ));
+            }
+        }
+        for (name, chain) in &self.chains {
+            if !heads.iter().any(|h| h.chain == *name) {
+                let first = chain.hashes.keys().min().copied();
+                self.breaks.push(Break {
+                    chain: Some(name.clone()),
+                    seq: first,
+                    reason: BreakReason::PastSignedHead { head: None },
+                });
+            }
         }
     }
 }

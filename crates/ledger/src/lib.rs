@@ -482,6 +482,11 @@ impl Ledger {
         self.store.chain_heads().await
     }
 
+    /// Every chain's last event (seq and hash).
+    pub async fn chain_head_events(&self) -> Result<Vec<postern_audit::ChainHead>, LedgerError> {
+        self.store.chain_head_events().await
+    }
+
     /// Every signed checkpoint, by chain and position.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
         self.store.checkpoints().await

@@ -340,6 +340,23 @@ impl StoreReader {
             .collect()
     }
 
+    /// Every chain's last event (seq and hash), from the events themselves: what an export's
+    /// signed header names as the end of each chain.
+    pub async fn chain_head_events(&self) -> Result<Vec<postern_audit::ChainHead>, LedgerError> {
+        sqlx::query("SELECT e.chain AS chain, e.seq AS seq, e.hash AS hash FROM events e JOIN (SELECT chain, MAX(seq) AS head FROM events GROUP BY chain) h ON e.chain = h.chain AND e.seq = h.head ORDER BY e.chain")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(postern_audit::ChainHead {
+                    chain: rows::get_str(r, "chain")?,
+                    seq: rows::get_i64(r, "seq")? as u64,
+                    hash: rows::hash_from_hex(&rows::get_str(r, "hash")?)?,
+                })
+            })
+            .collect()
+    }
+
     /// Every signed pruned-range statement (what retention left of removed events).
     pub async fn pruned_ranges(&self) -> Result<Vec<postern_audit::PrunedRange>, LedgerError> {
         sqlx::query("SELECT chain, from_seq, to_seq, before_hash, to_hash, at, key_id, signature FROM pruned_ranges ORDER BY chain, from_seq")

@@ -57,11 +57,14 @@ pub struct VerifyArgs {
     /// The public key checkpoints must be signed with (`ed25519:<hex>`, or a file holding it).
     #[arg(long)]
     public_key: String,
-    /// Exit 1 also when events follow the last signed checkpoint (nothing vouches for them: a
-    /// cut of the tail would not be seen). For checks run after `audit export`, which signs the
-    /// head it exports.
-    #[arg(long)]
+    /// With --store: exit 1 also when events follow the last signed checkpoint (nothing vouches
+    /// for them: a cut of the tail would not be seen). With --file this is the default.
+    #[arg(long, conflicts_with = "allow_unsigned_tail")]
     require_signed_tail: bool,
+    /// With --file: accept events that no signed checkpoint or signed export head covers (a
+    /// cut or rewrite after the last signature would not be seen). Prints a warning.
+    #[arg(long)]
+    allow_unsigned_tail: bool,
     /// A head recorded elsewhere, `CHAIN:SEQ:HASH` (as `audit export` prints it): the log must
     /// still hold that hash at that seq. Repeatable.
     #[arg(long, value_name = "CHAIN:SEQ:HASH")]
@@ -101,13 +104,37 @@ pub fn run(cmd: &AuditCommand) -> Result<i32> {
                 (None, None) => bail!("give --file FILE or --store URL"),
             };
             println!("{report}");
-            let unsigned = report.unsigned_tail_events();
-            if a.require_signed_tail && unsigned > 0 {
-                println!("REFUSED (--require-signed-tail): {unsigned} event(s) are not covered by a signed checkpoint");
-                return Ok(1);
-            }
-            Ok(if report.is_valid() { 0 } else { 1 })
+            Ok(verdict(a, &report))
         }
+    }
+}
+
+/// The exit code: 1 for breaks, and for an unsigned tail where one is refused (an export by
+/// default, a store with --require-signed-tail: a live store always has a tail younger than its
+/// gateway's `checkpoint_every`).
+fn verdict(a: &VerifyArgs, report: &Report) -> i32 {
+    let unsigned = report.unsigned_tail_events();
+    let strict = if a.file.is_some() {
+        !a.allow_unsigned_tail
+    } else {
+        a.require_signed_tail
+    };
+    if unsigned > 0 && strict {
+        let why = if a.file.is_some() {
+            "a signed tail is required; --allow-unsigned-tail accepts one"
+        } else {
+            "--require-signed-tail"
+        };
+        println!("REFUSED ({why}): {unsigned} event(s) are not covered by a signed checkpoint or signed export head");
+        return 1;
+    }
+    if unsigned > 0 && a.allow_unsigned_tail {
+        eprintln!("warning: --allow-unsigned-tail: {unsigned} event(s) are covered by no signature; a cut or rewrite of them after the last signature would not be seen");
+    }
+    if report.is_valid() {
+        0
+    } else {
+        1
     }
 }
 
@@ -135,44 +162,69 @@ async fn export(a: &ExportArgs) -> Result<()> {
     .await?;
     let now = crate::now();
     ledger.checkpoint(now).await?;
+    // The heads are read once and the file ends exactly at them (the header signs them): what
+    // a running gateway appends meanwhile is left for the next export.
+    let heads = ledger.chain_head_events().await?;
     let out = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut out = BufWriter::new(out);
-    let ranges = ledger
-        .chain_heads()
-        .await?
-        .into_iter()
-        .filter(|(_, head)| *head > 0)
-        .map(|(chain, to)| ChainRange { chain, from: 1, to })
-        .collect();
     let header = ExportHeader {
         format: EXPORT_FORMAT.to_string(),
         exported_at: now,
-        ranges,
+        ranges: heads
+            .iter()
+            .map(|h| ChainRange {
+                chain: h.chain.clone(),
+                from: 1,
+                to: h.seq,
+            })
+            .collect(),
         public_key: Some(public.to_string()),
+        heads: Some(heads.clone()),
         signature: None,
     };
     let header = ExportLine::Header(header.signed(&key)?);
     writeln!(out, "{}", serde_json::to_string(&header)?)?;
+    let head_of = |chain: &str| heads.iter().find(|h| h.chain == chain).map(|h| h.seq);
     for c in ledger.checkpoints().await? {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&ExportLine::Checkpoint(c))?
-        )?;
+        if head_of(&c.chain).is_some_and(|h| c.seq <= h) {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&ExportLine::Checkpoint(c))?
+            )?;
+        }
     }
     for r in ledger.pruned_ranges().await? {
         writeln!(out, "{}", serde_json::to_string(&ExportLine::Pruned(r))?)?;
     }
+    let written = write_events(&ledger, &mut out, &head_of).await?;
+    out.flush()?;
+    eprintln!("exported {written} events to {}; verify with: postern audit verify --file {} --public-key {public}", a.out.display(), a.out.display());
+    for h in heads {
+        let anchor = format!(
+            "{}:{}:{}",
+            h.chain,
+            h.seq,
+            postern_core::hexdigits::encode(h.hash)
+        );
+        eprintln!("head {anchor} (keep it outside the store: `--expect-head {anchor}` proves later that the log up to it was not rewritten)");
+    }
+    Ok(())
+}
+
+/// Writes every event up to its chain's head (`head_of`); returns how many.
+async fn write_events(
+    ledger: &Ledger,
+    out: &mut impl Write,
+    head_of: &impl Fn(&str) -> Option<u64>,
+) -> Result<u64> {
     let mut written = 0u64;
     let mut failure = None;
-    // The last event of each chain: printed as an anchor to keep outside the store.
-    let mut heads: std::collections::BTreeMap<String, (u64, [u8; 32])> = Default::default();
     ledger
         .scan_events(|row| match row {
             Ok(e) => {
-                let head = heads.entry(e.body.chain.clone()).or_insert((0, [0; 32]));
-                if e.body.seq >= head.0 {
-                    *head = (e.body.seq, e.hash);
+                if head_of(&e.body.chain).is_none_or(|h| e.body.seq > h) {
+                    return;
                 }
                 if let Err(err) = serde_json::to_string(&ExportLine::Event(e)).map_err(anyhow::Error::from).and_then(|l| Ok(writeln!(out, "{l}")?)) {
                     failure.get_or_insert(err);
@@ -184,16 +236,10 @@ async fn export(a: &ExportArgs) -> Result<()> {
             }
         })
         .await?;
-    if let Some(e) = failure {
-        return Err(e);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(written),
     }
-    out.flush()?;
-    eprintln!("exported {written} events to {}; verify with: postern audit verify --file {} --public-key {public}", a.out.display(), a.out.display());
-    for (chain, (seq, hash)) in heads {
-        let anchor = format!("{chain}:{seq}:{}", postern_core::hexdigits::encode(hash));
-        eprintln!("head {anchor} (keep it outside the store: `--expect-head {anchor}` proves later that the log up to it was not rewritten)");
-    }
-    Ok(())
 }
 
 fn store_and_key(s: &StoreArgs, key_file: Option<&Path>) -> Result<(String, Option<SigningKey>)> {

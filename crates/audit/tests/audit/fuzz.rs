@@ -25,6 +25,11 @@ fn export() -> Vec<u8> {
             to: head.body.seq,
         }],
         public_key: None,
+        heads: Some(vec![postern_audit::ChainHead {
+            chain: "main".into(),
+            seq: head.body.seq,
+            hash: head.hash,
+        }]),
         signature: None,
     }
     .signed(&k)

@@ -86,6 +86,10 @@ pub struct GatewaySettings {
     pub max_streams_per_actor: u32,
     /// Open HTTP connections; one more is answered 503 with `Retry-After` and closed.
     pub max_connections: u32,
+    /// Open connections from one source address (IPv6: its /64), so one client cannot take all.
+    pub max_connections_per_address: u32,
+    /// A new connection that sends no byte this long is closed, freeing its slot.
+    pub first_byte_timeout: Duration,
     /// How long a client may take to send a request's headers, counted from accepting its
     /// connection or from the first byte of a later request on it; a slower client is
     /// disconnected (slowloris).
@@ -221,6 +225,7 @@ impl Config {
             ));
         }
         let store = g.store.unwrap_or_else(|| "sqlite://postern.db".to_string());
+        let max_connections = count(g.max_connections, 1024, "gateway.max_connections")?;
         let gateway = GatewaySettings {
             listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
             store: store.clone(),
@@ -242,7 +247,12 @@ impl Config {
                 256,
                 "gateway.max_streams_per_actor",
             )?,
-            max_connections: count(g.max_connections, 1024, "gateway.max_connections")?,
+            max_connections,
+            max_connections_per_address: match g.max_connections_per_address {
+                Some(n) if n > max_connections => return Err(at(0, format!("gateway.max_connections_per_address: {n} is more than max_connections ({max_connections})"))),
+                n => count(n, (max_connections / 4).max(1), "gateway.max_connections_per_address")?,
+            },
+            first_byte_timeout: positive_dur(&g.first_byte_timeout, "5s", "gateway.first_byte_timeout")?,
             header_read_timeout: positive_dur(
                 &g.header_read_timeout,
                 "10s",

@@ -46,6 +46,8 @@ pub(super) struct RawGateway {
     pub max_sessions_per_actor: Option<u32>,
     pub max_streams_per_actor: Option<u32>,
     pub max_connections: Option<u32>,
+    pub max_connections_per_address: Option<u32>,
+    pub first_byte_timeout: Option<String>,
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub session_idle: Option<String>,

@@ -281,6 +281,8 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
     assert_eq!(c.gateway.header_read_timeout, Duration::from_secs(10));
     assert_eq!(c.gateway.idle_timeout, Duration::from_secs(120));
     assert_eq!(c.gateway.max_connections, 1024);
+    assert_eq!(c.gateway.max_connections_per_address, 256, "a quarter");
+    assert_eq!(c.gateway.first_byte_timeout, Duration::from_secs(5));
     assert_eq!(c.gateway.max_sessions_per_actor, 64);
     assert_eq!(c.gateway.max_streams_per_actor, 256);
     let set = Config::parse(
@@ -291,6 +293,7 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
     assert_eq!(set.gateway.header_read_timeout, Duration::from_secs(1));
     assert_eq!(set.gateway.idle_timeout, Duration::from_millis(500));
     assert_eq!(set.gateway.max_connections, 2);
+    assert_eq!(set.gateway.max_connections_per_address, 1, "at least 1");
     assert_eq!(set.gateway.max_sessions_per_actor, 3);
     assert_eq!(set.gateway.max_streams_per_actor, 4);
     for (line, key, says) in [
@@ -307,6 +310,21 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
         ("idle_timeout = \"0ms\"", "idle_timeout", "longer than 0"),
         ("idle_timeout = \"2 minutes\"", "idle_timeout", "2 minutes"),
         ("max_connections = 0", "max_connections", "at least 1"),
+        (
+            "max_connections_per_address = 0",
+            "max_connections_per_address",
+            "at least 1",
+        ),
+        (
+            "max_connections = 8\nmax_connections_per_address = 9",
+            "max_connections_per_address",
+            "more than max_connections (8)",
+        ),
+        (
+            "first_byte_timeout = \"0s\"",
+            "first_byte_timeout",
+            "longer than 0",
+        ),
         (
             "max_sessions_per_actor = 0",
             "max_sessions_per_actor",

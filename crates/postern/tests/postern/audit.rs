@@ -412,8 +412,14 @@ fn export_truncated_tail_is_caught_by_signed_checkpoints() {
         "events come last"
     );
     lines.truncate(lines.len() - 3);
+    // The signed header's head, too, says the log ends at HEAD.
+    let mut expected = truncations(&f, HEAD - 3);
+    expected.push(format!(
+        "cut before the signed head at seq {HEAD} (chain main): the export header names this head, the log ends at seq {}",
+        HEAD - 3
+    ));
     f.verify_lines("truncated.jsonl", &lines)
-        .assert_breaks(&truncations(&f, HEAD - 3));
+        .assert_breaks(&expected);
     let emptied = f.dir.join("emptied.jsonl");
     std::fs::write(&emptied, "").unwrap();
     f.verify(["--file", emptied.to_str().unwrap()], &f.public_key)

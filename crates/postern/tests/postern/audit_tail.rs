@@ -5,16 +5,17 @@
 
 use std::process::Command;
 
-use postern_audit::{ExportLine, SigningKey};
+use postern_audit::{ChainedEvent, EventBody, ExportHeader, ExportLine, SigningKey};
 use postern_core::config::Config;
 
 use crate::audit::{Fixture, HEAD};
 
-/// The log cut after `kept_to`: checkpoints past it removed, and the header's ranges edited to
-/// end there and signed again, as only someone holding the signing key could, so that neither
-/// says anything was cut.
+/// The log cut after `kept_to`: checkpoints past it removed, and the header's ranges and head
+/// edited to end there and signed again, as only someone holding the signing key could, so that
+/// neither says anything was cut.
 fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
     let key = SigningKey::from_bytes(crate::audit::SIGNING_KEY);
+    let kept_hash = event_of(lines, kept_to).hash;
     lines
         .iter()
         .filter_map(|l| {
@@ -30,6 +31,9 @@ fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
                     for r in &mut header.ranges {
                         r.to = kept_to;
                     }
+                    for h in header.heads.iter_mut().flatten() {
+                        (h.seq, h.hash) = (kept_to, kept_hash);
+                    }
                     let header = header.signed(&key).unwrap();
                     Some(serde_json::to_string(&ExportLine::Header(header)).unwrap())
                 }
@@ -37,6 +41,153 @@ fn cut_log(lines: &[String], kept_to: u64) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The event at `seq` of an export's lines.
+fn event_of(lines: &[String], seq: u64) -> ChainedEvent {
+    lines
+        .iter()
+        .find_map(|l| match postern_audit::read_line(l) {
+            Ok(ExportLine::Event(e)) if e.body.seq == seq => Some(e),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no event at seq {seq}"))
+}
+
+/// The header of `lines` as written before exports named chain heads: without them, signed
+/// again (as that version signed it).
+fn without_heads(lines: &[String]) -> Vec<String> {
+    let key = SigningKey::from_bytes(crate::audit::SIGNING_KEY);
+    let mut lines = lines.to_vec();
+    let Ok(ExportLine::Header(header)) = postern_audit::read_line(&lines[0]) else {
+        panic!("no header first: {}", lines[0]);
+    };
+    let header = ExportHeader {
+        heads: None,
+        ..header
+    }
+    .signed(&key)
+    .unwrap();
+    lines[0] = serde_json::to_string(&ExportLine::Header(header)).unwrap();
+    lines
+}
+
+/// The export with the event at `seq` changed (its `at`), every hash from it on recomputed,
+/// and the checkpoints from it on dropped: what someone without the key can do.
+fn rewrite_from(lines: &[String], seq: u64) -> Vec<String> {
+    let mut prev = None;
+    lines
+        .iter()
+        .filter_map(|l| match postern_audit::read_line(l).unwrap() {
+            ExportLine::Checkpoint(c) if c.seq >= seq => None,
+            ExportLine::Event(mut e) if e.body.seq >= seq => {
+                if e.body.seq == seq {
+                    e.body.at.0 += 1;
+                }
+                e.prev_hash = prev.unwrap_or(e.prev_hash);
+                e.hash = postern_audit::event_hash(&e.prev_hash, &e.body).unwrap();
+                prev = Some(e.hash);
+                Some(serde_json::to_string(&ExportLine::Event(e)).unwrap())
+            }
+            _ => Some(l.clone()),
+        })
+        .collect()
+}
+
+/// Issue 33: an export with one event changed, the hashes after it recomputed and the
+/// checkpoints after it dropped verified VALID. The signed header names the head's hash, so it
+/// is a break; an export from before heads were named is refused (its tail is unsigned).
+#[test]
+fn a_rewritten_export_is_a_break_at_the_signed_head() {
+    let f = Fixture::new("file-rewrite");
+    let lines = f.export();
+    let seq = HEAD - 9;
+    let rewritten = rewrite_from(&lines, seq);
+    let expected = [format!(
+        "signed head mismatch at seq {HEAD} (chain main): the export header names hash"
+    )];
+    f.verify_lines("rewritten.jsonl", &rewritten)
+        .assert_breaks(&expected);
+    // Accepting an unsigned tail does not accept a rewrite the header's head contradicts.
+    let path = f.dir.join("rewritten.jsonl");
+    let lenient = f.postern(&[
+        "audit",
+        "verify",
+        "--file",
+        path.to_str().unwrap(),
+        "--public-key",
+        &f.public_key,
+        "--allow-unsigned-tail",
+    ]);
+    lenient.assert_breaks(&expected);
+    // The same rewrite of an export whose header names no heads.
+    let old = f.verify_lines(
+        "rewritten-old.jsonl",
+        &rewrite_from(&without_heads(&lines), seq),
+    );
+    assert_eq!(old.code, Some(1), "{old}");
+    assert!(
+        old.stdout
+            .contains("the export header names no chain heads"),
+        "{old}"
+    );
+    assert!(
+        old.stdout.contains("REFUSED (a signed tail is required"),
+        "{old}"
+    );
+}
+
+/// A notice after `head`: its own execution's only event, so nothing but its place says it is
+/// forged.
+fn forged_body(head: &ChainedEvent) -> EventBody {
+    EventBody {
+        execution_id: postern_core::ExecutionId::from_bytes([9; 16]),
+        n: 1,
+        event: postern_core::EventKind::Notice,
+        detail: serde_json::json!({"notice": "forged"}),
+        ..head.body.clone()
+    }
+}
+
+/// Issue 33: a forged event appended after the signed header's range verified VALID.
+#[test]
+fn an_event_appended_after_the_signed_head_is_a_break() {
+    let f = Fixture::new("file-append");
+    let mut lines = f.export();
+    let head = event_of(&lines, HEAD);
+    let body = EventBody {
+        seq: HEAD + 1,
+        ..forged_body(&head)
+    };
+    let hash = postern_audit::event_hash(&head.hash, &body).unwrap();
+    let forged = ChainedEvent {
+        body,
+        prev_hash: head.hash,
+        hash,
+    };
+    lines.push(serde_json::to_string(&ExportLine::Event(forged)).unwrap());
+    f.verify_lines("appended.jsonl", &lines)
+        .assert_breaks(&[format!(
+            "event past the signed head at seq {} (chain main): the export header names seq {HEAD}",
+            HEAD + 1
+        )]);
+    // A forged chain of its own, which the header does not name.
+    lines.pop();
+    let body = EventBody {
+        chain: "forged".into(),
+        seq: 1,
+        ..forged_body(&head)
+    };
+    let hash = postern_audit::event_hash(&postern_audit::GENESIS_HASH, &body).unwrap();
+    let forged = ChainedEvent {
+        body,
+        prev_hash: postern_audit::GENESIS_HASH,
+        hash,
+    };
+    lines.push(serde_json::to_string(&ExportLine::Event(forged)).unwrap());
+    f.verify_lines("other-chain.jsonl", &lines).assert_breaks(&[
+        "event of a chain the signed export header does not name at seq 1 (chain forged)",
+    ]);
 }
 
 /// The export header is signed: its ranges edited without the key are a break, so a cut of
@@ -73,14 +224,16 @@ fn an_edited_export_header_is_a_break() {
 }
 
 /// Issue 12: cutting the last events together with the checkpoints after them left an export
-/// that verified VALID with nothing said. The verifier now says how many events no signature
-/// covers, and `--require-signed-tail` refuses such a log.
+/// that verified VALID with nothing said. Issue 33: events no signature covers are refused by
+/// default (`--require-signed-tail`, once needed for that, is still accepted);
+/// `--allow-unsigned-tail` accepts them with a warning. The export is one from before headers
+/// named heads (with them, the head is signed: see `a_rewritten_export_is_a_break_at_the_signed_head`).
 #[test]
-fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
+fn a_cut_tail_with_its_checkpoints_is_refused_by_default() {
     let f = Fixture::new("file-unsigned-tail");
     let lines = f.export();
     let path = |name: &str| f.dir.join(name).to_str().unwrap().to_string();
-    let strict = |file: &str| {
+    let verify = |file: &str, flag: &str| {
         f.postern(&[
             "audit",
             "verify",
@@ -88,13 +241,13 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
             file,
             "--public-key",
             &f.public_key,
-            "--require-signed-tail",
+            flag,
         ])
     };
-    // The clean export's head is signed: accepted even when the tail must be signed.
+    // The clean export's head is signed: accepted, also with the old flag.
     std::fs::write(path("clean.jsonl"), lines.join("\n") + "\n").unwrap();
-    let clean = strict(&path("clean.jsonl"));
-    assert_eq!(clean.code, Some(0), "{clean}");
+    let clean = verify(&path("clean.jsonl"), "--require-signed-tail");
+    clean.assert_valid();
     assert!(
         !clean.stdout.contains("not covered by a signature"),
         "{clean}"
@@ -103,11 +256,13 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
     let kept_to = HEAD - 3;
     let mut naive = cut_log(&lines, kept_to);
     naive[0] = lines[0].clone();
-    f.verify_lines("naive-cut.jsonl", &naive)
-        .assert_breaks(&[format!("range not covered at seq {HEAD} (chain main)")]);
+    f.verify_lines("naive-cut.jsonl", &naive).assert_breaks(&[
+        format!("range not covered at seq {HEAD} (chain main)"),
+        format!("cut before the signed head at seq {HEAD} (chain main)"),
+    ]);
     // Cut the last three events and every checkpoint past what is left, and sign a header
-    // that ends there too (someone holding the key).
-    let cut = cut_log(&lines, kept_to);
+    // that ends there too (someone holding the key), in the format without heads.
+    let cut = cut_log(&without_heads(&lines), kept_to);
     assert!(cut.len() < lines.len());
     let signed_to = *f
         .checkpoints
@@ -116,18 +271,37 @@ fn a_cut_tail_with_its_checkpoints_is_reported_and_refused_on_demand() {
         .max()
         .unwrap();
     let tail = kept_to - signed_to;
-    let plain = f.verify_lines("cut.jsonl", &cut);
-    plain.assert_valid();
+    let refused = f.verify_lines("cut.jsonl", &cut);
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(!refused.stdout.contains("BREAK"), "{refused}");
     let note = format!(
         "note: {tail} event(s) of chain main after the last signed checkpoint (seq {signed_to}) are not covered by a signature"
     );
-    assert!(plain.stdout.contains(&note), "{plain}");
-    let refused = strict(&path("cut.jsonl"));
-    assert_eq!(refused.code, Some(1), "{refused}");
+    for said in [
+        note.as_str(),
+        "note: the export header names no chain heads",
+        "REFUSED (a signed tail is required; --allow-unsigned-tail accepts one)",
+    ] {
+        assert!(refused.stdout.contains(said), "{said:?} not in {refused}");
+    }
+    let lenient = verify(&path("cut.jsonl"), "--allow-unsigned-tail");
+    lenient.assert_valid();
+    assert!(lenient.stdout.contains(&note), "{lenient}");
     assert!(
-        refused.stdout.contains("REFUSED (--require-signed-tail)"),
-        "{refused}"
+        lenient.stderr.contains("warning: --allow-unsigned-tail: 3 event(s) are covered by no signature; a cut or rewrite of them after the last signature would not be seen"),
+        "{lenient}"
     );
+    let both = f.postern(&[
+        "audit",
+        "verify",
+        "--file",
+        &path("cut.jsonl"),
+        "--public-key",
+        &f.public_key,
+        "--allow-unsigned-tail",
+        "--require-signed-tail",
+    ]);
+    assert_eq!(both.code, Some(2), "{both}");
 }
 
 /// Issue 12: the gateway signs its chain's head every `checkpoint_every` and at a graceful

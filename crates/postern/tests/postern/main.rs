@@ -22,6 +22,7 @@ mod onboarding;
 mod replicas;
 mod resume;
 mod serve;
+mod session_cap;
 mod ssh;
 mod starter;
 mod stdio;

@@ -1,20 +1,28 @@
 //! The front's HTTP listener (issue 12, bounds): accepts TCP connections and serves each with
-//! hyper ([`serve_connection`]), with a cap on open connections, a header-read and an idle
-//! timeout per connection, and a graceful stop.
+//! hyper ([`serve_connection`]), with a cap on open connections, another per source address
+//! (issue 33), a first-byte deadline, a header-read and an idle timeout per connection, and a
+//! graceful stop.
 //!
-//! A connection over the cap is answered `503` with `Retry-After` and closed, not left in the
+//! A connection over either cap is answered `503` with `Retry-After` and closed, not left in the
 //! kernel's backlog: a client (or a load balancer, or whoever probes `/healthz`) learns at once
 //! that the gateway is full instead of hanging on a connect that may time out, and no client
 //! waits behind connections an attacker holds open. The refusal's cost is bounded: at most
-//! [`REFUSALS_AT_ONCE`] at a time, each within the header-read timeout; beyond that a connection
-//! is closed unanswered.
+//! [`REFUSALS_AT_ONCE`] at a time ([`addresses::REFUSALS_PER_ADDRESS`] per address), each
+//! within the first-byte and header-read timeouts; beyond that a connection is closed unanswered.
+//!
+//! The per-address cap is what keeps one client from taking every slot: it is counted before
+//! anything is read, so it holds against clients that never send a byte, and whoever sends one
+//! must do so within `first_byte_timeout` (shorter than the header-read timeout, which still runs
+//! from the accept and bounds a client that trickles its headers).
 
+mod addresses;
 mod connection;
 pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,11 +35,12 @@ use hyper_util::server::conn::auto::Builder;
 use postern_core::config::GatewaySettings;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use addresses::{Addresses, Admission};
 pub use connection::{serve_connection, Timeouts};
 
 /// Connections over the cap being answered `503` at once; more are closed unanswered.
@@ -43,6 +52,10 @@ pub struct ListenerLimits {
     pub timeouts: Timeouts,
     /// Open connections (the ones being refused not counted).
     pub max_connections: usize,
+    /// Open connections from one source address (an IPv6 client's /64).
+    pub max_connections_per_address: usize,
+    /// From the accept to the connection's first byte (a TLS client's hello included).
+    pub first_byte: Duration,
 }
 
 impl ListenerLimits {
@@ -53,6 +66,9 @@ impl ListenerLimits {
                 idle: settings.idle_timeout,
             },
             max_connections: usize::try_from(settings.max_connections).unwrap_or(usize::MAX),
+            max_connections_per_address: usize::try_from(settings.max_connections_per_address)
+                .unwrap_or(usize::MAX),
+            first_byte: settings.first_byte_timeout,
         }
     }
 }
@@ -105,14 +121,18 @@ pub async fn serve<H: Handshake>(
 ) {
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
+    let gate = Gate {
+        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        refusals: Arc::new(Semaphore::new(REFUSALS_AT_ONCE)),
+        addresses: Addresses::default(),
+        limits,
+    };
     let mut stop = pin!(stop);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _peer)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     pause_after_accept_error(e).await;
                     continue;
@@ -124,13 +144,15 @@ pub async fn serve<H: Handshake>(
         // TCP_NODELAY, Nagle holds that write for the client's delayed ACK (~40 ms per call,
         // measured by `bench/gateway-load`).
         let _ = tcp.set_nodelay(true);
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(tcp, handshake.clone(), &refusals, limits);
+        let Some((tcp, slots)) = gate.admit(tcp, peer.ip(), &handshake) else {
             continue;
         };
         let (handshake, app, stopping) = (handshake.clone(), app.clone(), stopping.clone());
         connections.spawn(async move {
-            let _slot = slot;
+            let _slots = slots;
+            if !first_byte(&tcp, limits.first_byte).await {
+                return;
+            }
             let first_headers_due = accepted_at + limits.timeouts.header_read;
             let Ok(Ok((io, peer))) =
                 tokio::time::timeout_at(first_headers_due, handshake.handshake(tcp)).await
@@ -160,30 +182,92 @@ async fn pause_after_accept_error(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// Answers a connection over the cap with `503` (in the background, bounded), or closes it
-/// unanswered when [`REFUSALS_AT_ONCE`] are being answered already.
-fn refuse<H: Handshake>(
-    tcp: TcpStream,
-    handshake: H,
-    refusals: &Arc<Semaphore>,
+/// The listener's counts: open connections, refusals being answered, connections per address.
+struct Gate {
+    slots: Arc<Semaphore>,
+    refusals: Arc<Semaphore>,
+    addresses: Addresses,
     limits: ListenerLimits,
-) {
-    let Ok(permit) = refusals.clone().try_acquire_owned() else {
-        return;
-    };
-    tokio::spawn(async move {
-        let _permit = permit;
-        let _ = tokio::time::timeout(limits.timeouts.header_read, async {
-            let (io, _peer) = handshake.handshake(tcp).await?;
-            answer_full(io, limits.max_connections).await;
-            Ok::<_, io::Error>(())
-        })
-        .await;
-    });
+}
+
+/// What a served connection holds until it closes: its source address's slot and the gateway's.
+type Slots = (addresses::AddressSlot, OwnedSemaphorePermit);
+
+impl Gate {
+    /// Counts an accepted connection against its source address and the gateway's cap: the
+    /// connection and its slots to serve it with, or `None` when it was refused (answered `503`
+    /// in the background, or closed).
+    fn admit<H: Handshake>(
+        &self,
+        tcp: TcpStream,
+        peer: IpAddr,
+        handshake: &H,
+    ) -> Option<(TcpStream, Slots)> {
+        let per_address = self.limits.max_connections_per_address;
+        let address_slot = match self.addresses.admit(peer, per_address) {
+            Admission::Serve(slot) => slot,
+            Admission::Refuse(slot) => {
+                self.refuse(tcp, handshake, Full::Address(per_address), Some(slot));
+                return None;
+            }
+            Admission::Close => return None,
+        };
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            let full = Full::Gateway(self.limits.max_connections);
+            self.refuse(tcp, handshake, full, None);
+            return None;
+        };
+        Some((tcp, (address_slot, slot)))
+    }
+
+    /// Answers a connection over a cap with `503` (in the background, bounded), or closes it
+    /// unanswered when [`REFUSALS_AT_ONCE`] are being answered already. `address_slot` keeps
+    /// the refusal counted against its source address until it is over.
+    fn refuse<H: Handshake>(
+        &self,
+        tcp: TcpStream,
+        handshake: &H,
+        full: Full,
+        address_slot: Option<addresses::AddressSlot>,
+    ) {
+        let Ok(permit) = self.refusals.clone().try_acquire_owned() else {
+            return;
+        };
+        let (handshake, limits) = (handshake.clone(), self.limits);
+        tokio::spawn(async move {
+            let _held = (permit, address_slot);
+            if !first_byte(&tcp, limits.first_byte).await {
+                return;
+            }
+            let _ = tokio::time::timeout(limits.timeouts.header_read, async {
+                let (io, _peer) = handshake.handshake(tcp).await?;
+                answer_full(io, full).await;
+                Ok::<_, io::Error>(())
+            })
+            .await;
+        });
+    }
+}
+
+/// Waits (at most `within`) for the client's first byte, left unread for the handshake and
+/// hyper; false when none came (timed out, closed, or failed).
+async fn first_byte(tcp: &TcpStream, within: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, tcp.peek(&mut byte)).await,
+        Ok(Ok(1..))
+    )
+}
+
+/// Which cap a refused connection is over, and its value.
+#[derive(Clone, Copy, Debug)]
+enum Full {
+    Gateway(usize),
+    Address(usize),
 }
 
 /// Answers the request on `io` with `503 Service Unavailable` and `Retry-After`, then closes.
-async fn answer_full<I>(io: I, max_connections: usize)
+async fn answer_full<I>(io: I, full: Full)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -192,7 +276,7 @@ where
         let answered = answered.clone();
         hyper::service::service_fn(move |_request: hyper::Request<Incoming>| {
             answered.notify_one();
-            std::future::ready(Ok::<_, Infallible>(full_response(max_connections)))
+            std::future::ready(Ok::<_, Infallible>(full_response(full)))
         })
     };
     let mut builder = Builder::new(TokioExecutor::new());
@@ -205,10 +289,13 @@ where
     let _ = connection.await;
 }
 
-fn full_response(max_connections: usize) -> hyper::Response<Body> {
+fn full_response(full: Full) -> hyper::Response<Body> {
+    let what = match full {
+        Full::Gateway(n) => format!("the gateway has {n} connections open, its limit ([gateway] max_connections)"),
+        Full::Address(n) => format!("your address has {n} connections open, its limit ([gateway] max_connections_per_address)"),
+    };
     let mut response = hyper::Response::new(Body::from(format!(
-        "the gateway has {max_connections} connections open, its limit ([gateway] \
-         max_connections): nothing was recorded or sent; connect again after Retry-After\n"
+        "{what}: nothing was recorded or sent; connect again after Retry-After\n"
     )));
     *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
     let headers = response.headers_mut();

@@ -1,0 +1,156 @@
+//! Open connections counted per source address (`[gateway] max_connections_per_address`), so
+//! that one client cannot take the whole of `max_connections` (issue 33): a review held 1,030
+//! idle connections from one address and every other client got 503.
+//!
+//! An IPv6 client is counted by its /64, the block one subscriber (or one cloud VM) is usually
+//! given whole; counting each /128 would let it open as many addresses as it likes. An
+//! IPv4-mapped IPv6 address (a dual-stack listener) is its IPv4 address.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, Mutex};
+
+/// Connections over an address's cap answered `503` at once, per address: the rest are closed
+/// unanswered, so one address cannot take every one of the listener's refusals.
+pub const REFUSALS_PER_ADDRESS: usize = 4;
+
+/// What an accepted connection may do, as far as its source address's count goes.
+pub enum Admission {
+    /// Under the cap: served, counted until the slot is dropped.
+    Serve(AddressSlot),
+    /// Over the cap: answered `503`, counted (as a refusal) until the slot is dropped.
+    Refuse(AddressSlot),
+    /// Over the cap with [`REFUSALS_PER_ADDRESS`] refusals of its own in progress: closed.
+    Close,
+}
+
+/// The open connections of each source address.
+#[derive(Clone, Default)]
+pub struct Addresses(Arc<Mutex<HashMap<IpAddr, Count>>>);
+
+#[derive(Default)]
+struct Count {
+    served: usize,
+    refused: usize,
+}
+
+impl Addresses {
+    /// Counts a new connection from `peer`, under `cap` served connections per address.
+    pub fn admit(&self, peer: IpAddr, cap: usize) -> Admission {
+        let key = source(peer);
+        let mut map = self.lock();
+        let count = map.entry(key).or_default();
+        let refusal = if count.served < cap {
+            count.served += 1;
+            false
+        } else if count.refused < REFUSALS_PER_ADDRESS {
+            count.refused += 1;
+            true
+        } else {
+            return Admission::Close;
+        };
+        let slot = AddressSlot {
+            addresses: self.clone(),
+            key,
+            refusal,
+        };
+        match refusal {
+            false => Admission::Serve(slot),
+            true => Admission::Refuse(slot),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Count>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// One connection counted against its source address until dropped; an address with nothing
+/// counted is forgotten, so the map holds only addresses with connections open.
+pub struct AddressSlot {
+    addresses: Addresses,
+    key: IpAddr,
+    refusal: bool,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut map = self.addresses.lock();
+        if let Some(count) = map.get_mut(&self.key) {
+            match self.refusal {
+                true => count.refused = count.refused.saturating_sub(1),
+                false => count.served = count.served.saturating_sub(1),
+            }
+            if count.served == 0 && count.refused == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The address a connection is counted under.
+fn source(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_address_over_its_cap_is_refused_a_few_times_then_closed() {
+        let a = Addresses::default();
+        let served: Vec<_> = (0..2)
+            .map(|_| match a.admit(ip("127.0.0.1"), 2) {
+                Admission::Serve(slot) => slot,
+                _ => panic!("under the cap"),
+            })
+            .collect();
+        let refused: Vec<_> = (0..REFUSALS_PER_ADDRESS)
+            .map(|_| match a.admit(ip("127.0.0.1"), 2) {
+                Admission::Refuse(slot) => slot,
+                _ => panic!("answered 503"),
+            })
+            .collect();
+        assert!(matches!(a.admit(ip("127.0.0.1"), 2), Admission::Close));
+        assert!(
+            matches!(a.admit(ip("127.0.0.2"), 2), Admission::Serve(_)),
+            "another address is not affected"
+        );
+        drop(refused);
+        assert!(matches!(a.admit(ip("127.0.0.1"), 2), Admission::Refuse(_)));
+        drop(served);
+        assert!(matches!(a.admit(ip("127.0.0.1"), 2), Admission::Serve(_)));
+        assert_eq!(a.tracked(), 0, "nothing open, nothing kept");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64_and_a_mapped_ipv4_as_ipv4() {
+        assert_eq!(source(ip("2001:db8:1:2:aa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            source(ip("2001:db8:1:2:ffff::9")),
+            source(ip("2001:db8:1:2::1"))
+        );
+        assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
+        assert_eq!(source(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(source(ip("10.0.0.7")), ip("10.0.0.7"));
+    }
+}
