@@ -365,6 +365,14 @@ impl Config {
                     format!("actor {name:?} is empty or declared twice"),
                 ));
             }
+            if name.contains('/') {
+                // A run an agent names is kept as `ACTOR/RUN`: one actor's run ids must not be
+                // able to stand for another's.
+                return Err(at(
+                    offset,
+                    format!("actor {name:?}: an actor name may not contain '/' (runs are named ACTOR/RUN)"),
+                ));
+            }
             // DESIGN §6 makes `required` the default once session authorization exists; until
             // then a missing key means what the gateway does (`auto`), and an explicit
             // `required` is refused at start-up (`Gateway::new`).

@@ -264,6 +264,9 @@ fn duplicate_names_are_refused() {
         err.message.contains("declared twice") && err.line == 6,
         "{err}"
     );
+    // Runs an agent names are kept as ACTOR/RUN: a '/' in an actor's name would blur that.
+    let err = parse_err(&format!("{GATEWAY}[[actor]]\nname = \"a/b\"\n"));
+    assert!(err.message.contains("may not contain '/'"), "{err}");
     let err = parse_err(&format!(
         "{GATEWAY}[[actor]]\nname = \"a\"\ntools = [\"ghost\"]\n"
     ));

@@ -362,11 +362,13 @@ impl PosternMcp {
 
     /// The run (Sessions log) this request belongs to, recorded on first sight.
     async fn run_id(&self, ctx: &RequestContext<RoleServer>, actor: &str) -> Option<String> {
+        // A run an agent names is its actor's: another actor naming the same id has a run of
+        // its own (authorization, the Sessions log and traces are keyed by both).
         let explicit = ctx
             .meta
             .get("io.postern/run")
             .and_then(Value::as_str)
-            .map(str::to_string);
+            .map(|run| format!("{actor}/{run}"));
         let session = ctx
             .extensions
             .get::<http::request::Parts>()

@@ -468,7 +468,15 @@ impl Gateway {
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
             ("intent scope", &call.intent_scope),
-            ("run id", &call.run_id),
+            // A run the agent named is kept as ACTOR/RUN: its bound is the agent's part.
+            (
+                "run id",
+                &call.run_id.as_ref().map(|r| {
+                    r.strip_prefix(&format!("{}/", call.actor))
+                        .unwrap_or(r)
+                        .to_string()
+                }),
+            ),
         ] {
             if let Some(fault) = key.as_deref().and_then(|k| key_fault(what, k)) {
                 return Err(invalid(fault));

@@ -620,3 +620,65 @@ async fn the_approver_sees_non_semantic_fields_that_will_be_sent() {
     assert_eq!(code, 0, "{err}");
     eventually("the approved call is sent", || posts(&s.target.state) == 1).await;
 }
+
+/// Issue 33, point 7: a run id is its actor's. Agent B (billing, authorized per call) names a
+/// run first; robot (authorized per run) then names the same id: robot's run is its own —
+/// waiting for an operator, not refused, not B's — and the Sessions log shows two runs, each
+/// under its actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_id_named_by_one_actor_is_not_another_actors_run() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("runs-per-actor");
+    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+    write_private(&dir.0.join("robot.token"), ROBOT_TOKEN);
+    let text = format!(
+        "{}\n[[actor]]\nname = \"robot\"\ntoken = {{ file = \"robot.token\" }}\nsession_approval = \"required\"\n",
+        approval_config(&format!("http://{}", target.addr))
+    );
+    let served = Served::start(&dir.0, &text);
+    let shared = json!({"_meta": {"io.postern/run": "nightly-deploy-2026-12-03"}});
+    let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let squat = billing
+        .call("create_invoice", pay("squatter-co", 1), shared.clone())
+        .await;
+    assert_eq!(execution(&squat)["state"], "completed", "{squat}");
+    let robot = Mcp::connect(&served.url, ROBOT_TOKEN).await;
+    let own = robot
+        .call("create_invoice", pay("robot-co", 2), shared)
+        .await;
+    assert!(own["error"].is_null(), "robot's run was refused: {own}");
+    let ex = execution(&own);
+    assert_eq!(ex["state"], "awaiting_approval", "{own}");
+    assert_eq!(
+        ex["decision"]["waits_for_run"], "robot/nightly-deploy-2026-12-03",
+        "{own}"
+    );
+    let runs = operator_json(&served, &["sessions", "list"]);
+    let actor_of = |id: &str| {
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .map(|r| r["actor"].clone())
+    };
+    assert_eq!(
+        actor_of("billing/nightly-deploy-2026-12-03"),
+        Some(json!("billing")),
+        "{runs}"
+    );
+    assert_eq!(
+        actor_of("robot/nightly-deploy-2026-12-03"),
+        Some(json!("robot")),
+        "{runs}"
+    );
+    let (code, _, err) = operator(
+        &served,
+        &["sessions", "authorize", "robot/nightly-deploy-2026-12-03"],
+    );
+    assert_eq!(code, 0, "{err}");
+    eventually("robot's call is sent once its run is authorized", || {
+        posts(&target.state) == 2
+    })
+    .await;
+}

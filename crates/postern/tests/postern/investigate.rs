@@ -673,13 +673,17 @@ async fn investigate_a_lost_answer_of_a_sessionless_client() {
     assert_eq!(
         calls(&t),
         [
-            ("nightly-agent-7".into(), "1".into(), "new".into()),
-            ("nightly-agent-7".into(), "2".into(), "recovered".into())
+            ("billing/nightly-agent-7".into(), "1".into(), "new".into()),
+            (
+                "billing/nightly-agent-7".into(),
+                "2".into(),
+                "recovered".into()
+            )
         ]
     );
     let a1 = answer(&t, 1);
     assert!(
-        a1.starts_with("One agent process (one run): every call that reached this execution came from run nightly-agent-7"),
+        a1.starts_with("One agent process (one run): every call that reached this execution came from run billing/nightly-agent-7"),
         "{a1}"
     );
     assert!(answer(&t, 2).contains("Dispatched once"));
