@@ -435,10 +435,10 @@ fn an_approval_nobody_could_give_is_refused_at_start_up() {
 
 const ROBOT_TOKEN: &str = "robot-actor-token-0123456789ab";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
+/// The approval config plus actor robot, whose every run an operator (alice) authorizes.
+async fn with_robot(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir, Served) {
     let target = InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("sessions");
+    let dir = Dir::new(tag);
     write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
     write_private(&dir.0.join("robot.token"), ROBOT_TOKEN);
     let text = format!(
@@ -446,6 +446,12 @@ async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
         approval_config(&format!("http://{}", target.addr))
     );
     let served = Served::start(&dir.0, &text);
+    (target, dir, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_authorized_once_and_a_revoked_run_stops() {
+    let (target, dir, served) = with_robot("sessions").await;
     let run_a = Mcp::connect(&served.url, ROBOT_TOKEN).await;
     let first = run_a
         .call("create_invoice", pay("run-a-1", 1), json!({}))
@@ -627,15 +633,7 @@ async fn the_approver_sees_non_semantic_fields_that_will_be_sent() {
 /// under its actor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_id_named_by_one_actor_is_not_another_actors_run() {
-    let target = InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("runs-per-actor");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    write_private(&dir.0.join("robot.token"), ROBOT_TOKEN);
-    let text = format!(
-        "{}\n[[actor]]\nname = \"robot\"\ntoken = {{ file = \"robot.token\" }}\nsession_approval = \"required\"\n",
-        approval_config(&format!("http://{}", target.addr))
-    );
-    let served = Served::start(&dir.0, &text);
+    let (target, _dir, served) = with_robot("runs-per-actor").await;
     let shared = json!({"_meta": {"io.postern/run": "nightly-deploy-2026-12-03"}});
     let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;
     let squat = billing
