@@ -60,6 +60,14 @@ pub enum BreakReason {
     ResultMissing {
         reference: String,
     },
+    /// An execution's stored row (its state, record, fingerprint …) says other than the
+    /// events chained for it: the row was edited.
+    RowMismatch {
+        execution_id: ExecutionId,
+        field: &'static str,
+        chained: String,
+        stored: String,
+    },
     /// The log disagrees with a head recorded elsewhere (`--expect-head`): it was rewritten or
     /// cut before that point.
     AnchorMismatch {
@@ -177,6 +185,15 @@ impl fmt::Display for Break {
             ResultMissing { reference } => write!(
                 f,
                 "result missing{at}: {reference}, which its event vouches for, is not stored"
+            ),
+            RowMismatch {
+                execution_id,
+                field,
+                chained,
+                stored,
+            } => write!(
+                f,
+                "execution row edited: {execution_id}'s {field} is {stored:?} in the executions table, but its chained events say {chained:?}"
             ),
             AnchorMismatch {
                 expected_hash,

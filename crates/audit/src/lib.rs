@@ -12,6 +12,7 @@ mod chain;
 mod export;
 mod pruned;
 mod results;
+mod rows;
 mod verify;
 
 pub use chain::{
@@ -24,4 +25,5 @@ pub use export::{
 };
 pub use pruned::PrunedRange;
 pub use results::ResultCheck;
+pub use rows::{ExecutionRow, RowCheck};
 pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

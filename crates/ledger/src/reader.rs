@@ -197,10 +197,14 @@ impl StoreReader {
         }
         let mut events = 0u64;
         let mut results = postern_audit::ResultCheck::new();
+        // Rows first: events are only appended, so rows read before them can be judged.
+        let mut executions = postern_audit::RowCheck::new();
+        self.check_rows(&mut executions).await?;
         self.scan_events(|row| match row {
             Ok(e) => {
                 verifier.event(&e);
                 results.event(&e);
+                executions.event(&e);
                 events += 1;
                 if events.is_multiple_of(4096) {
                     tick(events, total);
@@ -216,6 +220,7 @@ impl StoreReader {
             .await?;
         let mut report = verifier.finish();
         report.add_breaks(results.finish());
+        report.add_breaks(executions.finish());
         Ok(report)
     }
 
@@ -286,6 +291,34 @@ impl StoreReader {
             let attempt = rows::get_i64(row, "attempt")?;
             let body = db::RowAccess::blob(row, "body")?;
             each(&format!("results/{id}/{attempt}"), &body);
+        }
+        Ok(())
+    }
+
+    /// Every execution row, for [`postern_audit::RowCheck`].
+    async fn check_rows(&self, check: &mut postern_audit::RowCheck) -> Result<(), LedgerError> {
+        let found = sqlx::query(
+            "SELECT id, state, n, dispatches, record, fingerprint, actor, tool FROM executions",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in &found {
+            let id = rows::get_str(row, "id")?;
+            let Ok(id) = id.parse() else {
+                continue; // not an execution id at all: the verifier's events say what is there
+            };
+            let count =
+                |name: &str| rows::get_i64(row, name).map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+            check.row(&postern_audit::ExecutionRow {
+                id,
+                state: &rows::get_str(row, "state")?,
+                events: count("n")?,
+                dispatches: count("dispatches")?,
+                record: &rows::get_str(row, "record")?,
+                fingerprint: &rows::get_str(row, "fingerprint")?,
+                actor: &rows::get_str(row, "actor")?,
+                tool: &rows::get_str(row, "tool")?,
+            });
         }
         Ok(())
     }

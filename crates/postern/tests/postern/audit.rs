@@ -210,6 +210,27 @@ impl Fixture {
         self.verify(["--store", &self.store_url()], &self.public_key)
     }
 
+    /// The ids of the store's executions, oldest first.
+    pub(crate) fn executions(&self) -> Vec<String> {
+        let url = self.store_url();
+        runtime().block_on(async move {
+            let store = postern_ledger::StoreReader::open(&url).await.unwrap();
+            let filter = postern_ledger::ListFilter {
+                limit: 1000,
+                ..Default::default()
+            };
+            let mut ids: Vec<String> = store
+                .list(&filter)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.id.to_string())
+                .collect();
+            ids.reverse();
+            ids
+        })
+    }
+
     /// Runs SQL statements directly on the store, as someone with write access could.
     pub(crate) fn sql(&self, statements: &[String]) {
         let url = self.store_url();
@@ -534,7 +555,14 @@ fn store_truncated_tail_is_caught_by_signed_checkpoints() {
     let f = Fixture::new("db-truncate");
     f.verify_store().assert_valid();
     f.sql(&[format!("DELETE FROM events WHERE seq > {}", HEAD - 3)]);
-    f.verify_store().assert_breaks(&truncations(&f, HEAD - 3));
+    // The last execution's row still counts the events that were cut (issue 33: rows are held
+    // to their chains; for a tail no checkpoint covered, this is the only sign of the cut).
+    let last = f.executions().pop().unwrap();
+    let mut expected = truncations(&f, HEAD - 3);
+    expected.push(format!(
+        "execution row edited: {last}'s event count is \"5\" in the executions table, but its chained events say \"2\""
+    ));
+    f.verify_store().assert_breaks(&expected);
 }
 
 /// A checkpoint row's signature replaced by another well-formed one is a bad signature.
@@ -611,4 +639,28 @@ fn missing_file_or_store_is_an_error() {
     assert_eq!(run.code, Some(2), "{run}");
     let wanted = format!("error: no store at {url}: it holds no Postern ledger");
     assert!(run.stderr.contains(&wanted), "{run}");
+}
+
+/// Issue 33, point 3: an execution's row is held to its chain. Setting a row's state back (a
+/// denied call made `authorized` is the review's case; here a delivered one), or editing its
+/// record, was VALID even with --require-signed-tail: each is now a BREAK naming the
+/// execution, on SQLite and on PostgreSQL.
+#[test]
+fn an_edited_execution_row_is_a_break_naming_the_execution() {
+    for f in [
+        Fixture::new("row-edit"),
+        Fixture::on_postgres("row-edit-pg"),
+    ] {
+        f.verify_store().assert_valid();
+        let ids: Vec<String> = f.executions();
+        let (first, second) = (&ids[0], &ids[1]);
+        f.sql(&[
+            format!("UPDATE executions SET state = 'authorized' WHERE id = '{first}'"),
+            format!("UPDATE executions SET record = '{{\"forged\":true}}' WHERE id = '{second}'"),
+        ]);
+        f.verify_store().assert_breaks(&[
+            format!("execution row edited: {first}'s state is \"authorized\""),
+            format!("execution row edited: {second}'s record (sha256)"),
+        ]);
+    }
 }
