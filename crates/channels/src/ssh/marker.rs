@@ -9,11 +9,14 @@
 //!    `$M/command` and the runner to `$M/run`; a failure here removes the claim and reports
 //!    `refused` — nothing ran.
 //! 3. The runner is started detached (`setsid`, stdin from /dev/null, its own session: a dropped
-//!    SSH connection does not stop it). It takes the start gate `mkdir "$M/go"`, writes
-//!    `$M/started` (time, pid) and only then runs the command with `/bin/sh`, its stdout and
+//!    SSH connection does not stop it). It takes the start gate `mkdir "$M/go"`, opens
+//!    `$M/command` and removes it (the rendered command may hold secret arguments: it is not
+//!    left on the host's disk once the runner has started, even if it dies), writes
+//!    `$M/started` (time, pid), and only then runs the command with `/bin/sh` from that open
+//!    file (`/dev/fd/4`), its stdout and
 //!    stderr captured to `$M/stdout` and `$M/stderr` (each capped at [`CAPTURE_BYTES`]); at the
-//!    end it writes `$M/finished` (exit code, time) atomically (temp file, then `mv`) and
-//!    removes `$M/command`.
+//!    end it writes `$M/finished` (exit code, time) atomically (temp file, then `mv`). A query
+//!    that takes the gate of a runner that never started removes `$M/command` too.
 //! 4. The script waits for the runner and reports `finished` with the exit code and the
 //!    output sizes, followed by the output itself (or `lost`). Nothing is reported before
 //!    that (each report line is one more small write, and sshd delays small writes on exec
@@ -50,10 +53,12 @@ fn marker_dir(configured: Option<&str>) -> String {
 const RUNNER: &str = r#"M=$1; C=$2; CAP=$3
 if [ -n "$C" ]; then cd "$C" || exit 0; fi
 mkdir "$M/go" 2>/dev/null || exit 0
+exec 4< "$M/command" || exit 0
+rm -f "$M/command"
 printf '%s %s\n' "$(date +%s)" "$$" > "$M/started.tmp" && mv "$M/started.tmp" "$M/started" || exit 0
 sync "$M/started" "$M" 2>/dev/null
 cap() { head -c "$CAP" > "$1"; cat > /dev/null; }
-{ { sh "$M/command" 3>&- </dev/null; echo $? > "$M/rc"; } 2>&1 1>&3 3>&- | cap "$M/stderr"; } 3>&1 | cap "$M/stdout"
+{ { sh /dev/fd/4 3>&- </dev/null; echo $? > "$M/rc"; } 2>&1 1>&3 3>&- | cap "$M/stderr"; } 3>&1 | cap "$M/stdout"
 rc=$(cat "$M/rc" 2>/dev/null) || exit 0
 [ -n "$rc" ] || exit 0
 printf '%s %s\n' "$rc" "$(date +%s)" > "$M/finished.tmp"
@@ -153,7 +158,7 @@ if [ -e "$M/started" ]; then
   if [ -e "$M/finished" ]; then report; else echo "$N dead $p"; fi
   exit 0
 fi
-if mkdir "$M/go" 2>/dev/null; then echo "$N abandoned"; else echo "$N starting"; fi
+if mkdir "$M/go" 2>/dev/null; then rm -f "$M/command"; echo "$N abandoned"; else echo "$N starting"; fi
 "#,
     );
     whole(s)

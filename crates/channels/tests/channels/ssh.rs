@@ -152,8 +152,12 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
     let claimed = markers.join("exe_claimed");
     std::fs::create_dir_all(&claimed).unwrap();
     std::fs::write(claimed.join("intent"), "fp1\n").unwrap();
+    std::fs::write(claimed.join("command"), "echo with-a-secret\n").unwrap();
     assert_eq!(query("exe_claimed", "fp1"), Some(Report::Abandoned));
     assert!(claimed.join("go").exists());
+    // The command (it may hold secret arguments) is not left behind for a runner that will
+    // never start (issue 33).
+    assert!(!claimed.join("command").exists());
     assert_eq!(dispatch("N3", "exe_claimed"), Some(Report::ClaimedBefore));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
 
@@ -252,7 +256,13 @@ proptest! {
                     let _ = parse(&sh(&again), "N2");
                 }
                 Some(Report::Finished { .. }) => { settled = Settled::Result; break; }
-                Some(Report::Dead | Report::Foreign | Report::Abandoned) => { settled = Settled::Review; break; }
+                Some(Report::Dead | Report::Foreign | Report::Abandoned) => {
+                    // Issue 33: a runner that started (and perhaps died) or was abandoned
+                    // left no command file, which may hold secret arguments, on the host.
+                    prop_assert!(!Path::new(d).join("exe_m/command").exists() || report == Some(Report::Foreign));
+                    settled = Settled::Review;
+                    break;
+                }
                 Some(Report::Running | Report::Starting) | None => {
                     std::thread::sleep(std::time::Duration::from_millis(30));
                 }
