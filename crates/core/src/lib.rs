@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod record;
 pub mod recovery;
 pub mod shell;
+pub mod terminal_text;
 
 pub use class::{ActionClass, RecoveryMethod};
 pub use contract::{Channel, ToolContract};

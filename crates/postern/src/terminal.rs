@@ -17,11 +17,7 @@ pub(crate) fn text(v: &Value) -> Cow<'_, str> {
 
 /// `s` with every character a terminal would act on written as `\u{…}` (a backslash as `\\`).
 pub(crate) fn shown(s: &str) -> Cow<'_, str> {
-    fn acts(c: char) -> bool {
-        c == '\\'
-            || c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
-    }
+    let acts = |c: char| c == '\\' || postern_core::terminal_text::acts_on_terminal(c);
     if !s.chars().any(acts) {
         return Cow::Borrowed(s);
     }

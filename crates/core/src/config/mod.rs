@@ -3,6 +3,7 @@
 //! every tool becomes a validated [`ToolContract`].
 
 mod console;
+mod people;
 mod raw;
 mod secret;
 mod telemetry;
@@ -355,115 +356,9 @@ impl Config {
             tools.push(contract);
         }
 
-        let mut actors: Vec<Actor> = Vec::new();
-        for a in raw.actor {
-            let offset = a.name.span().start;
-            let name = a.name.into_inner();
-            if name.is_empty() || actors.iter().any(|x| x.name == name) {
-                return Err(at(
-                    offset,
-                    format!("actor {name:?} is empty or declared twice"),
-                ));
-            }
-            if name.contains('/') {
-                // A run an agent names is kept as `ACTOR/RUN`: one actor's run ids must not be
-                // able to stand for another's.
-                return Err(at(
-                    offset,
-                    format!("actor {name:?}: an actor name may not contain '/' (runs are named ACTOR/RUN)"),
-                ));
-            }
-            // DESIGN §6 makes `required` the default once session authorization exists; until
-            // then a missing key means what the gateway does (`auto`), and an explicit
-            // `required` is refused at start-up (`Gateway::new`).
-            let session_approval = match a.session_approval.as_deref() {
-                Some("required") => SessionApproval::Required,
-                None | Some("auto") => SessionApproval::Auto,
-                Some(other) => {
-                    return Err(at(
-                        offset,
-                        format!("actor {name:?}: session_approval {other:?} is not \"auto\" or \"required\""),
-                    ))
-                }
-            };
-            let allowed = match a.tools {
-                None => None,
-                Some(list) => {
-                    let exposed_all = |t: &str| {
-                        t.strip_suffix('*').is_some_and(|stem| {
-                            upstreams
-                                .values()
-                                .filter_map(|u| u.expose_all.as_ref())
-                                .any(|e| e.prefix == stem)
-                        })
-                    };
-                    if let Some(unknown) = list.iter().find(|t| {
-                        !tools.iter().any(|c| &c.name == *t)
-                            && *t != "execution_status"
-                            && !exposed_all(t)
-                    }) {
-                        return Err(at(
-                            offset,
-                            format!("actor {name:?}: tool {unknown:?} is not declared (an upstream's expose = \"all\" tools are named \"PREFIX*\")"),
-                        ));
-                    }
-                    Some(list.into_iter().collect())
-                }
-            };
-            let client_cert_fingerprint = match a.client_cert_fingerprint.as_deref() {
-                None => None,
-                Some(_) if gateway.tls.is_none() => {
-                    return Err(at(
-                        offset,
-                        format!("actor {name:?}: client_cert_fingerprint needs [gateway] tls (a client certificate is only ever shown in a TLS handshake)"),
-                    ))
-                }
-                Some(text) => {
-                    let fingerprint = CertificateFingerprint::parse(text).map_err(|m| {
-                        at(offset, format!("actor {name:?}: client_cert_fingerprint: {m}"))
-                    })?;
-                    if let Some(other) = actors
-                        .iter()
-                        .find(|x| x.client_cert_fingerprint == Some(fingerprint))
-                    {
-                        return Err(at(
-                            offset,
-                            format!("actors {:?} and {name:?} have the same client_cert_fingerprint: each actor needs its own certificate", other.name),
-                        ));
-                    }
-                    Some(fingerprint)
-                }
-            };
-            if matches!(a.token, Some(SecretRef::Vault(_))) {
-                return Err(at(offset, format!("actor {name:?}: a token cannot come from the vault (calls are authenticated before it is unlocked)")));
-            }
-            actors.push(Actor {
-                name,
-                token: a.token,
-                client_cert_fingerprint,
-                session_approval,
-                tools: allowed,
-            });
-        }
-
-        let mut operators: Vec<Operator> = Vec::new();
-        for o in raw.operator {
-            let offset = o.name.span().start;
-            let name = o.name.into_inner();
-            if name.is_empty() || operators.iter().any(|x| x.name == name) {
-                return Err(at(
-                    offset,
-                    format!("operator {name:?} is empty or declared twice"),
-                ));
-            }
-            if matches!(o.token, SecretRef::Vault(_)) {
-                return Err(at(offset, format!("operator {name:?}: a token cannot come from the vault (an operator unlocks it)")));
-            }
-            operators.push(Operator {
-                name,
-                token: o.token,
-            });
-        }
+        let actors = people::actors(raw.actor, &tools, &upstreams, gateway.tls.is_some())
+            .map_err(|(offset, m)| at(offset, m))?;
+        let operators = people::operators(raw.operator).map_err(|(offset, m)| at(offset, m))?;
 
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let console =

@@ -46,10 +46,9 @@ pub(crate) fn key_fault(what: &str, key: &str) -> Option<String> {
             "the {what} must be 1 to {MAX_KEY_BYTES} bytes long"
         ));
     }
-    let bad = key.chars().find(|&c| {
-        c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
-    })?;
+    let bad = key
+        .chars()
+        .find(|&c| postern_core::terminal_text::acts_on_terminal(c))?;
     Some(format!(
         "the {what} holds the character U+{:04X} (a control or invisible formatting character); it is shown to operators, so it may hold only visible characters and spaces",
         bad as u32

@@ -1,8 +1,8 @@
 //! Bounds (issue 12): on what a caller can put into the record (operation keys, re-issue keys,
-//! intent scopes and run ids are 1 to 256 bytes; each actor has its own token), on what one
-//! actor may hold (calls in flight, MCP sessions, open streams), and on connections (a cap, one
-//! per source address, a first-byte, a header-read and an idle timeout), each against the real
-//! `postern serve`.
+//! intent scopes and run ids are 1 to 256 bytes; each actor has its own token), on the calls
+//! one actor may have in flight, and on connections (a cap, one per source address, a
+//! first-byte, a header-read and an idle timeout), each against the real `postern serve`. The
+//! caps on sessions and streams are `session_cap.rs`.
 
 use std::time::Duration;
 
