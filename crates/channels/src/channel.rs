@@ -115,6 +115,11 @@ pub struct Action<'a> {
     /// tracer runs): sent as the `traceparent` header over HTTP and in `_meta` over MCP, so
     /// the target's own spans join the agent's trace. Never a secret, never part of the intent.
     pub traceparent: Option<String>,
+    /// Where the execution's first `dispatched` event says it went ([`Channel::target`] as
+    /// recorded): a re-send and a recovery question go where the record says, not where the
+    /// channel would send a new call today (an SSH host's marker directory). `None` when the
+    /// pipeline did not look it up for this action.
+    pub recorded_target: Option<Value>,
 }
 
 impl Action<'_> {
@@ -219,6 +224,17 @@ pub trait Channel: Send + Sync {
 
     /// Why calls cannot be sent at all right now (an upstream that is down), if so.
     fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// What the channel must learn from its target before a call's `dispatched` event can
+    /// name where it goes (an SSH host's absolute marker directory), learned once; `None` when
+    /// nothing is left to learn. The pipeline awaits it before [`Channel::target`].
+    /// `credential` gives the tool's credential (only asked for when something is left).
+    fn locate<'a>(
+        &'a self,
+        _credential: &dyn Fn() -> Option<Credential>,
+    ) -> Option<Pending<'a, ()>> {
         None
     }
 }

@@ -479,12 +479,13 @@ async fn serve_http<H: Handshake>(
 ) {
     let gateway = served.gateway;
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let vouch = postern_gateway::front::vouch(gateway, &served.tokens);
     let mut app = postern_gateway::front::router(gateway.clone(), served.tokens, shutdown.clone());
     if let Some(console) = served.console {
         app = app.merge(console.router());
     }
     let limits = ListenerLimits::of(&gateway.config().gateway);
-    postern_gateway::front::listener::serve(listener, handshake, app, limits, async move {
+    postern_gateway::front::listener::serve(listener, handshake, app, limits, vouch, async move {
         stop.wait().await;
         // Open streams (a session's GET stream, a live replay) end now instead of holding
         // the stop until their clients leave.

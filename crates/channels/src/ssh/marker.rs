@@ -14,15 +14,23 @@
 //!    left on the host's disk once the runner has started, even if it dies), writes
 //!    `$M/started` (time, pid), and only then runs the command with `/bin/sh` from that open
 //!    file (`/dev/fd/4`), its stdout and
-//!    stderr captured to `$M/stdout` and `$M/stderr` (each capped at [`CAPTURE_BYTES`]); at the
-//!    end it writes `$M/finished` (exit code, time) atomically (temp file, then `mv`). A query
-//!    that takes the gate of a runner that never started removes `$M/command` too.
+//!    stderr captured through two FIFOs to `$M/stdout` and `$M/stderr` (each capped at
+//!    [`CAPTURE_BYTES`]). When the command itself exits the runner waits at most 2 s for the
+//!    capture to drain (a daemon the command left behind may hold the output open for ever;
+//!    its later output is still drained, never blocked) and writes `$M/finished` (exit code,
+//!    time) atomically (temp file, then `mv`). A query that takes the gate of a runner that
+//!    never started removes `$M/command` too.
 //! 4. The script waits for the runner and reports `finished` with the exit code and the
 //!    output sizes, followed by the output itself (or `lost`). Nothing is reported before
 //!    that (each report line is one more small write, and sshd delays small writes on exec
 //!    sessions): a connection cut after the claim leaves no report, which is unknown.
 //!
-//! Recovery sends [`query_script`]: `none` (no marker: the command provably never started),
+//! Before any call of a tool is recorded, [`locate_script`] learns the marker directory's
+//! absolute path (after `$HOME` and symlinks); the `dispatched` event records it, and the
+//! dispatch and every query of that execution use that path ([`MarkerDir::Recorded`]).
+//!
+//! Recovery sends [`query_script`]: `unreadable` (the marker directory is gone or cannot be
+//! read: nothing can be said), `none` (no marker: the command provably never started),
 //! `finished` (the result), `running` (the runner's pid is alive), `dead` (started, no
 //! `finished`, pid gone: it may have half-run), `foreign` (the marker holds another intent), or
 //! `starting`, or `abandoned`: a claim whose runner never took the start gate is abandoned by
@@ -40,31 +48,57 @@ use crate::ssh::command::quote;
 /// The cap on each of the command's stdout and stderr as kept on the host.
 pub const CAPTURE_BYTES: u64 = 1 << 20;
 
-/// Where the markers live: the tool's `marker_dir`, or the host's
-/// `${POSTERN_MARKER_DIR:-$HOME/.postern/exec}`.
-fn marker_dir(configured: Option<&str>) -> String {
-    match configured {
-        Some(dir) => format!("D={}", quote(dir)),
-        None => "D=\"${POSTERN_MARKER_DIR:-$HOME/.postern/exec}\"".to_string(),
+/// Where an execution's markers live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerDir<'a> {
+    /// The absolute directory the execution's record names, learned from the host with
+    /// [`locate_script`] before the call was recorded: a changed `$HOME`, user or
+    /// `marker_dir` does not move it.
+    Recorded(&'a str),
+    /// The tool's `marker_dir`, or the host's `${POSTERN_MARKER_DIR:-$HOME/.postern/exec}`,
+    /// as the host resolves it now: for executions recorded before records named the
+    /// directory, and for learning it.
+    Resolved(Option<&'a str>),
+}
+
+impl MarkerDir<'_> {
+    fn assignment(self) -> String {
+        match self {
+            MarkerDir::Recorded(dir) | MarkerDir::Resolved(Some(dir)) => {
+                format!("D={}", quote(dir))
+            }
+            MarkerDir::Resolved(None) => {
+                "D=\"${POSTERN_MARKER_DIR:-$HOME/.postern/exec}\"".to_string()
+            }
+        }
     }
 }
 
 /// The runner, kept in `$M/run` and started detached as `sh "$M/run" M CWD CAP`.
 const RUNNER: &str = r#"M=$1; C=$2; CAP=$3
 if [ -n "$C" ]; then cd "$C" || exit 0; fi
+rm -f "$M/o" "$M/e"
+mkfifo "$M/o" "$M/e" 2>/dev/null || exit 0
 mkdir "$M/go" 2>/dev/null || exit 0
 exec 4< "$M/command" || exit 0
 rm -f "$M/command"
 printf '%s %s\n' "$(date +%s)" "$$" > "$M/started.tmp" && mv "$M/started.tmp" "$M/started" || exit 0
 sync "$M/started" "$M" 2>/dev/null
-cap() { head -c "$CAP" > "$1"; cat > /dev/null; }
-{ { sh /dev/fd/4 3>&- </dev/null; echo $? > "$M/rc"; } 2>&1 1>&3 3>&- | cap "$M/stderr"; } 3>&1 | cap "$M/stdout"
-rc=$(cat "$M/rc" 2>/dev/null) || exit 0
-[ -n "$rc" ] || exit 0
+cap() { ( ulimit -f $((CAP / 512)); trap '' XFSZ; exec cat > "$1" ) 2>/dev/null; cat > /dev/null; }
+cap "$M/stdout" < "$M/o" & O=$!
+cap "$M/stderr" < "$M/e" & R=$!
+sh /dev/fd/4 > "$M/o" 2> "$M/e" < /dev/null 3>&-
+rc=$?
+exec 4<&-
+trap : USR1
+( sleep 2; kill -USR1 $$ ) 2>/dev/null & T=$!
+wait $O $R
+kill $T 2>/dev/null
+rm -f "$M/o" "$M/e"
 printf '%s %s\n' "$rc" "$(date +%s)" > "$M/finished.tmp"
 sync "$M/finished.tmp" 2>/dev/null
 mv "$M/finished.tmp" "$M/finished"
-rm -f "$M/command" "$M/rc"
+rm -f "$M/command"
 "#;
 
 /// Prints the `finished` report of a marker and the captured output.
@@ -74,19 +108,41 @@ const REPORT: &str = r#"report() {
   se=$(wc -c < "$M/stderr" 2>/dev/null) || se=0
   echo
   echo "$N finished $rc $so $se"
-  cat "$M/stdout" "$M/stderr"
+  head -c "$so" "$M/stdout" 2>/dev/null; head -c "$se" "$M/stderr" 2>/dev/null
 }
 "#;
 
 /// What every script starts with: the nonce, the execution, its intent and the marker path.
-fn preamble(nonce: &str, execution_id: &str, fingerprint: &str, dir: Option<&str>) -> String {
+fn preamble(nonce: &str, execution_id: &str, fingerprint: &str, dir: MarkerDir<'_>) -> String {
     format!(
         "set -u\numask 077\nN={}\nE={}\nF={}\n{}\ncase \"$D\" in /*) ;; *) D=\"$PWD/$D\" ;; esac\nM=\"$D/$E\"\n{REPORT}",
         quote(nonce),
         quote(execution_id),
         quote(fingerprint),
-        marker_dir(dir)
+        dir.assignment()
     )
+}
+
+/// The script that learns the marker directory before any call is recorded: made if missing,
+/// written and searchable, reported as its absolute physical path (`dir PATH`), or `refused`.
+pub fn locate_script(nonce: &str, dir: MarkerDir<'_>) -> String {
+    whole(format!(
+        r#"set -u
+umask 077
+N={nonce}
+{assign}
+case "$D" in /*) ;; *) D="$PWD/$D" ;; esac
+if ! mkdir -p "$D" 2>/dev/null || ! [ -d "$D" ] || ! [ -w "$D" ] || ! [ -x "$D" ]; then
+  echo "$N refused the marker directory $D cannot be made or written"; exit 0
+fi
+P=$(cd "$D" && pwd -P) || {{ echo "$N refused the marker directory $D cannot be entered"; exit 0; }}
+case "$P" in *"
+"*) echo "$N refused the marker directory's path holds a newline"; exit 0 ;; esac
+echo "$N dir $P"
+"#,
+        nonce = quote(nonce),
+        assign = dir.assignment(),
+    ))
 }
 
 /// The script of one dispatch: claim, record the intent, start the command detached, wait and
@@ -97,7 +153,7 @@ pub fn dispatch_script(
     fingerprint: &str,
     command: &str,
     cwd: Option<&str>,
-    dir: Option<&str>,
+    dir: MarkerDir<'_>,
 ) -> String {
     let mut s = preamble(nonce, execution_id, fingerprint, dir);
     s.push_str(&format!("C={}\n", quote(cwd.unwrap_or(""))));
@@ -141,11 +197,12 @@ pub fn query_script(
     nonce: &str,
     execution_id: &str,
     fingerprint: &str,
-    dir: Option<&str>,
+    dir: MarkerDir<'_>,
 ) -> String {
     let mut s = preamble(nonce, execution_id, fingerprint, dir);
     s.push_str(
-        r#"if [ ! -d "$M" ]; then echo "$N none"; exit 0; fi
+        r#"if ! [ -d "$D" ] || ! [ -r "$D" ] || ! [ -x "$D" ]; then echo "$N unreadable $D"; exit 0; fi
+if [ ! -d "$M" ]; then echo "$N none"; exit 0; fi
 I=
 if [ -r "$M/intent" ]; then read I < "$M/intent"; fi
 if [ -n "$I" ] && [ "$I" != "$F" ]; then echo "$N foreign"; exit 0; fi
@@ -192,6 +249,11 @@ pub enum Report {
     /// Started, the pid gone, never finished: it may have half-run.
     Dead,
     Starting,
+    /// The marker directory is missing or cannot be read: nothing can be said, least of all
+    /// that the command never started.
+    Unreadable,
+    /// [`locate_script`]'s answer: the marker directory's absolute path.
+    Located(String),
 }
 
 /// Reads the last report in `out` (a script's stdout); `None` when it holds none (the
@@ -222,6 +284,11 @@ pub fn parse(out: &[u8], nonce: &str) -> Option<Report> {
             "running" => Report::Running,
             "dead" => Report::Dead,
             "starting" => Report::Starting,
+            "unreadable" => Report::Unreadable,
+            "dir" => match rest["dir".len()..].strip_prefix(' ') {
+                Some(path) if path.starts_with('/') => Report::Located(path.to_string()),
+                _ => continue,
+            },
             "finished" => {
                 let mut n = || words.next().and_then(|w| w.parse::<i64>().ok());
                 let (Some(code), Some(so), Some(se)) = (n(), n(), n()) else {

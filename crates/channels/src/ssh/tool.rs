@@ -14,7 +14,7 @@ use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Q
 use crate::http::{redact_answer, Credential, Secret};
 use crate::ssh::command::render;
 use crate::ssh::link::{Endpoint, SshLinks};
-use crate::ssh::marker::{self, Report};
+use crate::ssh::marker::{self, MarkerDir, Report};
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +27,11 @@ pub struct SshTool {
     defaults: Map<String, Value>,
     links: Arc<SshLinks>,
     max_response_bytes: usize,
+    /// The marker directory's absolute path on the host, learned once before the first call
+    /// is recorded ([`Channel::locate`]).
+    located: tokio::sync::OnceCell<String>,
+    /// Why the last attempt to learn it failed, for the refusal of a call recorded without it.
+    not_located: std::sync::Mutex<Option<String>>,
 }
 
 impl SshTool {
@@ -41,6 +46,8 @@ impl SshTool {
             defaults: defaults.clone(),
             links,
             max_response_bytes,
+            located: tokio::sync::OnceCell::new(),
+            not_located: std::sync::Mutex::new(None),
         }
     }
 
@@ -99,11 +106,54 @@ impl SshTool {
         }
     }
 
+    /// Where this execution's marker is: the directory its record names. A record that says
+    /// none was known (the host could not be reached to learn it) is `Err`: such a call is
+    /// never sent. A record from before records named it, or none looked up: resolved by the
+    /// host as then.
+    fn marker_dir<'a>(&'a self, action: &'a Action<'_>) -> Result<MarkerDir<'a>, String> {
+        let recorded = action.recorded_target.as_ref();
+        match recorded.and_then(|t| t.get("marker_dir")) {
+            Some(Value::String(dir)) => Ok(MarkerDir::Recorded(dir)),
+            Some(_) => {
+                let why = self.not_located.lock().ok().and_then(|w| w.clone());
+                Err(format!(
+                    "the marker directory on {} could not be learned before the call was recorded ({}): nothing was sent",
+                    self.name(),
+                    why.as_deref().unwrap_or("the host could not be reached")
+                ))
+            }
+            None => Ok(MarkerDir::Resolved(self.spec.marker_dir.as_deref())),
+        }
+    }
+
+    /// Learns the marker directory's absolute path from the host (making it if missing).
+    async fn learn_marker_dir(&self, key: &Secret) -> Result<String, String> {
+        let nonce = nonce("locate");
+        let script =
+            marker::locate_script(&nonce, MarkerDir::Resolved(self.spec.marker_dir.as_deref()));
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let end = self
+            .links
+            .run(&self.endpoint(key), &script, deadline)
+            .await?;
+        match marker::parse(&end.stdout, &nonce) {
+            Some(Report::Located(dir)) => Ok(dir),
+            Some(Report::Refused(why)) => Err(why),
+            _ => Err(end
+                .cut
+                .unwrap_or_else(|| "the host did not say where its marker directory is".into())),
+        }
+    }
+
     async fn dispatch(&self, action: Action<'_>) -> Outcome {
         let Some(Credential::PrivateKey(key)) = &action.credential else {
             return Outcome::NotSent {
                 reason: "the tool's credential is not an ssh_key: nothing was sent".into(),
             };
+        };
+        let dir = match self.marker_dir(&action) {
+            Ok(dir) => dir,
+            Err(reason) => return Outcome::NotSent { reason },
         };
         let command = match render(
             &self.spec.command,
@@ -121,7 +171,7 @@ impl SshTool {
             action.intent,
             &command,
             self.spec.cwd.as_deref(),
-            self.spec.marker_dir.as_deref(),
+            dir,
         );
         let deadline = Instant::now() + self.spec.timeout;
         let end = match self.links.run(&self.endpoint(key), &script, deadline).await {
@@ -160,16 +210,15 @@ impl SshTool {
         let Some(Credential::PrivateKey(key)) = &action.credential else {
             return Reading::NoAnswer;
         };
+        // A record that names no directory was never sent.
+        let Ok(dir) = self.marker_dir(&action) else {
+            return Reading::NotFound;
+        };
         let waited_until = Instant::now() + ATTACH_WAIT.min(self.spec.timeout);
         let mut pause = Duration::from_millis(50);
         loop {
             let nonce = nonce(action.execution_id);
-            let script = marker::query_script(
-                &nonce,
-                action.execution_id,
-                action.intent,
-                self.spec.marker_dir.as_deref(),
-            );
+            let script = marker::query_script(&nonce, action.execution_id, action.intent, dir);
             let deadline = Instant::now() + CONNECT_TIMEOUT;
             let Ok(end) = self.links.run(&self.endpoint(key), &script, deadline).await else {
                 return Reading::NoAnswer;
@@ -193,6 +242,8 @@ impl SshTool {
                 Some(Report::Running) => return Reading::NoAnswer,
                 // A claim whose runner never took the start gate nor let the query take it.
                 Some(Report::Starting) => return Reading::No,
+                // The directory the record names is gone or unreadable: not "never started".
+                Some(Report::Unreadable) => return Reading::NoAnswer,
                 _ => return Reading::NoAnswer,
             }
         }
@@ -228,7 +279,12 @@ impl Channel for SshTool {
             }
         };
         let command = render(&self.spec.command, arguments, &self.defaults, &shown)?;
-        Ok(json!({"target": self.name(), "command": command, "cwd": self.spec.cwd}))
+        Ok(json!({
+            "target": self.name(),
+            "command": command,
+            "cwd": self.spec.cwd,
+            "marker_dir": self.located.get(),
+        }))
     }
 
     fn send<'a>(&'a self, action: Action<'a>) -> Pending<'a, Outcome> {
@@ -240,5 +296,29 @@ impl Channel for SshTool {
             Question::Marker => Some(Box::pin(self.read_marker(action))),
             Question::Status | Question::Precondition => None,
         }
+    }
+
+    fn locate<'a>(
+        &'a self,
+        credential: &dyn Fn() -> Option<Credential>,
+    ) -> Option<Pending<'a, ()>> {
+        if self.located.initialized() {
+            return None;
+        }
+        let Some(Credential::PrivateKey(key)) = credential() else {
+            return None;
+        };
+        Some(Box::pin(async move {
+            let learned = self
+                .located
+                .get_or_try_init(|| self.learn_marker_dir(&key))
+                .await;
+            if let Err(why) = learned {
+                if let Ok(mut last) = self.not_located.lock() {
+                    *last = Some(why.clone());
+                }
+                tracing::warn!(target_host = %self.name(), reason = %why, "the marker directory could not be learned: calls are recorded without one and not sent until it is");
+            }
+        }))
     }
 }

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use postern_channels::ssh::command::{quote, render};
-use postern_channels::ssh::marker::{dispatch_script, parse, query_script, Report};
+use postern_channels::ssh::marker::{
+    dispatch_script, locate_script, parse, query_script, MarkerDir, Report,
+};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -117,11 +119,23 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
     );
     let dispatch = |nonce: &str, id: &str| {
         parse(
-            &sh(&dispatch_script(nonce, id, "fp1", &command, None, Some(d))),
+            &sh(&dispatch_script(
+                nonce,
+                id,
+                "fp1",
+                &command,
+                None,
+                MarkerDir::Recorded(d),
+            )),
             nonce,
         )
     };
-    let query = |id: &str, intent: &str| parse(&sh(&query_script("Q", id, intent, Some(d))), "Q");
+    let query = |id: &str, intent: &str| {
+        parse(
+            &sh(&query_script("Q", id, intent, MarkerDir::Recorded(d))),
+            "Q",
+        )
+    };
     assert_eq!(
         dispatch("N1", "exe_a"),
         Some(Report::Finished {
@@ -164,7 +178,14 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
     // A marker directory that cannot be made: refused, nothing ran.
     let blocked = dir.join("file");
     std::fs::write(&blocked, "").unwrap();
-    let script = dispatch_script("N4", "exe_c", "fp1", &command, None, blocked.to_str());
+    let script = dispatch_script(
+        "N4",
+        "exe_c",
+        "fp1",
+        &command,
+        None,
+        MarkerDir::Resolved(blocked.to_str()),
+    );
     assert!(matches!(
         parse(&sh(&script), "N4"),
         Some(Report::Refused(_))
@@ -175,7 +196,7 @@ fn the_marker_protocol_claims_once_and_tells_what_happened() {
         "fp1",
         &command,
         Some("/nonexistent"),
-        Some(d),
+        MarkerDir::Recorded(d),
     );
     assert!(matches!(
         parse(&sh(&script), "N5"),
@@ -212,11 +233,13 @@ proptest! {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.join("m");
+        // Made before anything is recorded, as locating it does.
+        std::fs::create_dir_all(&d).unwrap();
         let d = d.to_str().unwrap();
         let out = dir.join("out");
         let ran = || std::fs::read_to_string(&out).unwrap_or_default().lines().count();
         let command = format!("sleep 0.05; echo ran >> {}; sleep 0.1", out.display());
-        let script = dispatch_script("N", "exe_m", "fp", &command, None, Some(d));
+        let script = dispatch_script("N", "exe_m", "fp", &command, None, MarkerDir::Recorded(d));
         let first: String = match cut {
             Some(at) if at < script.len() => script.chars().take(at).collect(),
             _ => script.clone(),
@@ -248,11 +271,11 @@ proptest! {
         let mut settled = Settled::Unsettled;
         for _ in 0..rounds * 20 {
             let before = ran();
-            let report = parse(&sh(&query_script("Q", "exe_m", "fp", Some(d))), "Q");
+            let report = parse(&sh(&query_script("Q", "exe_m", "fp", MarkerDir::Recorded(d))), "Q");
             match report {
                 Some(Report::None) => {
                     prop_assert_eq!(before, 0, "none was said of a command that ran");
-                    let again = dispatch_script("N2", "exe_m", "fp", &command, None, Some(d));
+                    let again = dispatch_script("N2", "exe_m", "fp", &command, None, MarkerDir::Recorded(d));
                     let _ = parse(&sh(&again), "N2");
                 }
                 Some(Report::Finished { .. }) => { settled = Settled::Result; break; }
@@ -277,4 +300,122 @@ proptest! {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Issue 33 point 9: the marker directory is learned as an absolute path before anything is
+/// recorded; a query of a recorded directory that is gone or unreadable says so, never "none".
+#[test]
+fn the_marker_directory_is_learned_and_a_lost_one_is_not_none() {
+    let dir = std::env::temp_dir().join(format!("postern-marker-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    let located = |dir_of: MarkerDir<'_>, home: &Path| {
+        let script = format!(
+            "HOME={}\n{}",
+            quote(home.to_str().unwrap()),
+            locate_script("L", dir_of)
+        );
+        parse(&sh(&script), "L")
+    };
+    // The host's default, under its $HOME, made and named absolutely.
+    let home = dir.join("home");
+    let expected = std::fs::canonicalize(&home).unwrap().join(".postern/exec");
+    assert_eq!(
+        located(MarkerDir::Resolved(None), &home),
+        Some(Report::Located(expected.to_str().unwrap().to_string()))
+    );
+    assert!(expected.is_dir());
+    // A path that cannot be a directory: refused, so no call is recorded against it.
+    std::fs::write(dir.join("file"), "").unwrap();
+    let blocked = dir.join("file/m");
+    assert!(matches!(
+        located(MarkerDir::Resolved(blocked.to_str()), &home),
+        Some(Report::Refused(_))
+    ));
+    // The recorded directory, later gone (a cleaned $HOME, another user): not "none".
+    let gone = dir.join("gone");
+    let q = query_script(
+        "Q",
+        "exe_a",
+        "fp1",
+        MarkerDir::Recorded(gone.to_str().unwrap()),
+    );
+    assert_eq!(parse(&sh(&q), "Q"), Some(Report::Unreadable));
+    // Present and without this execution's marker: none.
+    let e = expected.to_str().unwrap();
+    let q = query_script("Q", "exe_a", "fp1", MarkerDir::Recorded(e));
+    assert_eq!(parse(&sh(&q), "Q"), Some(Report::None));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33 point 9: a command that leaves a child holding its output open is finished when
+/// the command itself exits, with the output it wrote; the child's later output is drained
+/// and never corrupts the report.
+#[test]
+fn a_daemon_holding_the_output_does_not_keep_the_command_running() {
+    let dir = std::env::temp_dir().join(format!("postern-marker-daemon-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("m")).unwrap();
+    let d = dir.join("m");
+    let d = d.to_str().unwrap();
+    let command = "(sleep 3; echo late; sleep 5) & echo started; echo warn >&2; exit 3";
+    let began = std::time::Instant::now();
+    let report = parse(
+        &sh(&dispatch_script(
+            "N",
+            "exe_d",
+            "fp",
+            command,
+            None,
+            MarkerDir::Recorded(d),
+        )),
+        "N",
+    );
+    let took = began.elapsed();
+    assert_eq!(
+        report,
+        Some(Report::Finished {
+            exit_code: 3,
+            stdout: b"started\n".to_vec(),
+            stderr: b"warn\n".to_vec()
+        })
+    );
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    // Later, the daemon's output has gone on into the capture; the report still reads whole.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let q = parse(
+        &sh(&query_script("Q", "exe_d", "fp", MarkerDir::Recorded(d))),
+        "Q",
+    );
+    assert!(
+        matches!(&q, Some(Report::Finished { exit_code: 3, .. })),
+        "{q:?}"
+    );
+    // Output over the cap is kept to the cap, and the command is not stopped by it.
+    let command = "head -c 1100000 /dev/zero | tr '\\0' a; echo done >&2";
+    let report = parse(
+        &sh(&dispatch_script(
+            "N",
+            "exe_big",
+            "fp",
+            command,
+            None,
+            MarkerDir::Recorded(d),
+        )),
+        "N",
+    );
+    let Some(Report::Finished {
+        exit_code,
+        stdout,
+        stderr,
+    }) = report
+    else {
+        panic!("{report:?}");
+    };
+    assert_eq!((exit_code, stderr.as_slice()), (0, &b"done\n"[..]));
+    assert_eq!(
+        stdout.len() as u64,
+        postern_channels::ssh::marker::CAPTURE_BYTES
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

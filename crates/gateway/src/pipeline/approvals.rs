@@ -616,13 +616,14 @@ impl Gateway {
             return Ok(());
         }
         let target = self
-            .target_of(&entry, &call.arguments)
+            .target_now(&entry, &call.arguments)
+            .await
             .map_err(GatewayError::Internal)?;
         let dispatched = self
             .ledger
             .append(
                 approved.id,
-                NewEvent::new(EventKind::Dispatched).with_detail(target),
+                NewEvent::new(EventKind::Dispatched).with_detail(target.clone()),
                 now(),
             )
             .await;
@@ -635,7 +636,10 @@ impl Gateway {
         let gateway = self.clone();
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
-                if let Err(e) = gateway.send(&entry, dispatched, &call, Attempt::New).await {
+                let sent = gateway
+                    .send(&entry, dispatched, &call, Attempt::New, Some(target))
+                    .await;
+                if let Err(e) = sent {
                     tracing::warn!(tool = %call.tool, error = %e, "an approved call's dispatch ended in an error; its record says what was sent");
                 }
             }

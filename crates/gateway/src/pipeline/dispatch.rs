@@ -28,6 +28,7 @@ impl Gateway {
         s: ExecutionSummary,
         call: &ToolCall,
         attempt: Attempt,
+        target: Option<Value>,
     ) -> Result<CallReport, GatewayError> {
         let id = s.id.to_string();
         let intent = s.fingerprint.to_string();
@@ -41,6 +42,10 @@ impl Gateway {
             Ok(mut action) => {
                 action.progress = call.progress.clone();
                 action.asker = call.asker.clone();
+                action.recorded_target = match target {
+                    Some(target) => Some(target),
+                    None => self.recorded_target(s.id).await,
+                };
                 action
             }
             Err(reason) => {
@@ -118,6 +123,29 @@ impl Gateway {
         entry.channel.target(arguments, &secret)
     }
 
+    /// [`Gateway::target_of`], after the channel learned (once) what the record must name
+    /// that only the target can tell (an SSH host's marker directory).
+    pub(super) async fn target_now(
+        &self,
+        entry: &ToolEntry,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, String> {
+        let credential = || self.credential_for(entry).ok().flatten();
+        if let Some(locating) = entry.channel.locate(&credential) {
+            locating.await;
+        }
+        self.target_of(entry, arguments)
+    }
+
+    /// Where execution `id` went, as its first `dispatched` event records it.
+    pub(super) async fn recorded_target(&self, id: ExecutionId) -> Option<Value> {
+        let view = self.ledger.execution(id).await.ok()??;
+        view.events
+            .into_iter()
+            .find(|e| e.body.event == EventKind::Dispatched)
+            .map(|e| e.body.detail)
+    }
+
     /// One dispatch (or recovery probe) of execution `id` as its channel takes it.
     pub(super) fn action<'a>(
         &self,
@@ -147,6 +175,7 @@ impl Gateway {
             progress: None,
             asker: None,
             traceparent: None,
+            recorded_target: None,
         })
     }
 

@@ -314,8 +314,8 @@ impl Gateway {
         if call.tool == "execution_status" {
             return self.execution_status(&call).await;
         }
-        let (entry, accepted) = self.admit(&call).await?;
-        self.finish(&entry, accepted, &call).await
+        let (entry, accepted, target) = self.admit(&call).await?;
+        self.finish(&entry, accepted, &call, target).await
     }
 
     /// Accepts (or matches) a call durably and finishes it in the background; returns once the
@@ -325,7 +325,7 @@ impl Gateway {
         use tracing::Instrument;
         let asker = self.asker(&call);
         let span = call_span(&call, asker.class);
-        let (_, accepted) = match self.admit(&call).instrument(span.clone()).await {
+        let (_, accepted, target) = match self.admit(&call).instrument(span.clone()).await {
             Ok(admitted) => admitted,
             Err(e) => {
                 close_call_span(&span, Err(&e));
@@ -372,7 +372,7 @@ impl Gateway {
         self.background.spawn(async move {
             if let Some(entry) = gateway.registry.get(&call.tool) {
                 let answer = gateway
-                    .finish(&entry, accepted, &call)
+                    .finish(&entry, accepted, &call, target)
                     .instrument(finishing.clone())
                     .await;
                 close_call_span(&finishing, answer.as_ref());
@@ -429,7 +429,7 @@ impl Gateway {
     async fn admit(
         &self,
         call: &ToolCall,
-    ) -> Result<(Arc<ToolEntry>, AcceptOutcome), GatewayError> {
+    ) -> Result<(Arc<ToolEntry>, AcceptOutcome, Value), GatewayError> {
         let entry = self
             .registry
             .get(&call.tool)
@@ -462,7 +462,10 @@ impl Gateway {
             Arguments::from_value(arguments_value).map_err(|e| invalid(e.to_string()))?;
         // Where the request will go, checked before anything is recorded: an argument that
         // would steer it (`..`, an empty segment) is refused naming the placeholder.
-        let target = self.target_of(&entry, &call.arguments).map_err(invalid)?;
+        let target = self
+            .target_now(&entry, &call.arguments)
+            .await
+            .map_err(invalid)?;
         for (what, key) in [
             ("operation key", &call.operation_key),
             ("re-issue key", &call.reissue_key),
@@ -491,7 +494,7 @@ impl Gateway {
         )
         .map_err(|e| invalid(e.to_string()))?;
         let at = now();
-        let then = self.first_events(&entry, call, target, at).await?;
+        let then = self.first_events(&entry, call, target.clone(), at).await?;
         let mut request = AcceptRequest::new(record, &self.key, contract, at)
             .map_err(|e| invalid(e.to_string()))?
             .then(then);
@@ -524,15 +527,17 @@ impl Gateway {
             Some(_) => GatewayError::NotRecorded(e),
             None => GatewayError::Ledger(e),
         })?;
-        Ok((entry, accepted))
+        Ok((entry, accepted, target))
     }
 
-    /// Sends a new execution, or recovers a matched one.
+    /// Sends a new execution (to `target`, as its `dispatched` event recorded), or recovers a
+    /// matched one.
     async fn finish(
         &self,
         entry: &ToolEntry,
         accepted: AcceptOutcome,
         call: &ToolCall,
+        target: Value,
     ) -> Result<CallReport, GatewayError> {
         match accepted {
             AcceptOutcome::Created(s) if s.lifecycle.state == State::Cancelled => {
@@ -546,7 +551,9 @@ impl Gateway {
                 self.notify(Notice::ApprovalRequested(s.id));
                 self.stored_report(s.id, Attempt::New).await
             }
-            AcceptOutcome::Created(s) => self.send(entry, s, call, Attempt::New).await,
+            AcceptOutcome::Created(s) => {
+                self.send(entry, s, call, Attempt::New, Some(target)).await
+            }
             AcceptOutcome::Existing {
                 decision,
                 execution,

@@ -54,11 +54,15 @@ impl Gateway {
                 let held = self.held.take(execution_id);
                 let call = held.as_ref().unwrap_or(call);
                 let target = self
-                    .target_of(entry, &call.arguments)
+                    .target_now(entry, &call.arguments)
+                    .await
                     .map_err(GatewayError::Internal)?;
-                let dispatched = NewEvent::new(EventKind::Dispatched).with_detail(target);
+                let dispatched = NewEvent::new(EventKind::Dispatched).with_detail(target.clone());
                 match self.ledger.append(execution_id, dispatched, now()).await {
-                    Ok(s) => self.send(entry, s, call, Attempt::Attached).await,
+                    Ok(s) => {
+                        self.send(entry, s, call, Attempt::Attached, Some(target))
+                            .await
+                    }
                     // Someone else dispatched it meanwhile: join them.
                     Err(LedgerError::Transition { .. }) => self.attach(execution_id).await,
                     Err(e) => Err(e.into()),
@@ -253,7 +257,7 @@ impl Gateway {
                 )
                 .await
             {
-                Ok(s) => self.send(entry, s, call, Attempt::Recovered).await,
+                Ok(s) => self.send(entry, s, call, Attempt::Recovered, None).await,
                 Err(LedgerError::Transition { .. }) => self.attach(id).await,
                 Err(e) => Err(e.into()),
             }
@@ -288,9 +292,10 @@ impl Gateway {
     ) -> Reading {
         let (id, intent) = (prior.id.to_string(), prior.fingerprint.to_string());
         let cancel = tokio_util::sync::CancellationToken::new();
-        let Ok(action) = self.action(entry, &call.arguments, (&id, &intent), cancel) else {
+        let Ok(mut action) = self.action(entry, &call.arguments, (&id, &intent), cancel) else {
             return Reading::NoAnswer;
         };
+        action.recorded_target = self.recorded_target(prior.id).await;
         let reading = match entry.channel.ask(question, action) {
             Some(asking) => asking.await,
             None => Reading::NoAnswer,

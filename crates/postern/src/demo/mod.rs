@@ -200,6 +200,7 @@ async fn demo() -> Result<i32> {
     let ledger = assembled.gateway.ledger().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_url = format!("http://{}/mcp", listener.local_addr()?);
+    let vouch = postern_gateway::front::vouch(&assembled.gateway, &assembled.tokens);
     let app = postern_gateway::front::router(
         assembled.gateway.clone(),
         assembled.tokens,
@@ -211,6 +212,7 @@ async fn demo() -> Result<i32> {
         PlainTcp,
         app,
         limits,
+        vouch,
         std::future::pending(),
     ));
 

@@ -446,3 +446,86 @@ async fn idle_connections_from_one_address_leave_other_addresses_served() {
     );
     assert!(opened > 400, "the attacker reopened: {opened}");
 }
+
+/// Issue 33: a quarter of `max_connections` is kept for connections whose first request
+/// authenticates. Anonymous clients from many addresses, each holding a kept-alive connection,
+/// take the rest and no more: a kept slot serves an anonymous request once (`/healthz` as usual,
+/// anything else `503`) and closes, while an agent's connections are served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_clients_cannot_take_the_slots_kept_for_agents() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("kept-slots");
+    let keys = "[gateway]\nmax_connections = 16\n";
+    let text = config(&format!("http://{}", target.addr)).replace("[gateway]\n", keys);
+    let served = Served::start(&dir.0, &text);
+    let addr = served.addr().to_string();
+    // Twenty anonymous clients, each from its own address, each keeping a connection alive.
+    let mut held = Vec::new();
+    for i in 0..20u8 {
+        let Ok(mut conn) = connect_from([127, 0, 1, 10 + i], &addr).await else {
+            continue;
+        };
+        if conn.write_all(HEALTHZ).await.is_err() {
+            continue;
+        }
+        let mut head = [0u8; 12];
+        if tokio::time::timeout(Duration::from_secs(5), conn.read_exact(&mut head))
+            .await
+            .is_ok_and(|r| r.is_ok())
+            && head.ends_with(b"200")
+        {
+            held.push(conn);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The twelve open slots are held; the kept ones served /healthz once and closed.
+    let mut open = 0;
+    for conn in &mut held {
+        let mut buf = [0u8; 256];
+        // Drain what is left of the answer, then see whether the server closed.
+        let _ = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await;
+        match tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => {}
+            _ => open += 1,
+        }
+    }
+    assert_eq!(open, 12, "anonymous clients hold three quarters of 16");
+    // A new anonymous request on a kept slot: 503, naming why.
+    let mut anonymous = connect_from([127, 0, 1, 200], &addr).await.unwrap();
+    anonymous
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        anonymous.read_to_string(&mut answer),
+    )
+    .await
+    .expect("answered and closed")
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("kept for requests with a valid token"),
+        "{answer}"
+    );
+    // /healthz is still answered, once per connection.
+    let mut probe = connect_from([127, 0, 1, 201], &addr).await.unwrap();
+    assert!(healthz_on(&mut probe).await.starts_with("HTTP/1.1 200"));
+    closed_by_server(&mut probe, Duration::from_secs(2)).await;
+    // An agent is served, call after call, from yet another address.
+    let agent_http = crate::harness::http_builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let mcp = Mcp::connect_with(agent_http, &served.url, BILLING_TOKEN)
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let args = json!({"customer": format!("kept-{i}"), "amount": 1});
+        let r = mcp.call("create_invoice", args, json!({})).await;
+        assert!(r["result"].is_object(), "call {i}: {r}");
+    }
+    drop(held);
+}

@@ -178,6 +178,57 @@ async fn a_cut_connection_is_resolved_by_the_marker() {
     assert_eq!(host.lines(), ["cut"]);
 }
 
+/// Issue 33 point 9: the `dispatched` event names the marker directory as an absolute path,
+/// and recovery reads that one. The tool's `marker_dir` changed across a restart used to make
+/// the query say "none" in the new directory, and the command ran a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_reads_the_marker_directory_the_record_names() {
+    let (dir, host, served) = setup("ssh-moved").await;
+    let args = json!({"line": "moved", "delay": "1.5"});
+    let first = call_then_cut(&served, &host, &args, 700).await;
+    assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
+    let id = execution_id(&first);
+    let shown = crate::harness::activity(&dir.0, &["show", &id]);
+    let markers = std::fs::canonicalize(&host.markers).unwrap();
+    assert_eq!(
+        shown["events"][2]["detail"]["marker_dir"],
+        markers.to_str().unwrap(),
+        "{shown}"
+    );
+    served.kill9();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(host.lines(), ["moved"]);
+    let elsewhere = dir.0.join("markers-elsewhere");
+    let text = host.config(&host.sshd.host_key).replace(
+        &format!("marker_dir = {:?}", host.markers.to_str().unwrap()),
+        &format!("marker_dir = {:?}", elsewhere.to_str().unwrap()),
+    );
+    assert!(text.contains("markers-elsewhere"));
+    std::fs::write(dir.0.join("postern.toml"), text).unwrap();
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let retry = mcp.call("append", args, json!({})).await;
+    assert_eq!(execution(&retry)["state"], "completed", "{retry}");
+    assert_eq!(execution(&retry)["attempt"], "recovered", "{retry}");
+    assert_eq!(stdout_of(&retry), "appended moved\n");
+    assert_eq!(host.lines(), ["moved"], "it ran once");
+    // The recorded directory made unreadable: unknown, never "none" and a second run.
+    let cut = json!({"line": "hidden", "delay": "1.5"});
+    let first = call_then_cut(&served, &host, &cut, 700).await;
+    assert_eq!(execution(&first)["state"], "outcome_unknown", "{first}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let recorded = std::fs::canonicalize(&elsewhere).unwrap();
+    let hidden = dir.0.join("markers-hidden");
+    std::fs::rename(&recorded, &hidden).unwrap();
+    let retry = mcp.call("append", cut.clone(), json!({})).await;
+    assert_eq!(execution(&retry)["state"], "outcome_unknown", "{retry}");
+    assert_eq!(host.lines(), ["moved", "hidden"], "not run again");
+    std::fs::rename(&hidden, &recorded).unwrap();
+    let retry = mcp.call("append", cut, json!({})).await;
+    assert_eq!(execution(&retry)["state"], "completed", "{retry}");
+    assert_eq!(host.lines(), ["moved", "hidden"]);
+}
+
 /// The same with the command still running at the retry: attached, then the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_attaches_to_a_command_still_running() {

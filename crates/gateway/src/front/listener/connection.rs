@@ -34,6 +34,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::probation::{Probation, Verdict};
+
 /// The two timers of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
@@ -47,12 +49,13 @@ pub struct Timeouts {
 /// `stopping` is cancelled (then requests in flight finish and the connection closes).
 /// `accepted_at` starts the first request's header-read timer, so a TLS handshake done before
 /// this call counts against it.
+/// A connection on `probation` holds a kept slot: see [`super::probation`].
 pub async fn serve_connection<I>(
     io: I,
     peer: super::Peer,
     app: Router,
-    timeouts: Timeouts,
-    accepted_at: Instant,
+    (timeouts, accepted_at): (Timeouts, Instant),
+    probation: Option<Arc<Probation>>,
     stopping: CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -62,10 +65,19 @@ pub async fn serve_connection<I>(
         let activity = activity.clone();
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             let in_flight = InFlight::start(&activity, request.version());
+            let (verdict, of) = probation
+                .as_ref()
+                .map_or((Verdict::Serve, 0), |p| (p.judge(&request, &peer), p.of));
+            if verdict != Verdict::Serve {
+                activity.update(|s| s.close_asked = true);
+            }
             request.extensions_mut().insert(peer);
             let app = app.clone();
             async move {
-                let response = app.oneshot(request.map(Body::new)).await?;
+                let response = match verdict {
+                    Verdict::Refuse => super::full_response(super::Full::Kept(of)),
+                    _ => app.oneshot(request.map(Body::new)).await?,
+                };
                 Ok::<_, Infallible>(response.map(|body| {
                     Body::new(CountedBody {
                         inner: body,
@@ -90,7 +102,12 @@ pub async fn serve_connection<I>(
                 stop_asked = true;
                 connection.as_mut().graceful_shutdown();
             }
-            () = activity.changed.notified() => {}
+            () = activity.changed.notified() => {
+                if !stop_asked && activity.lock().close_asked {
+                    stop_asked = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
             () = sleep_until(deadline) => match activity.expired(timeouts, Instant::now()) {
                 Some(Expiry::Cut) => return,
                 Some(Expiry::Close) => {
@@ -135,6 +152,8 @@ struct State {
     waiting: Waiting,
     /// Asked to close after being idle, at this time.
     closing_since: Option<Instant>,
+    /// To be closed once its requests are answered (an anonymous request on a kept slot).
+    close_asked: bool,
     /// HTTP/2 sends frames (pings, window updates) between requests: for it a byte read is not
     /// the start of a request.
     http2: bool,
@@ -155,6 +174,7 @@ impl Activity {
                 requests: 0,
                 waiting: Waiting::Headers(accepted_at),
                 closing_since: None,
+                close_asked: false,
                 http2: false,
             }),
             changed: Notify::new(),
@@ -404,8 +424,8 @@ mod tests {
             server,
             super::super::Peer::default(),
             app(),
-            timeouts,
-            Instant::now(),
+            (timeouts, Instant::now()),
+            None,
             CancellationToken::new(),
         ));
         client
@@ -436,8 +456,8 @@ mod tests {
             server,
             super::super::Peer::default(),
             app(),
-            timeouts,
-            Instant::now(),
+            (timeouts, Instant::now()),
+            None,
             CancellationToken::new(),
         ));
         let (mut sender, client_connection) =
@@ -479,8 +499,8 @@ mod tests {
             server,
             super::super::Peer::default(),
             app(),
-            timeouts,
-            Instant::now(),
+            (timeouts, Instant::now()),
+            None,
             stopping.clone(),
         ));
         client

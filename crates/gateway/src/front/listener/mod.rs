@@ -13,10 +13,13 @@
 //! The per-address cap is what keeps one client from taking every slot: it is counted before
 //! anything is read, so it holds against clients that never send a byte, and whoever sends one
 //! must do so within `first_byte_timeout` (shorter than the header-read timeout, which still runs
-//! from the accept and bounds a client that trickles its headers).
+//! from the accept and bounds a client that trickles its headers). A quarter of
+//! `max_connections` is kept for connections whose first request authenticates
+//! ([`probation`]), so anonymous clients from many addresses cannot take every slot either.
 
 mod addresses;
 mod connection;
+pub mod probation;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -42,6 +45,8 @@ use tokio_util::task::TaskTracker;
 
 use addresses::{Addresses, Admission};
 pub use connection::{serve_connection, Timeouts};
+pub use probation::Vouch;
+use probation::{kept_for_agents, Probation};
 
 /// Connections over the cap being answered `503` at once; more are closed unanswered.
 pub const REFUSALS_AT_ONCE: usize = 64;
@@ -108,7 +113,8 @@ impl Handshake for PlainTcp {
     }
 }
 
-/// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every
+/// Serves `app` on `listener` until `stop` completes (`vouch` tells whether a request on a kept
+/// slot authenticates); then stops accepting, asks every
 /// connection to close once its requests in flight are answered (HTTP/1.1 closes, HTTP/2 sends
 /// `GOAWAY`), and returns when all have closed. Open SSE streams are not requests that finish:
 /// the caller ends them through the router's cancellation token when `stop` fires.
@@ -117,12 +123,15 @@ pub async fn serve<H: Handshake>(
     handshake: H,
     app: Router,
     limits: ListenerLimits,
+    vouch: Vouch,
     stop: impl Future<Output = ()>,
 ) {
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
+    let kept = kept_for_agents(limits.max_connections);
     let gate = Gate {
-        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        slots: Arc::new(Semaphore::new(limits.max_connections - kept)),
+        kept: Arc::new(Semaphore::new(kept)),
         refusals: Arc::new(Semaphore::new(REFUSALS_AT_ONCE)),
         addresses: Addresses::default(),
         limits,
@@ -144,9 +153,11 @@ pub async fn serve<H: Handshake>(
         // TCP_NODELAY, Nagle holds that write for the client's delayed ACK (~40 ms per call,
         // measured by `bench/gateway-load`).
         let _ = tcp.set_nodelay(true);
-        let Some((tcp, slots)) = gate.admit(tcp, peer.ip(), &handshake) else {
+        let Some((tcp, slots, on_probation)) = gate.admit(tcp, peer.ip(), &handshake) else {
             continue;
         };
+        let probation =
+            on_probation.then(|| Arc::new(Probation::new(vouch.clone(), limits.max_connections)));
         let (handshake, app, stopping) = (handshake.clone(), app.clone(), stopping.clone());
         connections.spawn(async move {
             let _slots = slots;
@@ -159,7 +170,8 @@ pub async fn serve<H: Handshake>(
             else {
                 return;
             };
-            serve_connection(io, peer, app, limits.timeouts, accepted_at, stopping).await;
+            let timers = (limits.timeouts, accepted_at);
+            serve_connection(io, peer, app, timers, probation, stopping).await;
         });
     }
     drop(listener);
@@ -184,7 +196,10 @@ async fn pause_after_accept_error(e: io::Error) {
 
 /// The listener's counts: open connections, refusals being answered, connections per address.
 struct Gate {
+    /// Open to any connection.
     slots: Arc<Semaphore>,
+    /// Kept for connections whose first request authenticates ([`probation`]).
+    kept: Arc<Semaphore>,
     refusals: Arc<Semaphore>,
     addresses: Addresses,
     limits: ListenerLimits,
@@ -195,14 +210,14 @@ type Slots = (addresses::AddressSlot, OwnedSemaphorePermit);
 
 impl Gate {
     /// Counts an accepted connection against its source address and the gateway's cap: the
-    /// connection and its slots to serve it with, or `None` when it was refused (answered `503`
-    /// in the background, or closed).
+    /// connection, its slots to serve it with and whether it holds a kept one (on probation),
+    /// or `None` when it was refused (answered `503` in the background, or closed).
     fn admit<H: Handshake>(
         &self,
         tcp: TcpStream,
         peer: IpAddr,
         handshake: &H,
-    ) -> Option<(TcpStream, Slots)> {
+    ) -> Option<(TcpStream, Slots, bool)> {
         let per_address = self.limits.max_connections_per_address;
         let address_slot = match self.addresses.admit(peer, per_address) {
             Admission::Serve(slot) => slot,
@@ -212,12 +227,15 @@ impl Gate {
             }
             Admission::Close => return None,
         };
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            let full = Full::Gateway(self.limits.max_connections);
-            self.refuse(tcp, handshake, full, None);
-            return None;
-        };
-        Some((tcp, (address_slot, slot)))
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Some((tcp, (address_slot, slot), false));
+        }
+        if let Ok(kept) = self.kept.clone().try_acquire_owned() {
+            return Some((tcp, (address_slot, kept), true));
+        }
+        let full = Full::Gateway(self.limits.max_connections);
+        self.refuse(tcp, handshake, full, None);
+        None
     }
 
     /// Answers a connection over a cap with `503` (in the background, bounded), or closes it
@@ -264,6 +282,8 @@ async fn first_byte(tcp: &TcpStream, within: Duration) -> bool {
 enum Full {
     Gateway(usize),
     Address(usize),
+    /// Only the slots kept for agents are left (of this many connections).
+    Kept(usize),
 }
 
 /// Answers the request on `io` with `503 Service Unavailable` and `Retry-After`, then closes.
@@ -291,6 +311,7 @@ where
 
 fn full_response(full: Full) -> hyper::Response<Body> {
     let what = match full {
+        Full::Kept(n) => format!("the gateway's connections for unauthenticated requests are all taken; {} of its {n} ([gateway] max_connections) are kept for requests with a valid token, and this connection closes", kept_for_agents(n)),
         Full::Gateway(n) => format!("the gateway has {n} connections open, its limit ([gateway] max_connections)"),
         Full::Address(n) => format!("your address has {n} connections open, its limit ([gateway] max_connections_per_address)"),
     };
