@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use postern_gateway::demo_target::Invoice;
+use postern_demo::target::Invoice;
 use serde_json::Value;
 use sqlx::{Connection, Row};
 

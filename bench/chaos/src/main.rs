@@ -14,6 +14,9 @@
 //! invariants are checked from the target's state and the ledger. The report fits a screen;
 //! the exit status is 1 on any violation, and the seed (printed first) replays the schedule.
 
+// A measuring tool, not library code: its scenario functions may run long.
+#![allow(clippy::too_many_lines)]
+
 mod agents;
 mod cluster;
 mod invariants;
@@ -25,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use postern_testkit::balancer::{Balance, Haproxy};
 use postern_testkit::postgres::PrivatePostgres;
 

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::{json, Value};
 
 use super::{config, run, sse_message, Budget, Client, Served, WITH_SESSION};
@@ -68,7 +68,7 @@ pub async fn compare(
 /// gateway of its own (the c=64 workers need 64 sessions of one actor, its whole per-actor
 /// limit); (c=1 p50 in ms, c=64 calls/s).
 pub async fn ab_round(
-    api: &postern_gateway::demo_target::InvoiceApi,
+    api: &postern_demo::target::InvoiceApi,
     start: impl Fn(&str) -> Served,
     calls: usize,
     seconds: f64,
@@ -102,7 +102,7 @@ pub async fn ab_round(
 async fn approve_to_target(
     postern: &Path,
     dir: &Path,
-    api: &postern_gateway::demo_target::InvoiceApiHandle,
+    api: &postern_demo::target::InvoiceApiHandle,
     target: &str,
     n: usize,
 ) {

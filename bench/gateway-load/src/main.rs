@@ -31,11 +31,14 @@
 //! MCP is spoken at protocol 2025-06-18 (a session per worker) unless `--protocol 2026-07-28`
 //! asks for the sessionless protocol.
 //!
-//! Loopback only: the invoice API (`postern_gateway::demo_target`) runs in this process, the
+//! Loopback only: the invoice API (`postern_demo::target`) runs in this process, the
 //! gateway is a child process with a SQLite ledger in a temporary directory. Every call through
 //! Postern carries unique arguments, so each is a new durable execution (accept + authorized +
 //! dispatched in one commit, the POST to the API, completed in a second commit), never a match.
 //! Direct calls are the same JSON POST with an `Idempotency-Key`, over a keep-alive connection.
+
+// A measuring tool, not library code: its scenario functions may run long.
+#![allow(clippy::too_many_lines)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -44,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::{json, Value};
 
 mod approvals;

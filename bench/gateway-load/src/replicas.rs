@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use postern_testkit::balancer::{Balance, Haproxy};
 
 use super::{config, run, Budget, Served, SESSIONLESS};

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{config, Served};

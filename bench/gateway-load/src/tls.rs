@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle};
 use postern_testkit::{TestCa, TlsListener, Validity};
 
 use crate::{config, run, Budget, Run, Served};

@@ -16,6 +16,9 @@
 //! gateway's RSS at idle. The same measurements on a 1,000-execution store filled the same way
 //! in the same run are the baseline; figures are printed beside it with their ratio.
 
+// A measuring tool, not library code: its scenario functions may run long.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

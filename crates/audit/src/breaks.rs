@@ -114,14 +114,21 @@ pub struct Break {
     pub reason: BreakReason,
 }
 
-impl fmt::Display for Break {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use BreakReason::*;
-        let at = match (&self.chain, self.seq) {
+impl Break {
+    /// ` at seq S (chain C)`, as much of it as the break knows, to follow its kind.
+    fn place(&self) -> String {
+        match (&self.chain, self.seq) {
             (Some(c), Some(s)) => format!(" at seq {s} (chain {c})"),
             (Some(c), None) => format!(" (chain {c})"),
             _ => String::new(),
-        };
+        }
+    }
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use BreakReason::*;
+        let at = self.place();
         match &self.reason {
             HashMismatch => write!(
                 f,
@@ -137,7 +144,7 @@ impl fmt::Display for Break {
             Truncated { last_seq } => write!(
                 f,
                 "truncation behind a signed checkpoint{at}: the log ends at {}",
-                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+                log_end(*last_seq)
             ),
             CheckpointMismatch => write!(
                 f,
@@ -154,24 +161,21 @@ impl fmt::Display for Break {
             RangeNotCovered { last_seq } => write!(
                 f,
                 "range not covered{at}: the log ends at {}",
-                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+                log_end(*last_seq)
             ),
             ImpossibleTransition {
                 execution_id,
                 from,
                 event,
                 after_earlier_dispatch,
-            } => {
-                write!(
-                    f,
-                    "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
-                    from.map_or("(new)".into(), |s| s.to_string())
-                )?;
-                if *after_earlier_dispatch {
-                    f.write_str(" after an earlier dispatch: a request of it may have reached the target, so `failed` (nothing sent) is false; review it as an unknown outcome")?;
-                }
-                Ok(())
-            }
+            } => write_impossible_transition(
+                f,
+                &at,
+                execution_id,
+                *from,
+                event,
+                *after_earlier_dispatch,
+            ),
             MissingExecutionEvent {
                 execution_id,
                 expected_n,
@@ -191,27 +195,15 @@ impl fmt::Display for Break {
                 field,
                 chained,
                 stored,
-            } => write!(
-                f,
-                "execution row edited: {execution_id}'s {field} is {stored:?} in the executions table, but its chained events say {chained:?}"
-            ),
+            } => write_row_mismatch(f, execution_id, field, chained, stored),
             AnchorMismatch {
                 expected_hash,
                 found,
-            } => match found {
-                Some(h) => write!(
-                    f,
-                    "anchor mismatch{at}: the head recorded elsewhere has hash {expected_hash}, the log has {h}"
-                ),
-                None => write!(
-                    f,
-                    "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
-                ),
-            },
+            } => write_anchor_mismatch(f, &at, expected_hash, found.as_deref()),
             EndsBeforeSignedHead { last_seq } => write!(
                 f,
                 "cut before the signed head{at}: the export header names this head, the log ends at {}",
-                last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+                log_end(*last_seq)
             ),
             SignedHeadMismatch {
                 expected_hash,
@@ -220,26 +212,105 @@ impl fmt::Display for Break {
                 f,
                 "signed head mismatch{at}: the export header names hash {expected_hash}, the log has {found} (rewritten)"
             ),
-            PastSignedHead { head } => match head {
-                Some(h) => write!(
-                    f,
-                    "event past the signed head{at}: the export header names seq {h} as the chain's last event (appended)"
-                ),
-                None => write!(
-                    f,
-                    "event of a chain the signed export header does not name{at} (appended)"
-                ),
-            },
+            PastSignedHead { head } => write_past_signed_head(f, &at, *head),
             Malformed { line, reason } => write!(f, "unreadable record at line {line}: {reason}"),
             PrunedRangeUnsigned { to } => write!(
                 f,
                 "unsigned pruned range{at}..{to}: the statement that these events were pruned by retention does not verify with this key"
             ),
-            HeaderNotSigned { line, has_signature } => write!(
-                f,
-                "export header at line {line} {}: the ranges it names could have been edited to hide a cut",
-                if *has_signature { "has a signature that does not verify with this key" } else { "is not signed" }
-            ),
+            HeaderNotSigned { line, has_signature } => {
+                write_header_not_signed(f, *line, *has_signature)
+            }
         }
     }
+}
+
+/// Where the log ends, for the breaks that say so.
+fn log_end(last_seq: Option<u64>) -> String {
+    last_seq.map_or("no events".into(), |s| format!("seq {s}"))
+}
+
+/// A transition the lifecycle refuses; after an earlier dispatch the history, not the state,
+/// is what makes `failed` false, so the operator is told to treat it as an unknown outcome.
+fn write_impossible_transition(
+    f: &mut fmt::Formatter<'_>,
+    at: &str,
+    execution_id: &ExecutionId,
+    from: Option<State>,
+    event: &EventKind,
+    after_earlier_dispatch: bool,
+) -> fmt::Result {
+    write!(
+        f,
+        "impossible state sequence for execution {execution_id}{at}: {event} in state {}",
+        from.map_or("(new)".into(), |s| s.to_string())
+    )?;
+    if after_earlier_dispatch {
+        f.write_str(" after an earlier dispatch: a request of it may have reached the target, so `failed` (nothing sent) is false; review it as an unknown outcome")?;
+    }
+    Ok(())
+}
+
+/// A stored execution row that says other than its chained events.
+fn write_row_mismatch(
+    f: &mut fmt::Formatter<'_>,
+    execution_id: &ExecutionId,
+    field: &str,
+    chained: &str,
+    stored: &str,
+) -> fmt::Result {
+    write!(
+        f,
+        "execution row edited: {execution_id}'s {field} is {stored:?} in the executions table, but its chained events say {chained:?}"
+    )
+}
+
+/// An anchor that holds another hash, or is not in the log at all.
+fn write_anchor_mismatch(
+    f: &mut fmt::Formatter<'_>,
+    at: &str,
+    expected_hash: &str,
+    found: Option<&str>,
+) -> fmt::Result {
+    match found {
+        Some(h) => write!(
+            f,
+            "anchor mismatch{at}: the head recorded elsewhere has hash {expected_hash}, the log has {h}"
+        ),
+        None => write!(
+            f,
+            "anchor mismatch{at}: the head recorded elsewhere (hash {expected_hash}) is not in the log"
+        ),
+    }
+}
+
+/// An appended event: past its chain's signed head, or of a chain the header does not name.
+fn write_past_signed_head(f: &mut fmt::Formatter<'_>, at: &str, head: Option<u64>) -> fmt::Result {
+    match head {
+        Some(h) => write!(
+            f,
+            "event past the signed head{at}: the export header names seq {h} as the chain's last event (appended)"
+        ),
+        None => write!(
+            f,
+            "event of a chain the signed export header does not name{at} (appended)"
+        ),
+    }
+}
+
+/// A header whose ranges cannot be trusted: unsigned, or signed by another key.
+fn write_header_not_signed(
+    f: &mut fmt::Formatter<'_>,
+    line: u64,
+    has_signature: bool,
+) -> fmt::Result {
+    write!(
+        f,
+        "export header at line {line} {}: the ranges it names could have been edited to hide a cut",
+        if has_signature {
+            "has a signature that does not verify with this key"
+        } else {
+            "is not signed"
+        }
+    )
 }

@@ -400,6 +400,15 @@ pub(crate) mod event_name {
     }
 }
 
+/// A chain's last event, named by an export's signed header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    pub chain: String,
+    pub seq: u64,
+    #[serde(with = "hex32")]
+    pub hash: [u8; 32],
+}
+
 pub(crate) mod hex32 {
     use serde::{Deserializer, Serializer};
 

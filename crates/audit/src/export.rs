@@ -9,6 +9,7 @@ use std::sync::Arc;
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde_json::value::RawValue;
 
+pub use crate::chain::ChainHead;
 use crate::chain::{event_name, hex32, raw_event_hash, ChainedEvent, Checkpoint, VerifyingKey};
 use crate::pruned::PrunedRange;
 use crate::verify::{ChainRange, EventMeta, Report, Verifier};
@@ -58,15 +59,6 @@ impl ExportHeader {
             _ => false,
         }
     }
-}
-
-/// A chain's last event, named by an export's signed header.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainHead {
-    pub chain: String,
-    pub seq: u64,
-    #[serde(with = "hex32")]
-    pub hash: [u8; 32],
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

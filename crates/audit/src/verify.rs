@@ -10,8 +10,8 @@ use postern_core::ExecutionId;
 use serde::{Deserialize, Serialize};
 
 pub use crate::breaks::{Break, BreakReason};
+use crate::chain::ChainHead;
 use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
-use crate::export::ChainHead;
 use crate::pruned::PrunedRange;
 
 /// A contiguous run of one chain.
@@ -485,8 +485,46 @@ impl Verifier {
 
     pub fn finish(mut self) -> Report {
         self.follow_tail_ranges();
-        let mut valid_signatures = 0;
         let checkpoints = self.checkpoints.len() as u64;
+        let (valid_signatures, mut signed) = self.check_checkpoints();
+        let header_without_heads = matches!(self.signed_heads, Some(None));
+        self.check_signed_heads(&mut signed);
+        // The order the breaks are found in is kept among those at one place (the sort below
+        // is stable), so the steps run in this order.
+        self.report_pending_gaps();
+        self.check_requested(&signed);
+        self.check_anchors();
+        self.report_incomplete_executions();
+        let covered = self.covered();
+        let unsigned_chains = self
+            .chains
+            .keys()
+            .filter(|c| !signed.contains_key(*c))
+            .cloned()
+            .collect();
+        let unsigned_tail = self.unsigned_tail(&signed);
+        self.breaks
+            .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
+        Report {
+            requested: self.requested,
+            covered,
+            breaks: self.breaks,
+            events: self.chains.values().map(|c| c.events).sum(),
+            checkpoints,
+            valid_signatures,
+            executions: self.executions.len() as u64,
+            unsigned_chains,
+            unsigned_tail,
+            pruned_events: self.pruned_events,
+            pruned_ranges: self.pruned_ranges,
+            header_without_heads,
+        }
+    }
+
+    /// Checks every checkpoint's signer, signature and head hash: how many are validly
+    /// signed, and per chain the highest seq a valid signature vouches for.
+    fn check_checkpoints(&mut self) -> (u64, BTreeMap<String, u64>) {
+        let mut valid_signatures = 0;
         let mut signed: BTreeMap<String, u64> = BTreeMap::new();
         for c in std::mem::take(&mut self.checkpoints).iter() {
             let brk = |reason| Break {
@@ -507,22 +545,33 @@ impl Verifier {
             valid_signatures += 1;
             let entry = signed.entry(c.chain.clone()).or_insert(0);
             *entry = (*entry).max(c.seq);
-            let chain = self.chains.get(&c.chain);
-            match chain.and_then(|ch| ch.hashes.get(&c.seq)) {
-                Some(h) if *h == c.head_hash => {}
-                Some(_) => self.breaks.push(brk(BreakReason::CheckpointMismatch)),
-                // Inside a pruned range only its last hash is left to compare with.
-                None => match self.checkpoint_in_pruned(c) {
-                    Some(true) => {}
-                    Some(false) => self.breaks.push(brk(BreakReason::CheckpointMismatch)),
-                    None => self.breaks.push(brk(BreakReason::Truncated {
-                        last_seq: chain.and_then(|ch| ch.last),
-                    })),
-                },
+            if let Some(reason) = self.checkpoint_head(c) {
+                self.breaks.push(brk(reason));
             }
         }
-        let header_without_heads = matches!(self.signed_heads, Some(None));
-        self.check_signed_heads(&mut signed);
+        (valid_signatures, signed)
+    }
+
+    /// What is wrong with a validly signed checkpoint's head, if anything: another hash at
+    /// its seq, or no event there at all.
+    fn checkpoint_head(&self, c: &Checkpoint) -> Option<BreakReason> {
+        let chain = self.chains.get(&c.chain);
+        match chain.and_then(|ch| ch.hashes.get(&c.seq)) {
+            Some(h) if *h == c.head_hash => None,
+            Some(_) => Some(BreakReason::CheckpointMismatch),
+            // Inside a pruned range only its last hash is left to compare with.
+            None => match self.checkpoint_in_pruned(c) {
+                Some(true) => None,
+                Some(false) => Some(BreakReason::CheckpointMismatch),
+                None => Some(BreakReason::Truncated {
+                    last_seq: chain.and_then(|ch| ch.last),
+                }),
+            },
+        }
+    }
+
+    /// Skips that no later, lower seq explained as a reorder: events are missing.
+    fn report_pending_gaps(&mut self) {
         for (name, chain) in &self.chains {
             if let Some((expected, at)) = chain.pending_gap {
                 self.breaks.push(Break {
@@ -532,6 +581,10 @@ impl Verifier {
                 });
             }
         }
+    }
+
+    /// Each requested range must be present, or vouched for by a signature (`signed`).
+    fn check_requested(&mut self, signed: &BTreeMap<String, u64>) {
         for r in &self.requested {
             let last = self.chains.get(&r.chain).and_then(|c| c.last);
             let behind_checkpoint = signed.get(&r.chain).is_some_and(|s| *s >= r.to);
@@ -543,6 +596,10 @@ impl Verifier {
                 });
             }
         }
+    }
+
+    /// Each head recorded elsewhere must be in the log with its hash.
+    fn check_anchors(&mut self) {
         for (chain, seq, hash) in std::mem::take(&mut self.anchors) {
             let found = self
                 .chains
@@ -560,6 +617,10 @@ impl Verifier {
                 });
             }
         }
+    }
+
+    /// Executions still waiting for an event at the end: that event is missing.
+    fn report_incomplete_executions(&mut self) {
         for (id, ex) in &self.executions {
             if !ex.waiting.is_empty() {
                 self.breaks.push(Break {
@@ -572,8 +633,11 @@ impl Verifier {
                 });
             }
         }
-        let covered = self
-            .chains
+    }
+
+    /// The run each chain covers, first to last seq.
+    fn covered(&self) -> Vec<ChainRange> {
+        self.chains
             .iter()
             .filter_map(|(name, c)| {
                 Some(ChainRange {
@@ -582,15 +646,12 @@ impl Verifier {
                     to: c.last?,
                 })
             })
-            .collect();
-        let unsigned_chains = self
-            .chains
-            .keys()
-            .filter(|c| !signed.contains_key(*c))
-            .cloned()
-            .collect();
-        let unsigned_tail = self
-            .chains
+            .collect()
+    }
+
+    /// Per chain, the events past the last seq a valid signature vouches for (`signed`).
+    fn unsigned_tail(&self, signed: &BTreeMap<String, u64>) -> Vec<UnsignedTail> {
+        self.chains
             .iter()
             .filter_map(|(name, c)| {
                 let signed_to = signed.get(name).copied();
@@ -604,23 +665,7 @@ impl Verifier {
                     events,
                 })
             })
-            .collect();
-        self.breaks
-            .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
-        Report {
-            requested: self.requested,
-            covered,
-            breaks: self.breaks,
-            events: self.chains.values().map(|c| c.events).sum(),
-            checkpoints,
-            valid_signatures,
-            executions: self.executions.len() as u64,
-            unsigned_chains,
-            unsigned_tail,
-            pruned_events: self.pruned_events,
-            pruned_ranges: self.pruned_ranges,
-            header_without_heads,
-        }
+            .collect()
     }
 
     /// Holds the log to the heads a signed export header names: each chain must end exactly

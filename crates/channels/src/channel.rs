@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{Credential, Secret};
+use crate::secret::{Credential, Secret};
 
 /// A boxed, sendable future (channels are used as trait objects).
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -129,12 +129,12 @@ impl Action<'_> {
         let mut needles: Vec<Vec<u8>> = self
             .secrets
             .iter()
-            .flat_map(|s| crate::http::secret_forms(s.expose()))
+            .flat_map(|s| crate::secret::secret_forms(s.expose()))
             .collect();
         if let Some(c) = &self.credential {
             needles.extend(c.redaction_needles());
         }
-        crate::http::sorted_needles(needles)
+        crate::secret::sorted(needles)
     }
 }
 

@@ -41,7 +41,7 @@
 //! secret the channel knows (the credential, and the call's `secret_fields` values in
 //! [`http::HttpDispatch::also_redact`]) is replaced by `[REDACTED]` in what the target answers,
 //! in each form a target may echo it (raw, base64, percent-encoded, JSON-escaped:
-//! [`http::secret_forms`]), before the answer leaves this crate, so the ledger never stores it.
+//! [`secret::secret_forms`]), before the answer leaves this crate, so the ledger never stores it.
 //!
 //! A rendered URL keeps its template's origin and path segments ([`http::render_url`]): an
 //! argument can never steer a request to another path or host.
@@ -52,6 +52,7 @@ pub mod ssh;
 
 mod channel;
 mod error;
+pub mod secret;
 
 pub use channel::{
     Action, Answer, AnswerVerdict, AskRefused, Channel, ClientAsker, Outcome, Pending, Progress,

@@ -10,13 +10,14 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use maud::{html, Markup};
 use postern_core::{ExecutionId, Timestamp};
-use postern_gateway::investigate::{investigate, Investigation};
 use postern_ledger::ListFilter;
+use postern_pipeline::investigate::{investigate, Investigation};
 use serde::Deserialize;
 
 use crate::approvals::{cursor, PAGE};
+use crate::page::OperatorSession;
 use crate::page::{self, pretty, short, time};
-use crate::session::{url_escape, OperatorSession};
+use crate::session::url_escape;
 use crate::ConsoleState;
 
 pub(crate) fn routes() -> Router<Arc<ConsoleState>> {
@@ -290,7 +291,7 @@ async fn timeline(
                         td { (c.run_id.as_deref().unwrap_or("–")) }
                         td { code { (c.request_id.as_deref().unwrap_or("–")) } }
                         td.attempt { (c.attempt) }
-                        td { (postern_gateway::investigate::told(&c.outcome)) }
+                        td { (postern_pipeline::investigate::told(&c.outcome)) }
                         td { (c.instance) }
                     }
                 }

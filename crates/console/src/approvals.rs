@@ -11,11 +11,11 @@ use axum::{Extension, Form, Router};
 use maud::{html, Markup};
 use postern_core::lifecycle::State as LifecycleState;
 use postern_core::ExecutionId;
-use postern_gateway::{DecisionError, GatewayError, PendingDecision};
+use postern_pipeline::{DecisionError, GatewayError, PendingDecision};
 use serde::Deserialize;
 
+use crate::page::OperatorSession;
 use crate::page::{self, countdown, csrf, pretty, short, time};
-use crate::session::OperatorSession;
 use crate::ConsoleState;
 
 /// Rows per page.
@@ -184,7 +184,7 @@ async fn list(
     let waiting = st
         .gateway
         .ledger()
-        .health(postern_gateway::now())
+        .health(postern_pipeline::now())
         .await
         .map(|h| h.awaiting_approval)
         .unwrap_or_default();
@@ -249,7 +249,7 @@ async fn rows(
             let waiting = st
                 .gateway
                 .ledger()
-                .health(postern_gateway::now())
+                .health(postern_pipeline::now())
                 .await
                 .map(|h| h.awaiting_approval)
                 .unwrap_or_default();

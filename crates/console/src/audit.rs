@@ -12,8 +12,8 @@ use maud::{html, Markup};
 use postern_audit::Verifier;
 use postern_ledger::StoreReader;
 
+use crate::page::OperatorSession;
 use crate::page::{self, csrf, time};
-use crate::session::OperatorSession;
 use crate::ConsoleState;
 
 pub(crate) fn routes() -> Router<Arc<ConsoleState>> {

@@ -23,7 +23,7 @@
 //!   Approvals page. [`webhook::SignatureCheck`] is the receivers' verification helper.
 //!
 //! Architecture invariant: the console knows HTML, cookies and forms, not MCP; it reads and
-//! decides only through [`postern_gateway::Gateway`]'s operator calls and the ledger's reads,
+//! decides only through [`postern_pipeline::Gateway`]'s operator calls and the ledger's reads,
 //! never by writing events itself.
 
 use std::collections::HashMap;
@@ -31,11 +31,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use postern_audit::VerifyingKey;
-use postern_gateway::Gateway;
+use postern_pipeline::Gateway;
 
 mod activity;
 mod approvals;
 mod audit;
+mod hosts;
 mod live;
 mod page;
 mod runs;

@@ -12,8 +12,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures_util::stream::{self, Stream};
 use postern_core::lifecycle::State as LifecycleState;
-use postern_gateway::Gateway;
 use postern_ledger::ListFilter;
+use postern_pipeline::Gateway;
 use tokio::sync::{broadcast, watch};
 
 use crate::ConsoleState;
@@ -27,7 +27,11 @@ pub(crate) struct Live {
 
 /// What the waiting executions look like: a change in any part is a change to show.
 async fn signature(gateway: &Gateway) -> Option<(u64, Option<i64>, Option<String>, u64)> {
-    let health = gateway.ledger().health(postern_gateway::now()).await.ok()?;
+    let health = gateway
+        .ledger()
+        .health(postern_pipeline::now())
+        .await
+        .ok()?;
     let newest = gateway
         .ledger()
         .list(&ListFilter {

@@ -12,7 +12,6 @@ use axum::routing::get;
 use axum::Router;
 use maud::{html, Markup, DOCTYPE};
 
-use crate::session::OperatorSession;
 use crate::ConsoleState;
 
 const CSS: &str = include_str!("assets/console.css");
@@ -41,9 +40,9 @@ pub(crate) fn asset_routes() -> Router<Arc<ConsoleState>> {
 
 /// The hosts the console answers to: `/mcp`'s (loopback names, the listen host) and the host
 /// of `[console] public_url`, the address operators are sent to.
-pub(crate) fn allowed_hosts(gateway: &postern_gateway::Gateway) -> Vec<String> {
+pub(crate) fn allowed_hosts(gateway: &postern_pipeline::Gateway) -> Vec<String> {
     let config = gateway.config();
-    let mut hosts = postern_gateway::front::hosts::allowed_hosts(&config.gateway);
+    let mut hosts = postern_core::hosts::allowed_hosts(&config.gateway.listen);
     if let Some(url) = config.console.public_url.as_deref() {
         let rest = url.split_once("://").map_or(url, |(_, r)| r);
         hosts.push(
@@ -63,7 +62,7 @@ pub(crate) async fn known_host(
     req: Request,
     next: Next,
 ) -> Response {
-    use postern_gateway::front::hosts::refuse_host;
+    use crate::hosts::refuse_host;
     match refuse_host(req.uri(), req.headers(), &st.hosts) {
         Some(refusal) => refusal,
         None => next.run(req).await,
@@ -98,6 +97,13 @@ const SECTIONS: [(&str, &str); 5] = [
     ("reviews", "Reviews"),
     ("audit", "Audit"),
 ];
+
+/// The operator a page is shown to, and the CSRF token their forms carry.
+#[derive(Clone, Debug)]
+pub(crate) struct OperatorSession {
+    pub operator: String,
+    pub csrf: String,
+}
 
 /// A whole page: `active` names the section shown in the navigation.
 pub(crate) fn layout(

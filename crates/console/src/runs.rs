@@ -10,8 +10,8 @@ use axum::{Extension, Router};
 use maud::html;
 
 use crate::approvals::refused;
+use crate::page::OperatorSession;
 use crate::page::{self, csrf, short, time};
-use crate::session::OperatorSession;
 use crate::ConsoleState;
 
 /// The newest runs shown.

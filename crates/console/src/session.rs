@@ -24,20 +24,13 @@ use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::page;
+use crate::page::{self, OperatorSession};
 use crate::ConsoleState;
 
 const COOKIE: &str = "postern_session";
 const LOGIN_COOKIE: &str = "postern_login";
 /// The largest form a page posts (a reason is at most a few kilobytes).
 const MAX_FORM: usize = 64 * 1024;
-
-/// The operator a page is shown to, and the CSRF token their forms carry.
-#[derive(Clone, Debug)]
-pub(crate) struct OperatorSession {
-    pub operator: String,
-    pub csrf: String,
-}
 
 pub(crate) struct Sessions {
     /// token → operator
@@ -71,7 +64,7 @@ pub(crate) fn random_hex() -> String {
 }
 
 fn now_ms() -> i64 {
-    postern_gateway::now().0
+    postern_pipeline::now().0
 }
 
 /// A cookie's value from the request's `Cookie` headers.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use postern_core::ExecutionId;
-use postern_gateway::{Gateway, Notice};
+use postern_pipeline::{Gateway, Notice};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast::error::RecvError;
@@ -203,7 +203,8 @@ pub(crate) fn start(
     if targets.is_empty() {
         return Ok(());
     }
-    postern_channels::http::install_default_provider();
+    // reqwest is built without a provider of its own; ring, as the channels use (once per process).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
@@ -297,7 +298,7 @@ impl Delivery {
         let mut wait = FIRST_WAIT;
         let mut why = String::new();
         for attempt in 1..=ATTEMPTS {
-            let t = postern_gateway::now().0 / 1000;
+            let t = postern_pipeline::now().0 / 1000;
             let sent = self
                 .client
                 .post(&self.target.url)

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// How a tool's side effect behaves. Declared per tool; decides recovery (DESIGN §4).
+/// How a tool's side effect behaves. Declared per tool; decides recovery (contract §4).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]

@@ -5,6 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// The built-in tool that reads an execution's record: a name no `[[tool]]` may take.
+pub const EXECUTION_STATUS: &str = "execution_status";
+
 use serde_json::{Map, Value};
 
 use crate::canon;
@@ -19,21 +22,22 @@ pub struct ContractError {
     pub reason: String,
 }
 
-/// Which channel performs the side effect.
+/// Which kind of channel performs the side effect (the record's `channel`; the channel itself
+/// is `postern_channels::Channel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Channel {
+pub enum ChannelKind {
     Http,
     Ssh,
     Mcp,
 }
 
-impl Channel {
+impl ChannelKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            Channel::Http => "http",
-            Channel::Ssh => "ssh",
-            Channel::Mcp => "mcp",
+            ChannelKind::Http => "http",
+            ChannelKind::Ssh => "ssh",
+            ChannelKind::Mcp => "mcp",
         }
     }
 }
@@ -160,11 +164,11 @@ pub enum ChannelSpec {
 }
 
 impl ChannelSpec {
-    pub fn channel(&self) -> Channel {
+    pub fn channel(&self) -> ChannelKind {
         match self {
-            ChannelSpec::Http(_) => Channel::Http,
-            ChannelSpec::Ssh(_) => Channel::Ssh,
-            ChannelSpec::Mcp(_) => Channel::Mcp,
+            ChannelSpec::Http(_) => ChannelKind::Http,
+            ChannelSpec::Ssh(_) => ChannelKind::Ssh,
+            ChannelSpec::Mcp(_) => ChannelKind::Mcp,
         }
     }
 
@@ -284,21 +288,20 @@ impl ToolContractDraft {
         self.status_query.is_some() || self.status_tool.is_some()
     }
 
-    pub fn validate(self) -> Result<ToolContract, ContractError> {
-        let err = |field: &str, reason: String| ContractError {
+    /// The error for `field` of this tool.
+    fn err(&self, field: &str, reason: String) -> ContractError {
+        ContractError {
             tool: self.name.clone(),
             field: field.to_string(),
             reason,
-        };
-        if !valid_tool_name(&self.name) {
-            return Err(err(
-                "name",
-                "must be 1-64 characters of letters, digits, '_', '-' or '.'".into(),
-            ));
         }
-        if self.name == "execution_status" {
-            return Err(err("name", "execution_status is a built-in tool".into()));
-        }
+    }
+
+    /// Checks every field and fills the defaults. Checks run in a fixed order, so a draft with
+    /// several faults is always refused for the same one.
+    pub fn validate(self) -> Result<ToolContract, ContractError> {
+        let err = |field: &str, reason: String| self.err(field, reason);
+        self.check_name()?;
         let class = self.class.ok_or_else(|| {
             err(
                 "class",
@@ -314,103 +317,13 @@ impl ToolContractDraft {
             .clone()
             .unwrap_or_else(|| serde_json::json!({"type": "object"}));
         validate_schema(&input_schema).map_err(|r| err("input_schema", r))?;
-        validate_arguments(&self.arguments, &input_schema, &|f, r| err(f, r))?;
-        validate_channel(&channel, &|f, r| err(f, r))?;
-        if let ChannelSpec::Ssh(s) = &channel {
-            let props = input_schema.get("properties").and_then(Value::as_object);
-            for name in s.placeholders() {
-                if !props.is_some_and(|p| p.contains_key(name)) {
-                    return Err(err(
-                        "ssh.command",
-                        format!("{{{name}}} is not a property of input_schema"),
-                    ));
-                }
-            }
-        }
-
-        let (match_window, retention) = if class.is_read_only() {
-            if self.match_window.is_some_and(|w| !w.is_zero()) {
-                return Err(err(
-                    "match_window",
-                    "a read_only tool is never matched: remove the match window".into(),
-                ));
-            }
-            (Duration::ZERO, self.retention.unwrap_or(Duration::ZERO))
-        } else {
-            let w = self.match_window.ok_or_else(|| {
-                err(
-                    "match_window",
-                    format!("missing: a {class} tool must say how long an identical call is the same intent (\"0s\" to never match)"),
-                )
-            })?;
-            let r = self.retention.ok_or_else(|| {
-                err(
-                    "retention",
-                    format!("missing: a {class} tool must say how long its record is kept"),
-                )
-            })?;
-            if r < w {
-                return Err(err(
-                    "retention",
-                    "must be at least the match window: a record cannot be matched after it is gone".into(),
-                ));
-            }
-            (w, r)
-        };
-
-        let method = self.recovery_method.unwrap_or_else(|| {
-            if class == ActionClass::Irreversible && self.has_status_probe() {
-                RecoveryMethod::StatusQuery
-            } else {
-                class.default_recovery()
-            }
-        });
-        if !class.allows(method) {
-            return Err(err(
-                "recovery.method",
-                format!("{method} is not safe for a {class} tool"),
-            ));
-        }
-        if method == RecoveryMethod::StatusQuery && !self.has_status_probe() {
-            return Err(err(
-                "recovery.status_query",
-                "missing: recovery method status_query needs a status query request (or, for an mcp tool, a status_tool)".into(),
-            ));
-        }
-        match (&channel, &self.status_query, &self.status_tool) {
-            (ChannelSpec::Mcp(_), Some(_), _) => {
-                return Err(err(
-                    "recovery.status_query",
-                    "an mcp tool asks its upstream: use status_tool = \"…\"".into(),
-                ))
-            }
-            (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, Some(_)) => {
-                return Err(err(
-                    "recovery.status_tool",
-                    "only an mcp tool has a status_tool; an http tool has a status_query".into(),
-                ))
-            }
-            _ => {}
-        }
-        if self.precondition.is_some() && matches!(channel, ChannelSpec::Mcp(_)) {
-            return Err(err(
-                "recovery.precondition",
-                "a precondition is an HTTP query; an mcp tool cannot have one".into(),
-            ));
-        }
-        if class == ActionClass::ConditionalWrite && self.precondition.is_none() {
-            return Err(err(
-                "recovery.precondition",
-                "missing: a conditional_write tool needs a precondition query".into(),
-            ));
-        }
-        if self.precondition.is_some() && class != ActionClass::ConditionalWrite {
-            return Err(err(
-                "recovery.precondition",
-                format!("only a conditional_write tool has a precondition, this one is {class}"),
-            ));
-        }
-        if method == RecoveryMethod::Marker && channel.channel() != Channel::Ssh {
+        validate_arguments(&self.arguments, &input_schema, &err)?;
+        validate_channel(&channel, &err)?;
+        self.check_placeholders(&channel, &input_schema)?;
+        let (match_window, retention) = self.windows(class)?;
+        let method = self.recovery_method(class)?;
+        self.check_probes(&channel, class)?;
+        if method == RecoveryMethod::Marker && channel.channel() != ChannelKind::Ssh {
             return Err(err(
                 "recovery.method",
                 "the marker protocol exists only on the ssh channel; use review".into(),
@@ -449,6 +362,138 @@ impl ToolContractDraft {
             approval_ttl: self.approval_ttl,
             long_running: self.long_running,
         })
+    }
+
+    fn check_name(&self) -> Result<(), ContractError> {
+        if !valid_tool_name(&self.name) {
+            return Err(self.err(
+                "name",
+                "must be 1-64 characters of letters, digits, '_', '-' or '.'".into(),
+            ));
+        }
+        if self.name == EXECUTION_STATUS {
+            return Err(self.err("name", "execution_status is a built-in tool".into()));
+        }
+        Ok(())
+    }
+
+    /// Every `{name}` in an ssh command must be an argument the schema declares.
+    fn check_placeholders(
+        &self,
+        channel: &ChannelSpec,
+        input_schema: &Value,
+    ) -> Result<(), ContractError> {
+        let ChannelSpec::Ssh(s) = channel else {
+            return Ok(());
+        };
+        let props = input_schema.get("properties").and_then(Value::as_object);
+        for name in s.placeholders() {
+            if !props.is_some_and(|p| p.contains_key(name)) {
+                return Err(self.err(
+                    "ssh.command",
+                    format!("{{{name}}} is not a property of input_schema"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The match window and retention: a read_only tool is never matched; any other must
+    /// declare both, and keep its record at least as long as it can be matched.
+    fn windows(&self, class: ActionClass) -> Result<(Duration, Duration), ContractError> {
+        if class.is_read_only() {
+            if self.match_window.is_some_and(|w| !w.is_zero()) {
+                return Err(self.err(
+                    "match_window",
+                    "a read_only tool is never matched: remove the match window".into(),
+                ));
+            }
+            return Ok((Duration::ZERO, self.retention.unwrap_or(Duration::ZERO)));
+        }
+        let w = self.match_window.ok_or_else(|| {
+            self.err(
+                "match_window",
+                format!("missing: a {class} tool must say how long an identical call is the same intent (\"0s\" to never match)"),
+            )
+        })?;
+        let r = self.retention.ok_or_else(|| {
+            self.err(
+                "retention",
+                format!("missing: a {class} tool must say how long its record is kept"),
+            )
+        })?;
+        if r < w {
+            return Err(self.err(
+                "retention",
+                "must be at least the match window: a record cannot be matched after it is gone"
+                    .into(),
+            ));
+        }
+        Ok((w, r))
+    }
+
+    /// The declared recovery method, or the class's default (an irreversible tool that can be
+    /// asked about its effect asks); refused where it is not safe for the class.
+    fn recovery_method(&self, class: ActionClass) -> Result<RecoveryMethod, ContractError> {
+        let method = self.recovery_method.unwrap_or_else(|| {
+            if class == ActionClass::Irreversible && self.has_status_probe() {
+                RecoveryMethod::StatusQuery
+            } else {
+                class.default_recovery()
+            }
+        });
+        if !class.allows(method) {
+            return Err(self.err(
+                "recovery.method",
+                format!("{method} is not safe for a {class} tool"),
+            ));
+        }
+        if method == RecoveryMethod::StatusQuery && !self.has_status_probe() {
+            return Err(self.err(
+                "recovery.status_query",
+                "missing: recovery method status_query needs a status query request (or, for an mcp tool, a status_tool)".into(),
+            ));
+        }
+        Ok(method)
+    }
+
+    /// Status probes and preconditions fit the channel (an mcp tool asks its upstream, the
+    /// others send HTTP) and a precondition belongs to a conditional_write, which needs one.
+    fn check_probes(&self, channel: &ChannelSpec, class: ActionClass) -> Result<(), ContractError> {
+        match (channel, &self.status_query, &self.status_tool) {
+            (ChannelSpec::Mcp(_), Some(_), _) => {
+                return Err(self.err(
+                    "recovery.status_query",
+                    "an mcp tool asks its upstream: use status_tool = \"…\"".into(),
+                ))
+            }
+            (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, Some(_)) => {
+                return Err(self.err(
+                    "recovery.status_tool",
+                    "only an mcp tool has a status_tool; an http tool has a status_query".into(),
+                ))
+            }
+            _ => {}
+        }
+        if self.precondition.is_some() && matches!(channel, ChannelSpec::Mcp(_)) {
+            return Err(self.err(
+                "recovery.precondition",
+                "a precondition is an HTTP query; an mcp tool cannot have one".into(),
+            ));
+        }
+        if class == ActionClass::ConditionalWrite && self.precondition.is_none() {
+            return Err(self.err(
+                "recovery.precondition",
+                "missing: a conditional_write tool needs a precondition query".into(),
+            ));
+        }
+        if self.precondition.is_some() && class != ActionClass::ConditionalWrite {
+            return Err(self.err(
+                "recovery.precondition",
+                format!("only a conditional_write tool has a precondition, this one is {class}"),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ pub mod contract;
 pub mod duration;
 pub mod fingerprint;
 pub mod hexdigits;
+pub mod hosts;
 pub mod ids;
 pub mod lifecycle;
 pub mod record;
@@ -23,7 +24,7 @@ pub mod shell;
 pub mod terminal_text;
 
 pub use class::{ActionClass, RecoveryMethod};
-pub use contract::{Channel, ToolContract};
+pub use contract::{ChannelKind, ToolContract};
 pub use fingerprint::{Fingerprint, FingerprintKey};
 pub use ids::{ExecutionId, Timestamp};
 pub use lifecycle::{EventKind, Lifecycle, State};

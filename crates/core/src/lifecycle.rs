@@ -1,4 +1,4 @@
-//! The execution lifecycle (DESIGN §3): one table of states and allowed transitions.
+//! The execution lifecycle (contract §3): one table of states and allowed transitions.
 //!
 //! The ledger refuses to write, and the offline audit verifier reports, any event that is not a
 //! row of [`TRANSITIONS`] (or whose row's [`Requires`] the execution's history does not meet).

@@ -6,7 +6,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::canon::{self, CanonError};
-use crate::contract::{Channel, ToolContract};
+use crate::contract::{ChannelKind, ToolContract};
 use crate::fingerprint::{Fingerprint, FingerprintKey};
 
 /// Why arguments could not become an action record. Never contains an argument's value.
@@ -61,7 +61,7 @@ impl fmt::Debug for Arguments {
 pub struct ActionRecord {
     pub actor: String,
     pub tool: String,
-    pub channel: Channel,
+    pub channel: ChannelKind,
     pub target: String,
     pub credential_ref: Option<String>,
     pub method: String,

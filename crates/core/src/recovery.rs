@@ -1,8 +1,8 @@
-//! Matching and the recovery decision (DESIGN §4): given the prior execution the ledger found
+//! Matching and the recovery decision (contract §4): given the prior execution the ledger found
 //! (if any) and the incoming request, what must happen. Pure: the ledger finds candidates and
 //! enforces uniqueness; this module decides, and never blindly answers "success".
 //!
-//! One departure from DESIGN §4's window rule (issue 14): a prior still waiting for a person
+//! One departure from contract §4's window rule (issue 14): a prior still waiting for a person
 //! (`awaiting_approval`, or `authorized` and never sent) is matched whatever the match window,
 //! `0s` included, so that a retry never makes a second approval request and an approved call is
 //! never approved twice.

@@ -169,24 +169,8 @@ impl Ledger {
         sqlx::any::install_default_drivers();
         let dialect =
             Dialect::from_url(url).ok_or_else(|| LedgerError::UnsupportedUrl(url.to_string()))?;
-        let connect_url = if dialect == Dialect::Sqlite && !url.contains('?') {
-            format!("{url}?mode=rwc")
-        } else {
-            url.to_string()
-        };
-        let connect_options: AnyConnectOptions = connect_url.parse()?;
-        let connect_options = connect_options.disable_statement_logging();
-        let mut conn = AnyConnection::connect_with(&connect_options).await?;
-        prepare_connection(&mut conn, dialect).await?;
-        migrate(&mut conn, dialect).await?;
-
-        let instance = format!("inst-{}", uuid::Uuid::now_v7().simple());
-        let now = now_millis();
-        sqlx::query("INSERT INTO instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)")
-            .bind(&instance)
-            .bind(now)
-            .execute(&mut conn)
-            .await?;
+        let (connect_options, mut conn) = connect_migrated(url, dialect).await?;
+        let instance = register_instance(&mut conn).await?;
         // SQLite serialises writers on the file, so one chain is shared; PostgreSQL replicas
         // each write their own chain and never contend for one head row.
         let chain = match dialect {
@@ -199,7 +183,6 @@ impl Ledger {
                 lease: options.lease,
             },
         };
-
         let pool_options =
             AnyPoolOptions::new()
                 .max_connections(4)
@@ -208,31 +191,11 @@ impl Ledger {
                 });
         let pg_connect_options = connect_options.clone();
         let pool = pool_options.connect_with(connect_options).await?;
-
-        let writer_config = WriterConfig {
-            dialect,
-            chain: chain.clone(),
-            instance: instance.clone(),
-            signing_key: options.signing_key.clone(),
-            checkpoint_every: if options.signing_key.is_some() {
-                options.checkpoint_every
-            } else {
-                0
-            },
-            max_batch: options.max_batch.max(1),
-            lease: (dialect == Dialect::Postgres).then_some(options.lease),
-        };
+        let writer_config = writer_config(dialect, &chain, &instance, &options);
         let writes = match dialect {
             Dialect::Sqlite => {
                 drop(conn);
-                let sqlite =
-                    rusqlite::Connection::open(sqlite_path(url)).map_err(error::sqlite_error)?;
-                sqlite
-                    .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;")
-                    .map_err(error::sqlite_error)?;
-                sqlite.set_prepared_statement_cache_capacity(64);
-                let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
-                WritePath::Combining(combiner::Combiner::start(writer, options.busy_patience)?)
+                start_sqlite_writer(url, writer_config, &options)?
             }
             Dialect::Postgres => {
                 let (tx, rx) = mpsc::channel(4096);
@@ -634,6 +597,79 @@ impl Ledger {
         }
         pool.close().await;
     }
+}
+
+/// The first connection to the store, its schema migrated: it becomes PostgreSQL's write
+/// connection, and the options it was opened with open the read pool.
+async fn connect_migrated(
+    url: &str,
+    dialect: Dialect,
+) -> Result<(AnyConnectOptions, AnyConnection), LedgerError> {
+    let connect_url = if dialect == Dialect::Sqlite && !url.contains('?') {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_string()
+    };
+    let connect_options: AnyConnectOptions = connect_url.parse()?;
+    let connect_options = connect_options.disable_statement_logging();
+    let mut conn = AnyConnection::connect_with(&connect_options).await?;
+    prepare_connection(&mut conn, dialect).await?;
+    migrate(&mut conn, dialect).await?;
+    Ok((connect_options, conn))
+}
+
+/// Records this process as a new instance of the store, with a fresh id.
+async fn register_instance(conn: &mut AnyConnection) -> Result<String, LedgerError> {
+    let instance = format!("inst-{}", uuid::Uuid::now_v7().simple());
+    let now = now_millis();
+    sqlx::query("INSERT INTO instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)")
+        .bind(&instance)
+        .bind(now)
+        .execute(conn)
+        .await?;
+    Ok(instance)
+}
+
+/// Checkpoints are signed, so without a signing key none is due.
+fn writer_config(
+    dialect: Dialect,
+    chain: &str,
+    instance: &str,
+    options: &LedgerOptions,
+) -> WriterConfig {
+    WriterConfig {
+        dialect,
+        chain: chain.to_string(),
+        instance: instance.to_string(),
+        signing_key: options.signing_key.clone(),
+        checkpoint_every: if options.signing_key.is_some() {
+            options.checkpoint_every
+        } else {
+            0
+        },
+        max_batch: options.max_batch.max(1),
+        lease: (dialect == Dialect::Postgres).then_some(options.lease),
+    }
+}
+
+/// SQLite's writes go through a connection of their own (rusqlite), driven by its callers.
+fn start_sqlite_writer(
+    url: &str,
+    writer_config: WriterConfig,
+    options: &LedgerOptions,
+) -> Result<WritePath, LedgerError> {
+    let sqlite = rusqlite::Connection::open(sqlite_path(url)).map_err(error::sqlite_error)?;
+    sqlite
+        .execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;",
+        )
+        .map_err(error::sqlite_error)?;
+    sqlite.set_prepared_statement_cache_capacity(64);
+    let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
+    Ok(WritePath::Combining(combiner::Combiner::start(
+        writer,
+        options.busy_patience,
+    )?))
 }
 
 async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {

@@ -357,3 +357,10 @@ pub struct StoreHealth {
     /// The newest signed checkpoint of any chain.
     pub last_checkpoint: Option<postern_audit::Checkpoint>,
 }
+
+/// What one prune removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub executions: u64,
+    pub events: u64,
+}

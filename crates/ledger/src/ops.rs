@@ -6,11 +6,11 @@ use postern_core::{EventKind, ExecutionId, Timestamp};
 use tokio::sync::oneshot;
 
 use crate::error::{LedgerError, StorageFault};
+use crate::model::Pruned;
 use crate::model::{
     AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent, Run, RunDecision, ToolPin,
 };
 use crate::streams::StreamWrite;
-use crate::writer::Pruned;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 

@@ -9,9 +9,10 @@ use postern_core::lifecycle::State;
 use postern_core::{ExecutionId, Timestamp};
 
 use crate::error::LedgerError;
+use crate::model::Pruned;
 use crate::ops::Op;
 use crate::rows;
-use crate::writer::{now_millis, Pruned};
+use crate::writer::now_millis;
 use crate::Ledger;
 
 /// How long records are kept: per tool, and for every other tool.

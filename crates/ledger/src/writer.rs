@@ -16,15 +16,16 @@ use tokio::sync::mpsc;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::dialect::Dialect;
 use crate::error::{LedgerError, StorageFault};
-use crate::model::{ExecutionSummary, NewEvent, RunDecision, RunEnd};
+use crate::model::{ExecutionSummary, NewEvent};
 use crate::ops::{Deferral, Done, Op};
 use crate::recall::Recall;
 use crate::rows;
 
 mod accept;
+mod commit;
 mod fence;
 mod prune;
-pub use prune::Pruned;
+mod records;
 
 pub(crate) struct WriterConfig {
     pub dialect: Dialect,
@@ -141,294 +142,43 @@ impl<C: WriteConn> Writer<C> {
         &mut self.conn
     }
 
-    /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
-    pub async fn commit_begun(&mut self, batch: Vec<Op>) {
-        let started = std::time::Instant::now();
-        let requests = batch.len();
-        let mut done = Vec::with_capacity(batch.len());
-        let head_before = match self.open_head().await {
-            Ok(h) => h,
-            Err(e) => {
-                let why = not_begun(e);
-                let _ = self.conn.exec("ROLLBACK", &[]).await;
-                for op in batch {
-                    op.refuse(&why);
-                }
-                return;
-            }
-        };
-        self.head = head_before;
-        self.pending.clear();
-        self.lease_checked = false;
-        // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
-        let savepoints = batch.len() > 1;
-        let mut rollback_all = false;
-        let mut ops = batch.into_iter();
-        while let Some(op) = ops.next() {
-            let saved = (
-                self.head,
-                self.appended_since_checkpoint,
-                self.pending.len(),
-            );
-            if savepoints {
-                if let Err(e) = self.conn.exec("SAVEPOINT op", &[]).await {
-                    // Without a savepoint one request's failure could not be undone alone:
-                    // nothing of the batch is committed.
-                    let rest = std::iter::once(op).chain(ops);
-                    self.abandon_batch(head_before, done, rest, e).await;
-                    return;
-                }
-            }
-            self.touched.clear();
-            let d = self.process(op).await;
-            let undone = if d.is_ok() {
-                if savepoints {
-                    self.conn.exec("RELEASE SAVEPOINT op", &[]).await.err()
-                } else {
-                    None
-                }
-            } else {
-                if savepoints {
-                    let rolled_back = self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await;
-                    if let Err(e) = rolled_back {
-                        // The failed request's writes may still be in the transaction.
-                        done.push(d);
-                        self.abandon_batch(head_before, done, ops, e).await;
-                        return;
-                    }
-                    self.conn.exec("RELEASE SAVEPOINT op", &[]).await.err()
-                } else {
-                    rollback_all = true;
-                    None
-                }
-            };
-            if let Some(e) = undone {
-                done.push(d);
-                self.abandon_batch(head_before, done, ops, e).await;
-                return;
-            }
-            if !d.is_ok() {
-                (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
-                self.pending.truncate(saved.2);
-                if let Some(recall) = &mut self.recall {
-                    for id in self.touched.drain(..) {
-                        recall.forget(id);
-                    }
-                }
-            }
-            done.push(d);
-        }
-        if rollback_all {
-            // Nothing of the lone failed request may stay; its reply is its own error.
-            let _ = self.conn.exec("ROLLBACK", &[]).await;
-            self.head = head_before;
-            self.recall = None;
-            for d in done {
-                d.send(None);
-            }
-            return;
-        }
-        let events: Vec<EventKind> = self.pending.iter().map(|(e, _)| e.body.event).collect();
-        let failure = match self.finish_commit(head_before).await {
-            Ok(commit_statement) => {
-                crate::telemetry::committed(requests, &events, started.elapsed(), commit_statement);
-                None
-            }
-            Err(why) => {
-                crate::telemetry::commit_failed(why.0);
-                Some(why)
-            }
-        };
-        if failure.is_some() {
-            let _ = self.conn.exec("ROLLBACK", &[]).await;
-            self.head = head_before;
-            self.pending.clear();
-            self.recall = None;
-        } else if let Some(recall) = &mut self.recall {
-            // This connection's own commits leave `data_version` as it was.
-            recall.head = self.head;
-        }
-        for d in done {
-            d.send(failure.as_ref());
-        }
-    }
-
-    /// Writes the batch's events, head and due checkpoint, and commits. The error says whether
-    /// anything may have been recorded: a connection lost during `COMMIT` leaves that unknown.
-    async fn finish_commit(
-        &mut self,
-        head_before: (u64, [u8; 32]),
-    ) -> Result<std::time::Duration, (StorageFault, String)> {
-        let nothing = |e: LedgerError| {
-            let (fault, msg) = e.as_fault();
-            (
-                fault,
-                format!("the commit failed, nothing of this request was recorded: {msg}"),
-            )
-        };
-        if self.head != head_before {
-            self.flush_events().await.map_err(nothing)?;
-            self.store_head().await.map_err(nothing)?;
-            if self.cfg.checkpoint_every > 0
-                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
-            {
-                self.checkpoint(Timestamp(now_millis()))
-                    .await
-                    .map_err(nothing)?;
-            }
-        }
-        let commit = std::time::Instant::now();
-        match self.conn.exec("COMMIT", &[]).await {
-            Ok(_) => Ok(commit.elapsed()),
-            Err(e) if e.fault() == Some(StorageFault::Unavailable) => Err((
-                StorageFault::Unavailable,
-                format!("the connection was lost during the commit, so whether this request was recorded is unknown until the store is back: {e}"),
-            )),
-            Err(e) => Err(nothing(e)),
-        }
-    }
-
-    /// Rolls the whole transaction back after a statement that keeps requests apart
-    /// (savepoints) failed: every request of the batch, answered or not, is refused.
-    async fn abandon_batch(
-        &mut self,
-        head_before: (u64, [u8; 32]),
-        done: Vec<Done>,
-        rest: impl Iterator<Item = Op>,
-        cause: LedgerError,
-    ) {
-        let (fault, msg) = cause.as_fault();
-        let why = (
-            fault,
-            format!("the batch this request was in could not be kept apart from a failed one, so nothing of it was recorded: {msg}"),
-        );
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        self.head = head_before;
-        self.pending.clear();
-        self.recall = None;
-        for d in done {
-            d.send(Some(&why));
-        }
-        for op in rest {
-            op.refuse(&why);
-        }
-    }
-
+    /// Runs one op against the open transaction; its answer waits for the commit.
     async fn process(&mut self, op: Op) -> Done {
         match op {
             Op::Accept(req, tx) => Done::Accept(tx, self.accept(*req).await),
-            Op::Append(id, ev, now, tx) => {
-                let r = async {
-                    let mut s = self.load_summary(id).await?;
-                    self.apply(&mut s, *ev, now).await?;
-                    Ok(s)
-                }
-                .await;
-                Done::Append(tx, r)
-            }
+            Op::Append(id, ev, now, tx) => Done::Append(tx, self.append(id, *ev, now).await),
             Op::Abandoned(id, owner, now, tx) => {
                 Done::Abandoned(tx, self.abandoned(id, &owner, now).await)
             }
             Op::Checkpoint(now, tx) => Done::Checkpoint(tx, self.checkpoint(now).await),
-            Op::StartRun(run, tx) => {
-                // A run seen again is marked seen; one that ended only because it idled or its
-                // gateway stopped is resumed (its start stays). Only by its own actor.
-                let r = self
-                    .conn
-                    .exec(
-                        start_run_sql(),
-                        params![
-                            &run.id,
-                            &run.actor,
-                            &run.client_name,
-                            &run.client_version,
-                            &run.protocol_version,
-                            &run.transport,
-                            run.started_at.0
-                        ],
-                    )
-                    .await
-                    .map(|_| ());
-                Done::Unit(tx, r)
-            }
+            Op::StartRun(run, tx) => Done::Unit(tx, self.start_run(&run).await),
             Op::DecideRun(id, decision, by, at, tx) => {
-                // Set once: the condition makes the first decision the only one.
-                let sql = match decision {
-                    RunDecision::Authorize => "UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL",
-                    RunDecision::Revoke => "UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL",
-                };
-                let r = self
-                    .conn
-                    .exec(sql, params![&by, at.0, &id])
-                    .await
-                    .map(|n| n == 1);
-                Done::Abandoned(tx, r)
+                Done::Abandoned(tx, self.decide_run(&id, decision, &by, at).await)
             }
             Op::Notice(pin, detail, at, tx) => {
-                let r = async {
-                    if let Some(p) = pin {
-                        self.conn.exec("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
-                    }
-                    // A notice has an id of its own: it is no execution's event.
-                    let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
-                    self.append_event(id, 1, EventKind::Notice, at, detail)
-                }
-                .await;
-                Done::Unit(tx, r)
+                Done::Unit(tx, self.notice(pin.as_deref(), detail, at).await)
             }
-            Op::EndRun(id, at, reason, tx) => {
-                let r = self
-                    .conn
-                    .exec(
-                        "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
-                        params![at.0, reason.as_str(), &id],
-                    )
-                    .await
-                    .map(|_| ());
-                Done::Unit(tx, r)
-            }
-            Op::Stream(writes, tx) => {
-                let mut r = Ok(());
-                for write in &writes {
-                    let (sql, values) = write.sql();
-                    if let Err(e) = self.conn.exec(sql, &values).await {
-                        r = Err(e);
-                        break;
-                    }
-                }
-                Done::Unit(tx, r)
-            }
+            Op::EndRun(id, at, reason, tx) => Done::Unit(tx, self.end_run(&id, at, reason).await),
+            Op::Stream(writes, tx) => Done::Unit(tx, self.write_streams(&writes).await),
             Op::Flush(tx) => Done::Unit(tx, Ok(())),
             Op::Prune(plan, now, tx) => Done::Prune(tx, self.prune(&plan, now).await),
-            Op::Heartbeat(now, tx) => {
-                // A taken-over instance renews nothing: it learns it was fenced.
-                let r = match self
-                    .conn
-                    .exec(
-                        "UPDATE instances SET heartbeat_at = $1 WHERE id = $2 AND taken_over_by IS NULL",
-                        params![now.0, &self.cfg.instance],
-                    )
-                    .await
-                {
-                    Ok(0) => Err(self.fenced().await),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e),
-                };
-                Done::Unit(tx, r)
-            }
+            Op::Heartbeat(now, tx) => Done::Unit(tx, self.heartbeat(now).await),
             Op::TakeOver(owner, cutoff, now, tx) => {
-                // Claimed once: the first survivor whose update finds the lease expired.
-                let r = self
-                    .conn
-                    .exec(
-                        "UPDATE instances SET taken_over_by = $1, taken_over_at = $2 WHERE id = $3 AND taken_over_by IS NULL AND heartbeat_at < $4",
-                        params![&self.cfg.instance, now.0, &owner, cutoff.0],
-                    )
-                    .await
-                    .map(|n| n == 1);
-                Done::Abandoned(tx, r)
+                Done::Abandoned(tx, self.take_over(&owner, cutoff, now).await)
             }
         }
+    }
+
+    /// Appends one event to an execution and answers with its summary after it.
+    async fn append(
+        &mut self,
+        id: ExecutionId,
+        ev: NewEvent,
+        now: Timestamp,
+    ) -> Result<ExecutionSummary, LedgerError> {
+        let mut s = self.load_summary(id).await?;
+        self.apply(&mut s, ev, now).await?;
+        Ok(s)
     }
 
     /// The chain head for a transaction just opened: remembered from the last commit if no
@@ -726,21 +476,6 @@ fn insert_events_sql(rows: usize) -> &'static str {
     })
 }
 
-/// Records a run, or resumes it when it ended in a way [`RunEnd::resumable`] says a later call
-/// resumes (its end is cleared); the rule lives there, this SQL only spells it.
-fn start_run_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
-        let resumable: Vec<String> = RunEnd::ALL
-            .iter()
-            .filter(|e| e.resumable())
-            .map(|e| format!("'{}'", e.as_str()))
-            .collect();
-        let resumable = resumable.join(", ");
-        format!("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor")
-    })
-}
-
 pub(crate) fn now_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -748,7 +483,7 @@ pub(crate) fn now_millis() -> i64 {
 }
 
 /// Why a request got no transaction: nothing of it was recorded.
-fn not_begun(e: LedgerError) -> (StorageFault, String) {
+pub(super) fn not_begun(e: LedgerError) -> (StorageFault, String) {
     let (fault, msg) = e.as_fault();
     (
         fault,

@@ -130,7 +130,16 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                     }
                 }
             }
-            ActivityCommand::Trace(a) => return crate::trace::run(a, open(&a.store).await?, a.store.json).await,
+            ActivityCommand::Trace(a) => {
+                let filter = ListFilter {
+                    actor: a.actor.clone(),
+                    fingerprint: a.fingerprint.clone(),
+                    operation_key: a.key.clone(),
+                    ..ListFilter::default()
+                };
+                let store = open(&a.store).await?;
+                return crate::trace::run(a.id.as_deref(), filter, store, a.store.json).await;
+            }
             ActivityCommand::Show(a) => {
                 let id: ExecutionId = a.id.parse()?;
                 let ledger = open(&a.store).await?;

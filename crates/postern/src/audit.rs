@@ -129,7 +129,7 @@ fn verdict(a: &VerifyArgs, report: &Report) -> i32 {
         return 1;
     }
     if unsigned > 0 && a.allow_unsigned_tail {
-        eprintln!("warning: --allow-unsigned-tail: {unsigned} event(s) are covered by no signature; a cut or rewrite of them after the last signature would not be seen");
+        crate::messages::say(format_args!("warning: --allow-unsigned-tail: {unsigned} event(s) are covered by no signature; a cut or rewrite of them after the last signature would not be seen"));
     }
     if report.is_valid() {
         0
@@ -199,7 +199,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
     }
     let written = write_events(&ledger, &mut out, &head_of).await?;
     out.flush()?;
-    eprintln!("exported {written} events to {}; verify with: postern audit verify --file {} --public-key {public}", a.out.display(), a.out.display());
+    crate::messages::say(format_args!("exported {written} events to {}; verify with: postern audit verify --file {} --public-key {public}", a.out.display(), a.out.display()));
     for h in heads {
         let anchor = format!(
             "{}:{}:{}",
@@ -207,7 +207,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
             h.seq,
             postern_core::hexdigits::encode(h.hash)
         );
-        eprintln!("head {anchor} (keep it outside the store: `--expect-head {anchor}` proves later that the log up to it was not rewritten)");
+        crate::messages::say(format_args!("head {anchor} (keep it outside the store: `--expect-head {anchor}` proves later that the log up to it was not rewritten)"));
     }
     Ok(())
 }
@@ -295,18 +295,18 @@ impl Progress {
             Some(t) if t > 0 => {
                 let pct = (events as f64 / t as f64 * 100.0).min(100.0);
                 let filled = (pct / 5.0) as usize;
-                eprint!(
-                    "\r[{}{}] {pct:5.1}% {events} events, {rate:.0}/s ",
+                crate::messages::progress(format_args!(
+                    "[{}{}] {pct:5.1}% {events} events, {rate:.0}/s ",
                     "#".repeat(filled),
                     " ".repeat(20 - filled.min(20))
-                );
+                ));
             }
-            _ => eprint!("\r{events} events verified, {rate:.0}/s "),
+            _ => crate::messages::progress(format_args!("{events} events verified, {rate:.0}/s ")),
         }
     }
     fn done(&self) {
         if self.on {
-            eprintln!();
+            crate::messages::say(format_args!(""));
         }
     }
 }

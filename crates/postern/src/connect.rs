@@ -255,7 +255,10 @@ impl Bridge {
         };
         let generation = self.0.generations.fetch_add(1, Ordering::Relaxed);
         if self.0.verbose {
-            eprintln!("postern connect: new session with {}", self.0.remote.url);
+            crate::messages::say(format_args!(
+                "postern connect: new session with {}",
+                self.0.remote.url
+            ));
         }
         let peer = service.peer().clone();
         *slot = Some(Session {
@@ -394,10 +397,10 @@ impl Bridge {
                 break;
             }
             if self.0.verbose {
-                eprintln!(
+                crate::messages::say(format_args!(
                     "postern connect: {} attempt {attempts}: {last_problem}; calling again",
                     params.name
-                );
+                ));
             }
             tokio::select! {
                 () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
@@ -409,11 +412,11 @@ impl Bridge {
         if let Some(result) = in_progress {
             return Ok(annotate(result, &seen).into());
         }
-        eprintln!(
+        crate::messages::say(format_args!(
             "postern connect: {}: no answer after {attempts} attempts in {:?}: {last_problem}",
             params.name,
             started.elapsed()
-        );
+        ));
         Ok(not_known(
             &params.name,
             &self.0.remote.url,

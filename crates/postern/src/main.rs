@@ -11,6 +11,7 @@ mod demo;
 mod fingerprint;
 mod init;
 mod keys;
+mod messages;
 mod operator;
 mod resolve;
 mod secrets;
@@ -109,7 +110,7 @@ struct DemoUpstreamArgs {
 }
 
 fn demo_upstream(a: &DemoUpstreamArgs) -> anyhow::Result<i32> {
-    use postern_gateway::demo_upstream::{serve_http, serve_stdio, Journal};
+    use postern_demo::upstream::{serve_http, serve_stdio, Journal};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -155,7 +156,7 @@ fn main() -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            messages::error(&e);
             ExitCode::from(2)
         }
     }

@@ -11,8 +11,8 @@ use postern_core::config::{
     ClientCertificate, Config, CredentialKind, EnvValue, SecretRef, UpstreamTransport,
 };
 use postern_core::contract::ChannelSpec;
-use postern_gateway::vault::VaultCredential;
-use postern_gateway::{Resolved, ResolvedCredential};
+use postern_pipeline::vault::VaultCredential;
+use postern_pipeline::{Resolved, ResolvedCredential};
 
 use crate::secrets;
 

@@ -11,12 +11,12 @@ use postern_channels::http::{ConnectionReuse, HttpChannel};
 use postern_channels::mcp::Upstream;
 use postern_core::config::{Config, ListenerTls, SecretRef};
 use postern_core::FingerprintKey;
-use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
-use postern_gateway::front::listener::{Handshake, ListenerLimits, PlainTcp};
-use postern_gateway::front::Tokens;
-use postern_gateway::vault::VaultSlot;
-use postern_gateway::{Dialers, Gateway, Registry};
+use postern_front::listener::tls::{ServerIdentity, TlsHandshake};
+use postern_front::listener::{Handshake, ListenerLimits, PlainTcp};
+use postern_front::Tokens;
 use postern_ledger::{Ledger, LedgerOptions};
+use postern_pipeline::vault::VaultSlot;
+use postern_pipeline::{Dialers, Gateway, Registry};
 use postern_vault::VaultFile;
 
 use crate::secrets;
@@ -63,76 +63,9 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         )?)),
         None => None,
     };
-    let mut tokens = HashMap::new();
-    for actor in &config.actors {
-        if let Some(r) = &actor.token {
-            let token = secrets::resolve(r, &dir)
-                .with_context(|| format!("token of actor {}", actor.name))?;
-            if token.len() < 16 {
-                bail!(
-                    "the token of actor {} is shorter than 16 characters; use a long random token",
-                    actor.name
-                );
-            }
-            if let Some(other) = tokens.insert(token, actor.name.clone()) {
-                bail!(
-                    "actors {other} and {} have the same token: each actor needs its own (a shared \
-                     token would make every call of one count as the other's)",
-                    actor.name
-                );
-            }
-        }
-    }
-    let mut operators = HashMap::new();
-    for operator in &config.operators {
-        let token = secrets::resolve(&operator.token, &dir)
-            .with_context(|| format!("token of operator {}", operator.name))?;
-        if token.len() < 16 {
-            bail!(
-                "the token of operator {} is shorter than 16 characters; use a long random token",
-                operator.name
-            );
-        }
-        if let Some(actor) = tokens.get(&token) {
-            bail!(
-                "operator {} has the token of actor {actor}: an operator needs a token no actor \
-                 holds (an agent must never approve its own calls)",
-                operator.name
-            );
-        }
-        if let Some(other) = operators.insert(token, operator.name.clone()) {
-            bail!(
-                "operators {other} and {} have the same token: each operator needs its own (every \
-                 decision names who made it)",
-                operator.name
-            );
-        }
-    }
-    let mut webhooks = Vec::new();
-    for w in &config.console.webhooks {
-        let secret = secrets::resolve(&w.secret, &dir)
-            .with_context(|| format!("the secret of approver.webhook {}", w.url))?;
-        if secret.len() < 16 {
-            bail!("the secret of approver.webhook {} is shorter than 16 characters; use a long random secret", w.url);
-        }
-        webhooks.push(postern_console::WebhookTarget {
-            url: w.url.clone(),
-            secret: secret.into_bytes(),
-        });
-    }
-    let console = (!operators.is_empty()).then(|| postern_console::ConsoleSetup {
-        operators: operators.clone(),
-        actor_tokens: tokens.keys().cloned().collect(),
-        store_url: resolve_store_path(&config.gateway.store, &dir),
-        verifying_key: signing_key.as_ref().map(|k| k.verifying_key()),
-        secure_cookie: config.gateway.tls.is_some()
-            || config
-                .console
-                .public_url
-                .as_deref()
-                .is_some_and(|u| u.starts_with("https://")),
-        webhooks,
-    });
+    let tokens = actor_tokens(&config, &dir)?;
+    let operators = operator_tokens(&config, &dir, &tokens)?;
+    let console = console_setup(&config, &dir, (&operators, &tokens), signing_key.as_ref())?;
     let tokens = Tokens {
         actors: tokens,
         operators,
@@ -142,27 +75,7 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
     // startup_timeout) before the gateway lists tools or listens: a host that lists tools once
     // at start sees them all. One still down does not stop the gateway; its tools are listed
     // unavailable, and a call waits for it (again up to the bound) or fails, sending nothing.
-    let stop_upstreams = tokio_util::sync::CancellationToken::new();
-    let upstreams: std::collections::HashMap<String, Arc<Upstream>> =
-        crate::resolve::upstream_specs(&config, &resolved, &dir)?
-            .into_iter()
-            .map(|spec| {
-                (
-                    spec.name.clone(),
-                    Upstream::start(spec, stop_upstreams.clone()),
-                )
-            })
-            .collect();
-    let mut waits = tokio::task::JoinSet::new();
-    for upstream in upstreams.values().cloned() {
-        waits.spawn(async move { (upstream.wait_up().await, upstream) });
-    }
-    while let Some(Ok((up, upstream))) = waits.join_next().await {
-        if !up {
-            let why = upstream.state().up.err().unwrap_or_default();
-            tracing::warn!(upstream = upstream.name(), why = %why, "the upstream is not up after its startup_timeout; its tools are listed unavailable until it is");
-        }
-    }
+    let (upstreams, stop_upstreams) = start_upstreams(&config, &resolved, &dir).await?;
     let dialers = Dialers {
         http: Arc::new(HttpChannel::with_reuse(connection_reuse()?)),
         upstreams,
@@ -174,22 +87,7 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         ssh: Arc::default(),
     };
     let registry = Registry::new(&config.tools, &resolved, &dialers)?;
-    let store = resolve_store_path(&config.gateway.store, &dir);
-    if let Some(file) = store.strip_prefix("sqlite://") {
-        let file = file.split('?').next().unwrap_or(file);
-        crate::keys::private_store(Path::new(file))?;
-    }
-    let options = LedgerOptions {
-        signing_key,
-        lease: config.gateway.instance_lease,
-        ..LedgerOptions::default()
-    };
-    let (ledger, recovered) = Ledger::open(&store, options)
-        .await
-        .with_context(|| format!("opening the ledger at {store}"))?;
-    for id in &recovered.marked_unknown {
-        eprintln!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
-    }
+    let ledger = open_ledger(&config, &dir, signing_key).await?;
     let vault = open_vault(&config, &dir)?;
     // The tools' pins of upstreams that came up are waited for within the same bound.
     let startup_bound = config
@@ -212,6 +110,159 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         stop_upstreams,
         console,
     })
+}
+
+/// Each actor's token → the actor: long, and none shared.
+fn actor_tokens(config: &Config, dir: &Path) -> Result<HashMap<String, String>> {
+    let mut tokens = HashMap::new();
+    for actor in &config.actors {
+        if let Some(r) = &actor.token {
+            let token = secrets::resolve(r, dir)
+                .with_context(|| format!("token of actor {}", actor.name))?;
+            if token.len() < 16 {
+                bail!(
+                    "the token of actor {} is shorter than 16 characters; use a long random token",
+                    actor.name
+                );
+            }
+            if let Some(other) = tokens.insert(token, actor.name.clone()) {
+                bail!(
+                    "actors {other} and {} have the same token: each actor needs its own (a shared \
+                     token would make every call of one count as the other's)",
+                    actor.name
+                );
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+/// Each operator's token → the operator: long, none shared, none an actor's.
+fn operator_tokens(
+    config: &Config,
+    dir: &Path,
+    tokens: &HashMap<String, String>,
+) -> Result<HashMap<String, String>> {
+    let mut operators = HashMap::new();
+    for operator in &config.operators {
+        let token = secrets::resolve(&operator.token, dir)
+            .with_context(|| format!("token of operator {}", operator.name))?;
+        if token.len() < 16 {
+            bail!(
+                "the token of operator {} is shorter than 16 characters; use a long random token",
+                operator.name
+            );
+        }
+        if let Some(actor) = tokens.get(&token) {
+            bail!(
+                "operator {} has the token of actor {actor}: an operator needs a token no actor \
+                 holds (an agent must never approve its own calls)",
+                operator.name
+            );
+        }
+        if let Some(other) = operators.insert(token, operator.name.clone()) {
+            bail!(
+                "operators {other} and {} have the same token: each operator needs its own (every \
+                 decision names who made it)",
+                operator.name
+            );
+        }
+    }
+    Ok(operators)
+}
+
+/// The operator console's setup (`None` without any operator: no one could log in).
+fn console_setup(
+    config: &Config,
+    dir: &Path,
+    (operators, tokens): (&HashMap<String, String>, &HashMap<String, String>),
+    signing_key: Option<&Arc<SigningKey>>,
+) -> Result<Option<postern_console::ConsoleSetup>> {
+    let mut webhooks = Vec::new();
+    for w in &config.console.webhooks {
+        let secret = secrets::resolve(&w.secret, dir)
+            .with_context(|| format!("the secret of approver.webhook {}", w.url))?;
+        if secret.len() < 16 {
+            bail!("the secret of approver.webhook {} is shorter than 16 characters; use a long random secret", w.url);
+        }
+        webhooks.push(postern_console::WebhookTarget {
+            url: w.url.clone(),
+            secret: secret.into_bytes(),
+        });
+    }
+    Ok(
+        (!operators.is_empty()).then(|| postern_console::ConsoleSetup {
+            operators: operators.clone(),
+            actor_tokens: tokens.keys().cloned().collect(),
+            store_url: resolve_store_path(&config.gateway.store, dir),
+            verifying_key: signing_key.map(|k| k.verifying_key()),
+            secure_cookie: config.gateway.tls.is_some()
+                || config
+                    .console
+                    .public_url
+                    .as_deref()
+                    .is_some_and(|u| u.starts_with("https://")),
+            webhooks,
+        }),
+    )
+}
+
+/// Starts (or dials) every upstream MCP server and waits for each, up to its startup_timeout.
+async fn start_upstreams(
+    config: &Config,
+    resolved: &postern_pipeline::Resolved,
+    dir: &Path,
+) -> Result<(
+    HashMap<String, Arc<Upstream>>,
+    tokio_util::sync::CancellationToken,
+)> {
+    let stop_upstreams = tokio_util::sync::CancellationToken::new();
+    let upstreams: std::collections::HashMap<String, Arc<Upstream>> =
+        crate::resolve::upstream_specs(config, resolved, dir)?
+            .into_iter()
+            .map(|spec| {
+                (
+                    spec.name.clone(),
+                    Upstream::start(spec, stop_upstreams.clone()),
+                )
+            })
+            .collect();
+    let mut waits = tokio::task::JoinSet::new();
+    for upstream in upstreams.values().cloned() {
+        waits.spawn(async move { (upstream.wait_up().await, upstream) });
+    }
+    while let Some(Ok((up, upstream))) = waits.join_next().await {
+        if !up {
+            let why = upstream.state().up.err().unwrap_or_default();
+            tracing::warn!(upstream = upstream.name(), why = %why, "the upstream is not up after its startup_timeout; its tools are listed unavailable until it is");
+        }
+    }
+    Ok((upstreams, stop_upstreams))
+}
+
+/// Opens the ledger (a SQLite file kept private), marking what a stopped gateway left in flight.
+async fn open_ledger(
+    config: &Config,
+    dir: &Path,
+    signing_key: Option<Arc<SigningKey>>,
+) -> Result<Ledger> {
+    let store = resolve_store_path(&config.gateway.store, dir);
+    if let Some(file) = store.strip_prefix("sqlite://") {
+        let file = file.split('?').next().unwrap_or(file);
+        crate::keys::private_store(Path::new(file))?;
+    }
+    let options = LedgerOptions {
+        signing_key,
+        lease: config.gateway.instance_lease,
+        ..LedgerOptions::default()
+    };
+    let (ledger, recovered) = Ledger::open(&store, options)
+        .await
+        .with_context(|| format!("opening the ledger at {store}"))?;
+    for id in &recovered.marked_unknown {
+        tracing::warn!("recovery: {id} was dispatched by a stopped gateway and never answered: now outcome_unknown (a retry will recover it by its class)");
+    }
+    Ok(ledger)
 }
 
 /// The vault the config names: read now (a damaged file, or one without a secret the config
@@ -242,7 +293,7 @@ fn open_vault(config: &Config, dir: &Path) -> Result<Option<VaultSlot>> {
             let passphrase = secrets::resolve(source, dir).context("[gateway] vault_passphrase")?;
             slot.unlock(&passphrase).context("unlocking the vault")?;
         }
-        None if referenced > 0 => eprintln!(
+        None if referenced > 0 => tracing::warn!(
             "postern: the vault is locked: calls whose credential's secret is in it are refused \
              (nothing sent) until an operator unlocks it: postern vault unlock"
         ),
@@ -282,7 +333,7 @@ fn measuring_switch(var: &str, what: &str) -> Result<bool> {
     match std::env::var(var).as_deref() {
         Err(_) | Ok("" | "0") => Ok(false),
         Ok("1") => {
-            eprintln!("postern: {var}=1: {what}");
+            tracing::warn!("postern: {var}=1: {what}");
             Ok(true)
         }
         Ok(other) => bail!("{var}={other:?}: expected 1 or 0"),
@@ -310,7 +361,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
         }
         let installed =
             crate::telemetry::install(a.log_format, &telemetry, &crate::config_dir(&a.config))?;
-        postern_gateway::telemetry::install_metrics().map_err(anyhow::Error::msg)?;
+        postern_pipeline::telemetry::install_metrics().map_err(anyhow::Error::msg)?;
         let served = serve(a, &telemetry).await;
         installed.shutdown().await;
         served
@@ -318,131 +369,152 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
 }
 
 async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Result<i32> {
-    {
-        let assembled = assemble(&a.config).await?;
-        let gateway = assembled.gateway;
-        if let Some(addr) = &telemetry.metrics_listen {
-            serve_metrics(addr, &gateway).await?;
-        }
-        let signs = gateway.config().gateway.signing_key.is_some();
-        if signs {
-            sign_periodically(&gateway);
-        }
-        postern_gateway::retention::keep_retention(&gateway);
-        // Another instance's executions, should it stop, are taken over while this one runs;
-        // should this one be taken over (its lease lapsed), it stops: a restart rejoins fresh.
-        gateway.ledger().keep_taking_over();
-        let fenced = gateway.ledger().clone();
-        tokio::spawn(async move {
-            let by = fenced.taken_over().await;
-            eprintln!("postern: this gateway instance lost its lease and was taken over by {by}: it dispatches nothing more and stops now (restart it to rejoin)");
-            // What it already answered is written first (deliveries, the calls log ride the
-            // next commit): an answer given must not vanish from the record with the process.
-            let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), fenced.flush());
-            if !matches!(flushed.await, Ok(Ok(()))) {
-                eprintln!("postern: the last held records (deliveries, calls log) could not be committed before stopping");
-            }
-            std::process::exit(75);
-        });
-        gateway.keep_run_expiry();
-        if gateway.waits_for_people() {
-            expire_approvals_periodically(&gateway);
-        }
-        if a.stdio {
-            let actor = match &a.actor {
-                Some(name) => name.clone(),
-                None => match gateway.config().actors.as_slice() {
-                    [only] => only.name.clone(),
-                    _ => {
-                        bail!("--stdio needs --actor NAME when the config declares several actors")
-                    }
-                },
-            };
-            match gateway.config().actor(&actor) {
-                None => bail!("actor {actor:?} is not declared in the config"),
-                Some(a) if a.session_approval == postern_core::config::SessionApproval::Required => bail!(
-                    "actor {actor:?} has session_approval = \"required\", but over --stdio there is no \
-                     operator API to authorize its run: serve it over HTTP, or set session_approval = \"auto\""
-                ),
-                Some(_) => {}
-            }
-            postern_gateway::front::serve_stdio(gateway.clone(), actor).await?;
-            // The records the writer holds back (deliveries, the calls log) before exit.
-            if let Err(e) = gateway.ledger().flush().await {
-                eprintln!("postern: the last ledger records could not be committed: {e}");
-            }
-            if signs {
-                sign_head(&gateway).await;
-            }
-            return Ok(0);
-        }
-        let listen = a
-            .listen
-            .clone()
-            .unwrap_or_else(|| gateway.config().gateway.listen.clone());
-        let listener = tokio::net::TcpListener::bind(&listen)
-            .await
-            .with_context(|| format!("binding {listen}"))?;
-        let stop = StopSignal::listen();
-        let addr = listener.local_addr()?;
-        let scheme = if gateway.config().gateway.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        gateway.set_console_base(&format!("{scheme}://{addr}"));
-        let console = assembled
-            .console
-            .map(|setup| postern_console::Console::new(gateway.clone(), setup));
-        let stop_webhooks = tokio_util::sync::CancellationToken::new();
-        if let Some(c) = &console {
-            c.start_webhooks(stop_webhooks.clone())?;
-        }
-        let app = Served {
-            gateway: &gateway,
-            tokens: assembled.tokens,
-            console: console.as_ref(),
-        };
-        match &gateway.config().gateway.tls {
-            Some(files) => {
-                let files = ListenerFiles::of(files, &crate::config_dir(&a.config));
-                let identity = files.read()?;
-                eprintln!("postern: TLS {}", files.describe(&identity));
-                let asks = gateway
-                    .config()
-                    .actors
-                    .iter()
-                    .any(|a| a.client_cert_fingerprint.is_some());
-                let handshake = TlsHandshake::new(identity, asks);
-                reload_on_sighup(files, handshake.clone());
-                println!("postern listening on https://{addr}/mcp");
-                serve_http(listener, handshake, app, stop).await;
-            }
-            None => {
-                if !addr.ip().is_loopback() {
-                    eprintln!("{}", plain_http_warning(addr));
-                }
-                println!("postern listening on http://{addr}/mcp");
-                serve_http(listener, PlainTcp, app, stop).await;
-            }
-        }
-        stop_webhooks.cancel();
-        // Executions finishing in the background (MCP tasks) get to record their end.
-        if !gateway.drain(std::time::Duration::from_secs(30)).await {
-            eprintln!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
-        }
-        // The runs this gateway served end with it (a client that carries on resumes its run).
-        gateway.end_open_runs().await;
-        assembled.stop_upstreams.cancel();
-        // Records the writer holds back (deliveries, stream state) are committed before exit.
+    let assembled = assemble(&a.config).await?;
+    let gateway = assembled.gateway.clone();
+    if let Some(addr) = &telemetry.metrics_listen {
+        serve_metrics(addr, &gateway).await?;
+    }
+    let signs = keep_background_work(&gateway);
+    if a.stdio {
+        let actor = stdio_actor(a, &gateway)?;
+        postern_front::serve_stdio(gateway.clone(), actor).await?;
+        // The records the writer holds back (deliveries, the calls log) before exit.
         if let Err(e) = gateway.ledger().flush().await {
-            eprintln!("postern: the last ledger records could not be committed: {e}");
+            tracing::error!("postern: the last ledger records could not be committed: {e}");
         }
         if signs {
             sign_head(&gateway).await;
         }
-        Ok(0)
+        return Ok(0);
     }
+    serve_on_listener(a, assembled.tokens, assembled.console, &gateway).await?;
+    // Executions finishing in the background (MCP tasks) get to record their end.
+    if !gateway.drain(std::time::Duration::from_secs(30)).await {
+        tracing::warn!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
+    }
+    // The runs this gateway served end with it (a client that carries on resumes its run).
+    gateway.end_open_runs().await;
+    assembled.stop_upstreams.cancel();
+    // Records the writer holds back (deliveries, stream state) are committed before exit.
+    if let Err(e) = gateway.ledger().flush().await {
+        tracing::error!("postern: the last ledger records could not be committed: {e}");
+    }
+    if signs {
+        sign_head(&gateway).await;
+    }
+    Ok(0)
+}
+
+/// Starts what runs beside the calls (signing, retention, takeover, run expiry, approval
+/// expiry); whether the gateway signs checkpoints.
+fn keep_background_work(gateway: &Arc<Gateway>) -> bool {
+    let signs = gateway.config().gateway.signing_key.is_some();
+    if signs {
+        sign_periodically(gateway);
+    }
+    postern_pipeline::retention::keep_retention(gateway);
+    // Another instance's executions, should it stop, are taken over while this one runs;
+    // should this one be taken over (its lease lapsed), it stops: a restart rejoins fresh.
+    gateway.ledger().keep_taking_over();
+    let fenced = gateway.ledger().clone();
+    tokio::spawn(async move {
+        let by = fenced.taken_over().await;
+        tracing::error!("postern: this gateway instance lost its lease and was taken over by {by}: it dispatches nothing more and stops now (restart it to rejoin)");
+        // What it already answered is written first (deliveries, the calls log ride the
+        // next commit): an answer given must not vanish from the record with the process.
+        let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), fenced.flush());
+        if !matches!(flushed.await, Ok(Ok(()))) {
+            tracing::error!("postern: the last held records (deliveries, calls log) could not be committed before stopping");
+        }
+        std::process::exit(75);
+    });
+    gateway.keep_run_expiry();
+    if gateway.waits_for_people() {
+        expire_approvals_periodically(gateway);
+    }
+    signs
+}
+
+/// The one actor a `--stdio` gateway serves.
+fn stdio_actor(a: &ServeArgs, gateway: &Gateway) -> Result<String> {
+    let actor = match &a.actor {
+        Some(name) => name.clone(),
+        None => match gateway.config().actors.as_slice() {
+            [only] => only.name.clone(),
+            _ => {
+                bail!("--stdio needs --actor NAME when the config declares several actors")
+            }
+        },
+    };
+    match gateway.config().actor(&actor) {
+        None => bail!("actor {actor:?} is not declared in the config"),
+        Some(a) if a.session_approval == postern_core::config::SessionApproval::Required => bail!(
+            "actor {actor:?} has session_approval = \"required\", but over --stdio there is no \
+             operator API to authorize its run: serve it over HTTP, or set session_approval = \"auto\""
+        ),
+        Some(_) => {}
+    }
+    Ok(actor)
+}
+
+/// Serves MCP, `/ops` and the console over HTTP(S) until SIGINT or SIGTERM, then stops the
+/// console's webhooks.
+async fn serve_on_listener(
+    a: &ServeArgs,
+    tokens: Tokens,
+    console: Option<postern_console::ConsoleSetup>,
+    gateway: &Arc<Gateway>,
+) -> Result<()> {
+    let listen = a
+        .listen
+        .clone()
+        .unwrap_or_else(|| gateway.config().gateway.listen.clone());
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let stop = StopSignal::listen();
+    let addr = listener.local_addr()?;
+    let scheme = if gateway.config().gateway.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    gateway.set_console_base(&format!("{scheme}://{addr}"));
+    let console = console.map(|setup| postern_console::Console::new(gateway.clone(), setup));
+    let stop_webhooks = tokio_util::sync::CancellationToken::new();
+    if let Some(c) = &console {
+        c.start_webhooks(stop_webhooks.clone())?;
+    }
+    let app = Served {
+        gateway,
+        tokens,
+        console: console.as_ref(),
+    };
+    match &gateway.config().gateway.tls {
+        Some(files) => {
+            let files = ListenerFiles::of(files, &crate::config_dir(&a.config));
+            let identity = files.read()?;
+            tracing::info!("postern: TLS {}", files.describe(&identity));
+            let asks = gateway
+                .config()
+                .actors
+                .iter()
+                .any(|a| a.client_cert_fingerprint.is_some());
+            let handshake = TlsHandshake::new(identity, asks);
+            reload_on_sighup(files, handshake.clone());
+            println!("postern listening on https://{addr}/mcp");
+            serve_http(listener, handshake, app, stop).await;
+        }
+        None => {
+            if !addr.ip().is_loopback() {
+                tracing::warn!("{}", plain_http_warning(addr));
+            }
+            println!("postern listening on http://{addr}/mcp");
+            serve_http(listener, PlainTcp, app, stop).await;
+        }
+    }
+    stop_webhooks.cancel();
+    Ok(())
 }
 
 /// `[telemetry] metrics_listen`: `/metrics` without a token on its own address.
@@ -450,13 +522,13 @@ async fn serve_metrics(addr: &str, gateway: &Arc<Gateway>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding telemetry.metrics_listen {addr}"))?;
-    eprintln!(
+    tracing::info!(
         "postern: metrics on http://{}/metrics",
         listener.local_addr()?
     );
     let gateway = gateway.clone();
     tokio::spawn(async move {
-        if let Err(e) = postern_gateway::front::ops::serve_metrics_only(listener, gateway).await {
+        if let Err(e) = postern_front::ops::serve_metrics_only(listener, gateway).await {
             tracing::error!(error = %e, "the metrics listener stopped");
         }
     });
@@ -479,13 +551,13 @@ async fn serve_http<H: Handshake>(
 ) {
     let gateway = served.gateway;
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let vouch = postern_gateway::front::vouch(gateway, &served.tokens);
-    let mut app = postern_gateway::front::router(gateway.clone(), served.tokens, shutdown.clone());
+    let vouch = postern_front::vouch(gateway, &served.tokens);
+    let mut app = postern_front::router(gateway.clone(), served.tokens, shutdown.clone());
     if let Some(console) = served.console {
         app = app.merge(console.router());
     }
     let limits = ListenerLimits::of(&gateway.config().gateway);
-    postern_gateway::front::listener::serve(listener, handshake, app, limits, vouch, async move {
+    postern_front::listener::serve(listener, handshake, app, limits, vouch, async move {
         stop.wait().await;
         // Open streams (a session's GET stream, a live replay) end now instead of holding
         // the stop until their clients leave.
@@ -528,7 +600,7 @@ impl ListenerFiles {
         })?;
         let key = crate::keys::read_private(&self.key, "the TLS key ([gateway] tls.key)")?;
         ServerIdentity::from_pem(&cert, key.as_bytes(), crate::now()).map_err(|e| {
-            use postern_gateway::front::listener::tls::ListenerTlsError as E;
+            use postern_front::listener::tls::ListenerTlsError as E;
             let file = match e {
                 E::BadKey | E::KeyMismatch => &self.key,
                 _ => &self.cert,
@@ -558,7 +630,7 @@ fn reload_on_sighup(files: ListenerFiles, handshake: TlsHandshake) {
         // Registered before the listening line is printed, so a SIGHUP sent once the gateway
         // says it listens reloads rather than kills it.
         let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-            eprintln!(
+            tracing::warn!(
                 "postern: cannot listen for SIGHUP: the TLS certificate will not be reloaded"
             );
             return;
@@ -567,10 +639,10 @@ fn reload_on_sighup(files: ListenerFiles, handshake: TlsHandshake) {
             while hangup.recv().await.is_some() {
                 match files.read() {
                 Ok(identity) => {
-                    eprintln!("postern: SIGHUP: reloaded the TLS {}", files.describe(&identity));
+                    tracing::info!("postern: SIGHUP: reloaded the TLS {}", files.describe(&identity));
                     handshake.replace(identity);
                 }
-                Err(e) => eprintln!(
+                Err(e) => tracing::warn!(
                     "postern: SIGHUP: kept the current TLS certificate, the new one is refused: {e:#}"
                 ),
             }
@@ -599,7 +671,9 @@ fn expire_approvals_periodically(gateway: &Arc<Gateway>) {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             if let Err(e) = gateway.expire_approvals().await {
-                eprintln!("postern: expiring approval requests failed (tried again in 1 s): {e}");
+                tracing::warn!(
+                    "postern: expiring approval requests failed (tried again in 1 s): {e}"
+                );
             }
         }
     });
@@ -607,8 +681,8 @@ fn expire_approvals_periodically(gateway: &Arc<Gateway>) {
 
 /// Signs a checkpoint of the head (a no-op when the head is already signed).
 async fn sign_head(gateway: &Gateway) {
-    if let Err(e) = gateway.ledger().checkpoint(postern_gateway::now()).await {
-        eprintln!("postern: could not sign a checkpoint of the audit chain: {e}");
+    if let Err(e) = gateway.ledger().checkpoint(postern_pipeline::now()).await {
+        tracing::warn!("postern: could not sign a checkpoint of the audit chain: {e}");
     }
 }
 

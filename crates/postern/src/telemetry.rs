@@ -31,7 +31,7 @@ pub enum LogFormat {
 /// `postern_ledger=debug`); default: this project's crates at `info`, others at `warn`.
 pub const LOG_FILTER_VAR: &str = "POSTERN_LOG";
 const DEFAULT_FILTER: &str =
-    "warn,postern=info,postern_gateway=info,postern_ledger=info,postern_channels=info";
+    "warn,postern=info,postern_pipeline=info,postern_ledger=info,postern_channels=info";
 
 /// Other crates are never heard below `info`, whatever `POSTERN_LOG` asks: at debug and trace
 /// they print whole MCP messages, headers and frames, and with them arguments and credentials.
@@ -111,7 +111,7 @@ pub fn install(
                 .with_tracer(provider.tracer("postern"))
                 // The gateway's own spans (calls, targets, ledger commits), not its libraries'.
                 .with_filter(EnvFilter::new(
-                    "off,postern_gateway=debug,postern_ledger=debug,postern_channels=debug",
+                    "off,postern_pipeline=debug,postern_ledger=debug,postern_channels=debug",
                 ));
             (Some(layer), Some(provider))
         }

@@ -1,27 +1,30 @@
-//! `postern activity trace`: the investigation view (see `postern_gateway::investigate`).
+//! `postern activity trace`: the investigation view (see `postern_pipeline::investigate`).
 
 use anyhow::{bail, Result};
 use postern_core::ExecutionId;
-use postern_gateway::investigate::{self, RELATED};
 use postern_ledger::{ListFilter, StoreReader};
+use postern_pipeline::investigate::{self, RELATED};
 
-use crate::activity::TraceArgs;
 use crate::terminal::shown;
 
-pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
-    if let Some(id) = &a.id {
+/// One execution (`id`), or every execution `filter` selects (its actor, fingerprint or key).
+pub async fn run(
+    id: Option<&str>,
+    filter: ListFilter,
+    store: StoreReader,
+    json: bool,
+) -> Result<i32> {
+    if let Some(id) = id {
         return one(id, &store, json).await;
     }
+    let by_key = filter.operation_key.is_some();
     let filter = ListFilter {
-        actor: a.actor.clone(),
-        fingerprint: a.fingerprint.clone(),
-        operation_key: a.key.clone(),
         limit: RELATED,
-        ..ListFilter::default()
+        ..filter
     };
     let mut found = store.list(&filter).await?;
     // A key names one execution; its intent's other executions explain the duplicate.
-    if a.key.is_some() {
+    if by_key {
         if let Some(first) = found.first().cloned() {
             let same_intent = ListFilter {
                 actor: Some(first.actor.clone()),
@@ -39,11 +42,7 @@ pub async fn run(a: &TraceArgs, store: StoreReader, json: bool) -> Result<i32> {
     if found.is_empty() {
         bail!(
             "no execution of that {} in this store",
-            if a.key.is_some() {
-                "key"
-            } else {
-                "fingerprint"
-            }
+            if by_key { "key" } else { "fingerprint" }
         );
     }
     let rows = investigate::side_by_side(&found);

@@ -1,6 +1,9 @@
 //! The audit crate's one integration-test binary: the chain format and the verifier on
 //! in-memory logs (the CLI tests tamper with real files and databases).
 
+// A scenario test reads top to bottom; the bound on function length is for library code.
+#![allow(clippy::too_many_lines)]
+
 use postern_audit::{
     event_hash, BreakReason, ChainedEvent, EventBody, SigningKey, Verifier, GENESIS_HASH,
 };
@@ -196,7 +199,7 @@ proptest! {
         let record = postern_core::ActionRecord {
             actor: "billing".into(),
             tool,
-            channel: postern_core::contract::Channel::Http,
+            channel: postern_core::contract::ChannelKind::Http,
             target: "https://api.example.com/v1/invoices".into(),
             credential_ref: Some("stripe".into()),
             method: "POST".into(),

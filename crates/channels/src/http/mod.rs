@@ -11,9 +11,7 @@
 
 mod classify;
 mod client;
-mod credential;
 mod outcome;
-mod redact;
 mod tls;
 mod tool;
 mod url;
@@ -27,16 +25,14 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tokio::time::{timeout_at, Instant};
 
+pub use crate::secret::{
+    basic_token, percent_encode, redact, redact_answer, secret_forms, Credential, Secret, REDACTED,
+};
 pub use client::{ConnectionReuse, POOL_IDLE_TIMEOUT};
-pub(crate) use credential::sorted as sorted_needles;
-pub use credential::{basic_token, secret_forms, Credential, Secret};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
-pub use redact::{redact, redact_answer, REDACTED};
 pub use tls::{install_default_provider, ClientIdentity, TlsProfile, TrustedRoots};
 pub use tool::HttpTool;
-pub use url::{
-    check_template, percent_encode, render_url, render_url_for_record, EXECUTION_ID_PLACEHOLDER,
-};
+pub use url::{check_template, render_url, render_url_for_record, EXECUTION_ID_PLACEHOLDER};
 
 /// One request to send, fully rendered.
 #[derive(Clone, Debug)]
@@ -145,9 +141,9 @@ impl HttpChannel {
             .map(Credential::redaction_needles)
             .unwrap_or_default();
         for secret in &req.also_redact {
-            needles.extend(credential::secret_forms(secret.expose()));
+            needles.extend(crate::secret::secret_forms(secret.expose()));
         }
-        let needles = credential::sorted(needles);
+        let needles = crate::secret::sorted(needles);
         let (request, host) = match build_request(&req) {
             Ok(built) => built,
             Err(reason) => return HttpOutcome::NotSent { reason },
@@ -200,7 +196,10 @@ async fn read_answer(
         })
         .map(|(name, value)| {
             let value = String::from_utf8_lossy(value.as_bytes());
-            (name.to_string(), redact::redact_text(&value, needles))
+            (
+                name.to_string(),
+                crate::secret::redact_text(&value, needles),
+            )
         })
         .collect();
 
@@ -235,7 +234,7 @@ async fn read_answer(
         }
     }
     let cap = req.max_response_bytes;
-    let body = redact::redact_answer(&stored, cap, cap, needles);
+    let body = crate::secret::redact_answer(&stored, cap, cap, needles);
     HttpOutcome::Answered(HttpAnswer {
         status,
         verdict: req.outcome_rules.verdict(status),

@@ -8,6 +8,7 @@
 //! such a rendering is refused ([`ChannelError::Steered`]) naming the placeholders, never the
 //! values.
 
+use crate::secret::percent_encode_into;
 use serde_json::{Map, Value};
 
 use crate::ChannelError;
@@ -177,27 +178,6 @@ fn render(template: &str, fill: &mut Fill<'_>) -> Result<String, ChannelError> {
     }
     out.push_str(rest);
     Ok(out)
-}
-
-/// Percent-encodes `text` (as UTF-8): RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`)
-/// stay, every other byte becomes `%XX` with upper-case hex.
-pub fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    percent_encode_into(text, &mut out);
-    out
-}
-
-fn percent_encode_into(text: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0f)]));
-        }
-    }
 }
 
 fn json_kind(value: &Value) -> &'static str {

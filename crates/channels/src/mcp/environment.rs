@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::http::Secret;
+use crate::secret::Secret;
 
 /// The variables of the gateway's environment a stdio upstream inherits when they are set: those
 /// the official MCP SDKs pass to a server by default (`HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`,

@@ -19,7 +19,8 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Askers, LinkClient, ProgressRoutes, UpstreamEvent};
-use crate::http::{Credential, Secret, TlsProfile};
+use crate::http::TlsProfile;
+use crate::secret::{Credential, Secret};
 
 /// How to reach an upstream, with its references resolved.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Upstream, EXECUTION_ID_META};
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
-use crate::http::redact_answer;
+use crate::secret::redact_answer;
 
 /// One upstream tool under a contract.
 pub struct McpTool {

@@ -13,7 +13,7 @@ use russh::client::{self, Handle, Msg};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
 use tokio::time::Instant;
 
-use crate::http::Secret;
+use crate::secret::Secret;
 
 /// Where a command goes and as whom.
 pub struct Endpoint<'a> {

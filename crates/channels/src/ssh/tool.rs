@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
-use crate::http::{redact_answer, Credential, Secret};
+use crate::secret::{redact_answer, Credential, Secret};
 use crate::ssh::command::render;
 use crate::ssh::link::{Endpoint, SshLinks};
 use crate::ssh::marker::{self, MarkerDir, Report};

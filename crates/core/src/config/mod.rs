@@ -3,17 +3,17 @@
 //! every tool becomes a validated [`ToolContract`].
 
 mod console;
+mod gateway;
 mod people;
 mod raw;
 mod secret;
 mod telemetry;
 mod tls;
+mod tool;
 mod upstream;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-
-use serde_json::Value;
 
 pub use console::{Console, Webhook};
 pub use secret::{EnvValue, SecretRef};
@@ -24,12 +24,7 @@ pub use upstream::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT,
 };
 
-use crate::class::{ActionClass, RecoveryMethod};
-use crate::contract::{
-    Approval, ArgumentRules, ChannelSpec, HttpBody, HttpRequestSpec, HttpSpec, SshSpec,
-    ToolContract, ToolContractDraft,
-};
-use crate::duration::parse_duration;
+use crate::contract::{Approval, ToolContract};
 
 /// A configuration error, located in its file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -197,169 +192,14 @@ impl Config {
             let offset = e.span().map_or(0, |s| s.start);
             at(offset, e.message().trim().to_string())
         })?;
-        let dur = |value: &Option<String>, default: &str, offset: usize, field: &str| {
-            parse_duration(value.as_deref().unwrap_or(default))
-                .map_err(|e| at(offset, format!("{field}: {e}")))
-        };
-        // A bound of zero would refuse everything: refused, naming the key.
-        let positive_dur = |value: &Option<String>, default: &str, field: &str| {
-            dur(value, default, 0, field).and_then(|d| {
-                if d.is_zero() {
-                    Err(at(0, format!("{field}: must be longer than 0")))
-                } else {
-                    Ok(d)
-                }
-            })
-        };
-        let count = |value: Option<u32>, default: u32, field: &str| match value {
-            Some(0) => Err(at(0, format!("{field}: at least 1"))),
-            Some(n) => Ok(n),
-            None => Ok(default),
-        };
-
-        let g = raw.gateway;
-        if g.checkpoint_every.is_some() && g.signing_key.is_none() {
-            return Err(at(
-                0,
-                "gateway.checkpoint_every: there is no signing_key to sign checkpoints with"
-                    .to_string(),
-            ));
-        }
-        let store = g.store.unwrap_or_else(|| "sqlite://postern.db".to_string());
-        let max_connections = count(g.max_connections, 1024, "gateway.max_connections")?;
-        let gateway = GatewaySettings {
-            listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
-            store: store.clone(),
-            fingerprint_key: g.fingerprint_key,
-            signing_key: g.signing_key,
-            retention: dur(&g.retention, "7d", 0, "gateway.retention")?,
-            max_body_bytes: g.max_body_bytes.unwrap_or(1 << 20),
-            allowed_origins: g.allowed_origins.unwrap_or_default(),
-            approval_ttl: positive_dur(&g.approval_ttl, "15m", "gateway.approval_ttl")?,
-            attach_wait: dur(&g.attach_wait, "10s", 0, "gateway.attach_wait")?,
-            max_calls_per_actor: count(g.max_calls_per_actor, 64, "gateway.max_calls_per_actor")?,
-            max_sessions_per_actor: count(
-                g.max_sessions_per_actor,
-                64,
-                "gateway.max_sessions_per_actor",
-            )?,
-            max_streams_per_actor: count(
-                g.max_streams_per_actor,
-                256,
-                "gateway.max_streams_per_actor",
-            )?,
-            max_connections,
-            max_connections_per_address: match g.max_connections_per_address {
-                Some(n) if n > max_connections => return Err(at(0, format!("gateway.max_connections_per_address: {n} is more than max_connections ({max_connections})"))),
-                n => count(n, (max_connections / 4).max(1), "gateway.max_connections_per_address")?,
-            },
-            first_byte_timeout: positive_dur(&g.first_byte_timeout, "5s", "gateway.first_byte_timeout")?,
-            header_read_timeout: positive_dur(
-                &g.header_read_timeout,
-                "10s",
-                "gateway.header_read_timeout",
-            )?,
-            idle_timeout: positive_dur(&g.idle_timeout, "2m", "gateway.idle_timeout")?,
-            session_idle: positive_dur(&g.session_idle, "1h", "gateway.session_idle")?,
-            instance_lease: match &g.instance_lease {
-                Some(_) if !store.starts_with("postgres") => return Err(at(0, "gateway.instance_lease applies to a PostgreSQL store only (on SQLite a crashed process is known at once by its lock file)".into())),
-                lease => positive_dur(lease, "30s", "gateway.instance_lease")
-                    .and_then(|d| match d < Duration::from_secs(1) {
-                        true => Err(at(0, "gateway.instance_lease: at least 1s".into())),
-                        false => Ok(d),
-                    })?,
-            },
-            tls: match g.tls {
-                Some(t) if t.cert.is_empty() || t.key.is_empty() => {
-                    return Err(at(
-                        0,
-                        "gateway.tls: cert and key name PEM files (relative to this file)"
-                            .to_string(),
-                    ))
-                }
-                Some(t) => Some(ListenerTls {
-                    cert: t.cert,
-                    key: t.key,
-                }),
-                None => None,
-            },
-            checkpoint_every: dur(&g.checkpoint_every, "1m", 0, "gateway.checkpoint_every")
-                .and_then(|d| {
-                    if d < Duration::from_secs(1) {
-                        Err(at(0, "gateway.checkpoint_every: at least 1s".to_string()))
-                    } else {
-                        Ok(d)
-                    }
-                })?,
-            vault: match g.vault {
-                Some(v) if v.is_empty() => {
-                    return Err(at(0, "gateway.vault: name the vault file".to_string()))
-                }
-                other => other,
-            },
-            vault_passphrase: g.vault_passphrase,
-        };
-        if gateway.vault_passphrase.is_some() && gateway.vault.is_none() {
-            return Err(at(
-                0,
-                "gateway.vault_passphrase: there is no [gateway] vault to unlock".to_string(),
-            ));
-        }
-        // The gateway must start, authenticate and sign before anyone unlocks the vault: only
-        // the secrets of credentials may live in it.
-        let outside = [
-            ("gateway.fingerprint_key", Some(&gateway.fingerprint_key)),
-            ("gateway.signing_key", gateway.signing_key.as_ref()),
-            (
-                "gateway.vault_passphrase",
-                gateway.vault_passphrase.as_ref(),
-            ),
-        ];
-        for (key, r) in outside {
-            if matches!(r, Some(SecretRef::Vault(_))) {
-                return Err(at(0, format!("{key}: a vault reference is only allowed for a credential's secret (the gateway needs this before the vault is unlocked)")));
-            }
-        }
-
-        let mut credentials = BTreeMap::new();
-        for (name, c) in raw.credential {
-            let credential = build_credential(&name, c).map_err(|m| at(0, m))?;
-            if matches!(credential.secret, Some(SecretRef::Vault(_))) && gateway.vault.is_none() {
-                return Err(at(0, format!("credential.{name}.secret: a vault reference needs [gateway] vault = \"postern.vault\" (created by postern vault init)")));
-            }
-            if matches!(
-                credential.client_certificate.as_ref().map(|c| &c.key),
-                Some(SecretRef::Vault(_))
-            ) {
-                return Err(at(0, format!("credential.{name}.client_key: the vault holds credential secrets only; give the key as {{ file = \"…\" }} or {{ env = \"…\" }}")));
-            }
-            credentials.insert(name, credential);
-        }
-
-        let mut upstreams = BTreeMap::new();
-        for (name, u) in raw.upstream {
-            let upstream = upstream::parse_upstream(&name, u, &credentials, gateway.retention)
-                .map_err(|m| at(0, m))?;
-            upstreams.insert(name, upstream);
-        }
-        check_prefixes(&upstreams).map_err(|m| at(0, m))?;
-
-        let mut tools: Vec<ToolContract> = Vec::new();
-        for t in raw.tool {
-            let offset = t.name.span().start;
-            let name = t.name.get_ref().clone();
-            if tools.iter().any(|x| x.name == name) {
-                return Err(at(offset, format!("tool {name:?} is declared twice")));
-            }
-            let contract =
-                build_tool(t, &gateway, &credentials, &upstreams).map_err(|m| at(offset, m))?;
-            tools.push(contract);
-        }
-
+        let gateway = gateway::settings(raw.gateway).map_err(|m| at(0, m))?;
+        let credentials = credentials(raw.credential, &gateway).map_err(|m| at(0, m))?;
+        let upstreams = upstreams(raw.upstream, &credentials, &gateway).map_err(|m| at(0, m))?;
+        let tools = tools(raw.tool, &gateway, &credentials, &upstreams)
+            .map_err(|(offset, m)| at(offset, m))?;
         let actors = people::actors(raw.actor, &tools, &upstreams, gateway.tls.is_some())
             .map_err(|(offset, m)| at(offset, m))?;
         let operators = people::operators(raw.operator).map_err(|(offset, m)| at(offset, m))?;
-
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let console =
             console::build(raw.console, raw.approver, operators.len()).map_err(|e| at(0, e))?;
@@ -384,38 +224,27 @@ impl Config {
     }
 }
 
-/// TLS settings only where TLS happens: a CA file or a client certificate on a tool whose
-/// request is plain `http://` would be silently unused, so it is refused.
-fn check_tls_fields(
-    h: &raw::RawHttp,
-    credentials: &BTreeMap<String, Credential>,
-) -> Result<(), (&'static str, String)> {
-    let https = h.url.starts_with("https://");
-    if h.ca_file.as_deref() == Some("") {
-        return Err((
-            "http.ca_file",
-            "is empty; name a PEM file of CA certificates".into(),
-        ));
-    }
-    if h.ca_file.is_some() && !https {
-        return Err((
-            "http.ca_file",
-            "the url is not https://, so no certificate would ever be checked against it".into(),
-        ));
-    }
-    let credential = h.credential.as_ref().and_then(|c| credentials.get(c));
-    if let Some(c) = credential.filter(|c| c.client_certificate.is_some()) {
-        if !https {
-            return Err((
-                "http.credential",
-                format!(
-                    "{:?} has a client certificate, but the url is not https:// (mTLS needs TLS)",
-                    c.name
-                ),
-            ));
+/// The `[credential.NAME]` tables. The vault holds only the secrets of credentials, and
+/// only when the gateway names one.
+fn credentials(
+    raw: BTreeMap<String, raw::RawCredential>,
+    gateway: &GatewaySettings,
+) -> Result<BTreeMap<String, Credential>, String> {
+    let mut credentials = BTreeMap::new();
+    for (name, c) in raw {
+        let credential = build_credential(&name, c)?;
+        if matches!(credential.secret, Some(SecretRef::Vault(_))) && gateway.vault.is_none() {
+            return Err(format!("credential.{name}.secret: a vault reference needs [gateway] vault = \"postern.vault\" (created by postern vault init)"));
         }
+        if matches!(
+            credential.client_certificate.as_ref().map(|c| &c.key),
+            Some(SecretRef::Vault(_))
+        ) {
+            return Err(format!("credential.{name}.client_key: the vault holds credential secrets only; give the key as {{ file = \"…\" }} or {{ env = \"…\" }}"));
+        }
+        credentials.insert(name, credential);
     }
-    Ok(())
+    Ok(credentials)
 }
 
 /// A `[credential.NAME]` table: its kind, the fields that kind takes, and its client
@@ -469,216 +298,40 @@ pub(super) fn parse_approval(value: Option<&str>) -> Result<Approval, String> {
     }
 }
 
-fn build_tool(
-    t: raw::RawTool,
+/// The `[upstream.NAME]` tables, then a check across them.
+fn upstreams(
+    raw: BTreeMap<String, raw::RawUpstream>,
+    credentials: &BTreeMap<String, Credential>,
+    gateway: &GatewaySettings,
+) -> Result<BTreeMap<String, Upstream>, String> {
+    let mut upstreams = BTreeMap::new();
+    for (name, u) in raw {
+        let upstream = upstream::parse_upstream(&name, u, credentials, gateway.retention)?;
+        upstreams.insert(name, upstream);
+    }
+    check_prefixes(&upstreams)?;
+    Ok(upstreams)
+}
+
+/// The `[[tool]]` tables, in order; an error is placed at the tool's name.
+fn tools(
+    raw: Vec<raw::RawTool>,
     gateway: &GatewaySettings,
     credentials: &BTreeMap<String, Credential>,
     upstreams: &BTreeMap<String, Upstream>,
-) -> Result<ToolContract, String> {
-    let name = t.name.get_ref().clone();
-    let field = |f: &str, m: String| format!("tool {name:?}: {f}: {m}");
-    let dur = |v: &Option<String>, f: &str| -> Result<Option<Duration>, String> {
-        v.as_deref()
-            .map(parse_duration)
-            .transpose()
-            .map_err(|e| field(f, e.to_string()))
-    };
-    let known_credential = |c: &str| -> Result<(), String> {
-        if credentials.contains_key(c) {
-            Ok(())
-        } else {
-            Err(field(
-                "credential",
-                format!("{c:?} is not declared in [credential.*]"),
-            ))
+) -> Result<Vec<ToolContract>, (usize, String)> {
+    let mut tools: Vec<ToolContract> = Vec::new();
+    for t in raw {
+        let offset = t.name.span().start;
+        let name = t.name.get_ref().clone();
+        if tools.iter().any(|x| x.name == name) {
+            return Err((offset, format!("tool {name:?} is declared twice")));
         }
-    };
-
-    let channel = match (t.http, t.ssh, t.mcp) {
-        (Some(h), None, None) => {
-            if let Some(c) = &h.credential {
-                known_credential(c)?;
-                if credentials[c].kind == CredentialKind::SshKey {
-                    return Err(field(
-                        "http.credential",
-                        format!("{c:?} is an ssh_key, which no HTTP request carries"),
-                    ));
-                }
-            }
-            check_tls_fields(&h, credentials).map_err(|(f, m)| field(f, m))?;
-            let method = h.method.to_ascii_uppercase();
-            let body = match h.body.as_deref() {
-                Some("arguments") => HttpBody::Arguments,
-                Some("none") => HttpBody::None,
-                None if matches!(method.as_str(), "POST" | "PUT" | "PATCH") => HttpBody::Arguments,
-                None => HttpBody::None,
-                Some(other) => {
-                    return Err(field(
-                        "http.body",
-                        format!("{other:?} is not \"arguments\" or \"none\""),
-                    ))
-                }
-            };
-            Some(ChannelSpec::Http(HttpSpec {
-                request: HttpRequestSpec { method, url: h.url },
-                credential: h.credential,
-                body,
-                idempotency_header: h
-                    .idempotency_header
-                    .unwrap_or_else(|| "Idempotency-Key".to_string()),
-                connect_timeout: dur(&h.connect_timeout, "http.connect_timeout")?
-                    .unwrap_or(Duration::from_secs(5)),
-                response_timeout: dur(&h.response_timeout, "http.response_timeout")?
-                    .unwrap_or(Duration::from_secs(30)),
-                ca_file: h.ca_file,
-            }))
-        }
-        (None, Some(s), None) => {
-            known_credential(&s.credential)?;
-            if credentials[&s.credential].kind != CredentialKind::SshKey {
-                return Err(field(
-                    "ssh.credential",
-                    format!("{:?} is not of kind ssh_key", s.credential),
-                ));
-            }
-            Some(ChannelSpec::Ssh(SshSpec {
-                host: s.host,
-                port: s.port.unwrap_or(22),
-                user: s.user,
-                host_key: s.host_key,
-                credential: s.credential,
-                command: s.command,
-                cwd: s.cwd,
-                timeout: dur(&s.timeout, "ssh.timeout")?.unwrap_or(Duration::from_secs(60)),
-                unchanged_exit_codes: s
-                    .unchanged_exit_codes
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| match c {
-                        1..=255 => Ok(c as i32),
-                        _ => Err(field(
-                            "ssh.unchanged_exit_codes",
-                            format!("{c} is not an exit code of 1-255"),
-                        )),
-                    })
-                    .collect::<Result<_, _>>()?,
-                marker_dir: s.marker_dir,
-            }))
-        }
-        (None, None, Some(m)) => Some(ChannelSpec::Mcp(
-            upstream::mcp_spec(m, upstreams, t.input_schema.is_some())
-                .map_err(|(f, m)| field(f, m))?,
-        )),
-        (None, None, None) => None,
-        _ => {
-            return Err(field(
-                "channel",
-                "declare exactly one of http, ssh or mcp".into(),
-            ))
-        }
-    };
-
-    let class = match t.class.as_deref() {
-        Some(s) => Some(
-            ActionClass::ALL
-                .into_iter()
-                .find(|c| c.as_str() == s)
-                .ok_or_else(|| field("class", format!("{s:?} is not one of read_only, idempotent_write, conditional_write, irreversible, remote_command")))?,
-        ),
-        // Upstream MCP annotations are untrusted hints: without a declared class, assume the worst.
-        None if matches!(channel, Some(ChannelSpec::Mcp(_))) => Some(ActionClass::Irreversible),
-        None => None,
-    };
-    let recovery = t.recovery.unwrap_or(raw::RawRecovery {
-        method: None,
-        status_query: None,
-        status_tool: None,
-        arguments: None,
-        precondition: None,
-    });
-    let status_tool = upstream::status_tool(recovery.status_tool, recovery.arguments)
-        .map_err(|(f, m)| field(f, m))?;
-    let recovery_method = match recovery.method.as_deref() {
-        None => None,
-        Some(s) => Some(
-            [
-                RecoveryMethod::Retry,
-                RecoveryMethod::RetrySameKey,
-                RecoveryMethod::StatusQuery,
-                RecoveryMethod::Precondition,
-                RecoveryMethod::Marker,
-                RecoveryMethod::Review,
-            ]
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| field("recovery.method", format!("{s:?} is not one of retry, retry_same_key, status_query, precondition, marker, review")))?,
-        ),
-    };
-    let request = |r: raw::RawRequest| HttpRequestSpec {
-        method: r.method.to_ascii_uppercase(),
-        url: r.url,
-    };
-    let input_schema = t
-        .input_schema
-        .map(|v| serde_json::to_value(v).map_err(|e| field("input_schema", e.to_string())))
-        .transpose()?;
-    let defaults = match t.defaults {
-        None => serde_json::Map::new(),
-        Some(table) => {
-            match serde_json::to_value(table).map_err(|e| field("defaults", e.to_string()))? {
-                Value::Object(m) => m,
-                _ => return Err(field("defaults", "must be a table".into())),
-            }
-        }
-    };
-    let is_read = class.is_some_and(ActionClass::is_read_only);
-    let approval = parse_approval(t.approval.as_deref()).map_err(|m| field("approval", m))?;
-    let asks_approval = approval == Approval::EveryCall
-        || channel
-            .as_ref()
-            .and_then(ChannelSpec::credential_ref)
-            .and_then(|c| credentials.get(c))
-            .is_some_and(|c| c.approval == Approval::EveryCall);
-    let draft = ToolContractDraft {
-        name: name.clone(),
-        description: t.description,
-        class,
-        channel,
-        input_schema,
-        arguments: ArgumentRules {
-            defaults,
-            non_semantic: t.non_semantic.unwrap_or_default().into_iter().collect(),
-            secret: t.secret_fields.unwrap_or_default().into_iter().collect(),
-        },
-        match_window: dur(&t.match_window, "match_window")?,
-        retention: dur(&t.retention, "retention")?.or(if is_read {
-            None
-        } else {
-            Some(gateway.retention)
-        }),
-        recovery_method,
-        status_query: recovery.status_query.map(request),
-        status_tool,
-        precondition: recovery.precondition.map(request),
-        approval,
-        approval_ttl: match &t.approval_ttl {
-            None => None,
-            Some(_) if !asks_approval => {
-                return Err(field(
-                    "approval_ttl",
-                    "neither the tool nor its credential asks for approval = \"every_call\", so nothing would ever wait for it".into(),
-                ))
-            }
-            Some(_) => match dur(&t.approval_ttl, "approval_ttl")? {
-                Some(d) if d.is_zero() => {
-                    return Err(field("approval_ttl", "must be longer than 0".into()))
-                }
-                other => other,
-            },
-        },
-        long_running: t.long_running,
-    };
-    draft.validate().map_err(|e| e.to_string())
+        let contract =
+            tool::build_tool(t, gateway, credentials, upstreams).map_err(|m| (offset, m))?;
+        tools.push(contract);
+    }
+    Ok(tools)
 }
 
 /// Two `expose = "all"` upstreams whose prefixes overlap could serve two tools under one name:

@@ -34,7 +34,7 @@ pub(super) fn actors(
                 ),
             ));
         }
-        // DESIGN §6 makes `required` the default once session authorization exists; until
+        // contract §6 makes `required` the default once session authorization exists; until
         // then a missing key means what the gateway does (`auto`), and an explicit
         // `required` is refused at start-up (`Gateway::new`).
         let session_approval = match a.session_approval.as_deref() {
@@ -62,7 +62,7 @@ pub(super) fn actors(
                 };
                 if let Some(unknown) = list.iter().find(|t| {
                     !tools.iter().any(|c| &c.name == *t)
-                        && *t != "execution_status"
+                        && *t != crate::contract::EXECUTION_STATUS
                         && !exposed_all(t)
                 }) {
                     return Err((

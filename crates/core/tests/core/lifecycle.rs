@@ -1,9 +1,9 @@
-//! The state machine, checked exhaustively against the lifecycle of DESIGN §3 written out here
+//! The state machine, checked exhaustively against the lifecycle of contract §3 written out here
 //! independently of the implementation's table.
 
 use postern_core::lifecycle::{EventKind, Lifecycle, Requires, State, TransitionError};
 
-/// DESIGN §3 as (from, event, to) by display names; `-` is a new execution.
+/// contract §3 as (from, event, to) by display names; `-` is a new execution.
 const SPEC: &[(&str, &str, &str)] = &[
     ("-", "accepted", "accepted"),
     ("accepted", "approval_requested", "awaiting_approval"),
@@ -67,7 +67,7 @@ const SPEC: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// DESIGN §3 as amended by issue 21: `failed` means no request of the execution ever left, so
+/// contract §3 as amended by issue 21: `failed` means no request of the execution ever left, so
 /// it follows only an execution's first and only dispatch.
 fn history_allows(event: EventKind, dispatches: u32) -> bool {
     event != EventKind::Failed || dispatches == 1

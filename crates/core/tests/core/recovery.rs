@@ -1,4 +1,4 @@
-//! The recovery decision for every (prior state × class) cell of DESIGN §4 and every
+//! The recovery decision for every (prior state × class) cell of contract §4 and every
 //! operation-key case.
 
 use postern_core::class::ActionClass;
@@ -49,7 +49,7 @@ fn incoming(after_ms: i64) -> IncomingRequest<'static> {
     }
 }
 
-/// DESIGN §4's two tables, written out by hand.
+/// contract §4's two tables, written out by hand.
 fn expected(state: State, class: ActionClass, status_query: bool) -> D {
     let execution_id = id();
     if class == ActionClass::ReadOnly {

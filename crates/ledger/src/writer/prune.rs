@@ -3,6 +3,7 @@
 //! events leave signed pruned ranges behind, merged with their neighbours, so the chain still
 //! verifies across the gap.
 
+use crate::model::Pruned;
 use postern_audit::PrunedRange;
 use postern_core::{hexdigits, ExecutionId, Timestamp};
 
@@ -10,13 +11,6 @@ use super::Writer;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::error::LedgerError;
 use crate::rows;
-
-/// What one prune removed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pruned {
-    pub executions: u64,
-    pub events: u64,
-}
 
 /// The rows that point at an execution being pruned, by their own keys.
 struct Keys {

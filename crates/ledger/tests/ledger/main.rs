@@ -2,6 +2,9 @@
 //! SQLite and the real PostgreSQL), resumable-stream transport state, the multi-process and
 //! crash tests.
 
+// A scenario test reads top to bottom; the bound on function length is for library code.
+#![allow(clippy::too_many_lines)]
+
 mod conformance;
 mod crash;
 mod faults;

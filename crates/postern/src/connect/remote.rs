@@ -123,10 +123,10 @@ fn endpoint(text: &str) -> Result<String> {
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
     if !loopback && !https {
-        eprintln!(
+        crate::messages::say(format_args!(
             "postern connect: warning: {host} is not a loopback address and http is not \
              encrypted: the bearer token and every call cross the network in clear text"
-        );
+        ));
     }
     Ok(url.to_string())
 }

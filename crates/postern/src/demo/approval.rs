@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use postern_gateway::Gateway;
+use postern_pipeline::Gateway;
 use serde_json::json;
 
 use super::{heading, line, Demo};

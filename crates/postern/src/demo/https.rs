@@ -6,9 +6,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle};
-use postern_gateway::front::listener::tls::{ServerIdentity, TlsHandshake};
-use postern_testkit::{TestCa, Validity};
+use postern_demo::ca::{TestCa, Validity};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle};
 use serde_json::json;
 
 use super::{heading, line, Demo};
@@ -22,12 +21,7 @@ pub(super) async fn start_api(dir: &Path) -> Result<InvoiceApiHandle> {
     let ca = TestCa::new("Postern demo CA");
     ca.write_pem(dir, CA_FILE);
     let issued = ca.server_cert(&["127.0.0.1"], Validity::Current);
-    let identity = ServerIdentity::from_pem(
-        issued.cert_pem.as_bytes(),
-        issued.key_pem.as_bytes(),
-        crate::now(),
-    )?;
-    InvoiceApi::start_tls(TlsHandshake::new(identity, false))
+    InvoiceApi::start_tls(issued.server_config())
         .await
         .context("starting the demo invoice API over TLS")
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use postern_core::ExecutionId;
-use postern_gateway::demo_client::McpClient;
-use postern_gateway::demo_target::{InvoiceApi, Mode};
-use postern_gateway::front::listener::{ListenerLimits, PlainTcp};
+use postern_demo::client::McpClient;
+use postern_demo::target::InvoiceApi;
+use postern_front::listener::{ListenerLimits, PlainTcp};
 use postern_ledger::Ledger;
 use serde_json::{json, Value};
 
@@ -18,6 +18,7 @@ use crate::keys::{random_32, write_secret};
 
 mod approval;
 mod https;
+mod scenes;
 mod upstream;
 
 const TOKEN_FILE: &str = "agent.token";
@@ -186,7 +187,22 @@ fn write_files(dir: &Path, target: &str, tls_target: &str) -> Result<String> {
     Ok(token)
 }
 
-async fn demo() -> Result<i32> {
+/// What the demo runs against: the two invoice APIs, the gateway serving MCP on loopback, and
+/// the files they were made from.
+struct Stage {
+    dir: std::path::PathBuf,
+    api: postern_demo::target::InvoiceApiHandle,
+    tls_api: postern_demo::target::InvoiceApiHandle,
+    target_url: String,
+    tls_target_url: String,
+    mcp_url: String,
+    token: String,
+    gateway: Arc<postern_pipeline::Gateway>,
+    ledger: Arc<Ledger>,
+}
+
+/// Starts the APIs and the gateway (its config written to a fresh directory).
+async fn stage() -> Result<Stage> {
     let dir = std::env::temp_dir().join(format!("postern-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let api = InvoiceApi::start()
@@ -200,14 +216,15 @@ async fn demo() -> Result<i32> {
     let ledger = assembled.gateway.ledger().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_url = format!("http://{}/mcp", listener.local_addr()?);
-    let vouch = postern_gateway::front::vouch(&assembled.gateway, &assembled.tokens);
-    let app = postern_gateway::front::router(
-        assembled.gateway.clone(),
+    let vouch = postern_front::vouch(&assembled.gateway, &assembled.tokens);
+    let gateway = assembled.gateway.clone();
+    let app = postern_front::router(
+        assembled.gateway,
         assembled.tokens,
         tokio_util::sync::CancellationToken::new(),
     );
-    let limits = ListenerLimits::of(&assembled.gateway.config().gateway);
-    tokio::spawn(postern_gateway::front::listener::serve(
+    let limits = ListenerLimits::of(&gateway.config().gateway);
+    tokio::spawn(postern_front::listener::serve(
         listener,
         PlainTcp,
         app,
@@ -215,242 +232,46 @@ async fn demo() -> Result<i32> {
         vouch,
         std::future::pending(),
     ));
+    Ok(Stage {
+        dir,
+        api,
+        tls_api,
+        target_url,
+        tls_target_url,
+        mcp_url,
+        token,
+        gateway,
+        ledger,
+    })
+}
 
-    println!(
-        "Postern demo: an MCP action gateway where a lost answer never becomes a second action."
-    );
-    println!();
-    line(format!(
-        "invoice API (the target)   {target_url}   counts invoices per customer"
-    ));
-    line(format!("gateway (MCP, Streamable HTTP)   {mcp_url}"));
-    line(format!(
-        "ledger (SQLite, durable, hash-chained)   {}",
-        dir.join("ledger.db").display()
-    ));
-    line("tools: create_invoice (idempotent_write, 10 min match window, status query)");
-    line("       send_wire (irreversible), list_invoices (read_only),");
-    line("       create_invoice_tls and create_invoice_public_roots (the same API over https),");
-    line("       pay_supplier (every call approved by an operator),");
-    line("       book_invoice (a tool of an upstream MCP server over stdio, irreversible)");
-    let client = McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?;
+async fn demo() -> Result<i32> {
+    let stage = stage().await?;
+    scenes::introduce(&stage);
     let d = Demo {
-        client,
-        ledger: ledger.clone(),
-        target: api.state.clone(),
+        client: McpClient::connect(&stage.mcp_url, &stage.token, "postern-demo-agent").await?,
+        ledger: stage.ledger.clone(),
+        target: stage.api.state.clone(),
     };
-
-    heading(1, "The agent creates an invoice.");
-    let first = d
-        .call(
-            "create_invoice",
-            json!({"customer": "acme", "amount": 1250}),
-            json!({}),
-            "",
-        )
-        .await?;
-    let first_id = first["result"]["structuredContent"]["execution"]["execution_id"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    line("why      a new intent: the gateway recorded `dispatched` (with the Idempotency-Key it sends) before the first byte left");
-    d.invoices_for("acme");
-
-    heading(
-        2,
-        "The answer is lost on the way back; the agent retries on a new connection.",
-    );
-    d.target
-        .set_mode(Mode::SlowOnce(Duration::from_millis(600)));
-    let (id, body) = d.client.request(
-        "create_invoice",
-        json!({"customer": "globex", "amount": 990}),
-        json!({}),
-    );
-    line(format!("agent  → tools/call create_invoice {{\"customer\":\"globex\",\"amount\":990}} (JSON-RPC id {id})"));
-    let cut = d.client.raw(&body, Some(Duration::from_millis(200))).await;
-    line(format!(
-        "agent  ✗ {} (the target was still working)",
-        if cut.is_err() {
-            "connection dropped after 200 ms"
-        } else {
-            "unexpectedly answered"
-        }
-    ));
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    d.invoices_for("globex");
-    let retry_client = McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?;
-    let retry = Demo {
-        client: retry_client,
-        ledger: ledger.clone(),
-        target: api.state.clone(),
-    };
-    let recovered = retry
-        .call(
-            "create_invoice",
-            json!({"amount": 990, "customer": "globex"}),
-            json!({}),
-            "   ← same intent, new connection and session",
-        )
-        .await?;
-    let lost_id = recovered["result"]["structuredContent"]["execution"]["execution_id"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    line("why      same actor, same fingerprint (key order and JSON-RPC id do not matter), inside the 10 min window:");
-    line("         answered from the record. `delivery_failed` is the lost answer; the action itself happened once.");
-    d.invoices_for("globex");
-
-    heading(
-        3,
-        "The stream carrying the answer is cut; the agent resumes the stream instead of asking again.",
-    );
-    d.target
-        .set_mode(Mode::SlowOnce(Duration::from_millis(600)));
-    let (id, body) = d.client.request(
-        "create_invoice",
-        json!({"customer": "hooli", "amount": 420}),
-        json!({}),
-    );
-    line(format!("agent  → tools/call create_invoice {{\"customer\":\"hooli\",\"amount\":420}} (JSON-RPC id {id})"));
-    let before = d.target.requests().len();
-    let last_seen = d.client.post_and_cut(&body).await?;
-    line(format!(
-        "agent  ✗ stream cut after its first event (id {last_seen}); the target is still working"
-    ));
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    d.show_target_traffic(before);
-    line(format!(
-        "agent  → GET /mcp  Last-Event-ID: {last_seen}   ← same session, no new request"
-    ));
-    let (replayed, ids) = d.client.resume(&last_seen).await?;
-    line(format!("agent  ← replayed event(s) {}", ids.join(", ")));
-    d.show_answer(&replayed).await?;
-    line("why      the answer was made while the agent was away; the cut stream was kept (in the ledger, so a");
-    line("         restart would not lose it) and replayed to its own session. A replay is not a retry: nothing was sent again.");
-    d.invoices_for("hooli");
-
-    heading(
-        4,
-        "The agent really wants a second, separate invoice: it says so with a new idempotencyKey.",
-    );
-    d.call(
-        "create_invoice",
-        json!({"customer": "acme", "amount": 1250}),
-        json!({"idempotencyKey": "acme-march-2"}),
-        "",
-    )
-    .await?;
-    d.invoices_for("acme");
-
-    heading(5, "The same key with a different amount is a conflict: nothing changes, the original is named.");
-    d.call(
-        "create_invoice",
-        json!({"customer": "acme", "amount": 9999}),
-        json!({"idempotencyKey": "acme-march-2"}),
-        "",
-    )
-    .await?;
-    d.invoices_for("acme");
-
-    heading(6, "The target applies the request and never answers (the gateway's 1 s response timeout fires).");
-    d.target.set_mode(Mode::HangOnce);
-    d.call(
-        "create_invoice",
-        json!({"customer": "initech", "amount": 300}),
-        json!({}),
-        "",
-    )
-    .await?;
-    line("why      sent but unanswered is `outcome_unknown`, never `failed`: a 'failure' would invite a duplicate");
-    d.call(
-        "create_invoice",
-        json!({"customer": "initech", "amount": 300}),
-        json!({}),
-        "   ← the agent retries",
-    )
-    .await?;
-    line("why      idempotent_write with a status query: the gateway asked the target about this execution's key instead of re-sending");
-    d.invoices_for("initech");
-
-    heading(
-        7,
-        "An irreversible tool with an unknown outcome stops for a human.",
-    );
-    d.target.set_mode(Mode::HangOnce);
-    d.call(
-        "send_wire",
-        json!({"customer": "umbrella", "amount": 50000}),
-        json!({}),
-        "",
-    )
-    .await?;
-    d.call(
-        "send_wire",
-        json!({"customer": "umbrella", "amount": 50000}),
-        json!({}),
-        "   ← the agent retries",
-    )
-    .await?;
-    line("why      irreversible: nothing is re-sent; `needs_review` until a human resolves it as applied or not applied");
-
-    heading(8, "Reads are never matched: each call runs.");
-    d.call("list_invoices", json!({}), json!({}), "").await?;
-    d.call("list_invoices", json!({}), json!({}), "").await?;
-
+    let first_id = scenes::new_invoice(&d).await?;
+    let lost_id = scenes::lost_answer(&d, &stage).await?;
+    scenes::cut_stream(&d).await?;
+    scenes::keyed(&d).await?;
+    scenes::unanswered(&d).await?;
+    scenes::irreversible(&d).await?;
+    scenes::reads(&d).await?;
     let tls = Demo {
-        client: McpClient::connect(&mcp_url, &token, "postern-demo-agent").await?,
-        ledger: ledger.clone(),
-        target: tls_api.state.clone(),
+        client: McpClient::connect(&stage.mcp_url, &stage.token, "postern-demo-agent").await?,
+        ledger: stage.ledger.clone(),
+        target: stage.tls_api.state.clone(),
     };
-    https::scene(9, &tls, &tls_target_url).await?;
-    approval::scene(10, &d, &assembled.gateway).await?;
-    let journal = dir.join("upstream-journal.jsonl");
-    upstream::scene(11, &d, &journal, &mcp_url, &token).await?;
-
+    https::scene(9, &tls, &stage.tls_target_url).await?;
+    approval::scene(10, &d, &stage.gateway).await?;
+    let journal = stage.dir.join("upstream-journal.jsonl");
+    upstream::scene(11, &d, &journal, &stage.mcp_url, &stage.token).await?;
     // The demo's gateway stops here: its runs end in the Sessions log as a stopped gateway's.
-    assembled.gateway.end_open_runs().await;
-
-    heading(12, "The audit chain, verified offline.");
-    let public =
-        postern_audit::SigningKey::from_hex(&std::fs::read_to_string(dir.join("signing.key"))?)?
-            .verifying_key();
-    ledger.checkpoint(crate::now()).await?;
-    let export = dir.join("audit.jsonl");
-    let status = std::process::Command::new(std::env::current_exe()?)
-        .args([
-            "audit",
-            "export",
-            "--store",
-            &format!("sqlite://{}", dir.join("ledger.db").display()),
-            "--out",
-        ])
-        .arg(&export)
-        .arg("--signing-key")
-        .arg(dir.join("signing.key"))
-        .output()?;
-    if !status.status.success() {
-        line(format!(
-            "export failed: {}",
-            String::from_utf8_lossy(&status.stderr)
-        ));
-    }
-    let report = crate::audit::verify_file(&export, postern_audit::Verifier::new(public))?;
-    for l in report.to_string().lines() {
-        line(l);
-    }
-    println!();
-    println!(
-        "First invoice's full record: postern activity show {first_id} --store sqlite://{}",
-        dir.join("ledger.db").display()
-    );
-    println!(
-        "The lost answer of scene 2, investigated: postern activity trace {lost_id} --store sqlite://{}",
-        dir.join("ledger.db").display()
-    );
-    println!(
-        "Everything: postern activity list --store sqlite://{}",
-        dir.join("ledger.db").display()
-    );
-    Ok(if report.is_valid() { 0 } else { 1 })
+    stage.gateway.end_open_runs().await;
+    let valid = scenes::audit(&stage).await?;
+    scenes::where_to_look(&stage.dir, &first_id, &lost_id);
+    Ok(if valid { 0 } else { 1 })
 }

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
-use postern_gateway::demo_client::McpClient;
-use postern_gateway::demo_upstream::Journal;
+use postern_demo::client::McpClient;
+use postern_demo::upstream::Journal;
 use serde_json::json;
 
 use super::{heading, line, Demo};

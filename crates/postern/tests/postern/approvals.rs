@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use serde_json::{json, Value};
 
 use crate::harness::{
@@ -436,7 +436,7 @@ fn an_approval_nobody_could_give_is_refused_at_start_up() {
 const ROBOT_TOKEN: &str = "robot-actor-token-0123456789ab";
 
 /// The approval config plus actor robot, whose every run an operator (alice) authorizes.
-async fn with_robot(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir, Served) {
+async fn with_robot(tag: &str) -> (postern_demo::target::InvoiceApiHandle, Dir, Served) {
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new(tag);
     write_private(&dir.0.join("alice.token"), ALICE_TOKEN);

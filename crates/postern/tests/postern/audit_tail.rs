@@ -309,9 +309,7 @@ fn a_cut_tail_with_its_checkpoints_is_refused_by_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_signs_its_head_periodically_and_at_stop() {
     use crate::harness::{config, execution, Dir, Mcp, Served, BILLING_TOKEN};
-    let target = postern_gateway::demo_target::InvoiceApi::start()
-        .await
-        .unwrap();
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
     let dir = Dir::new("signed-tail");
     let text = config(&format!("http://{}", target.addr))
         .replace("[gateway]\n", "[gateway]\ncheckpoint_every = \"1s\"\n");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle};
 use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::Value;
 
 use crate::foreign::{output, repo_root, NodeClients, Proxy};

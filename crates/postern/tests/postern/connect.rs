@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use postern_core::State;
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle, Mode};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use rmcp::model::CallToolRequestParams;
 use rmcp::ServiceExt;

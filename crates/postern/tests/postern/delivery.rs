@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use postern_core::ExecutionId;
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -135,7 +135,7 @@ async fn delivery_of(ledger: &Ledger, key: &str) -> (ExecutionId, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_written_out_is_delivered_however_soon_the_client_hangs_up() {
-    use postern_gateway::demo_client::McpClient;
+    use postern_demo::client::McpClient;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("delivery-cuts");
     let text = config(&format!("http://{}", target.addr))

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use postern_gateway::demo_client::{response_message, ClientError, McpClient};
+use postern_demo::client::{response_message, ClientError, McpClient};
 use serde_json::Value;
 
 pub const BILLING_TOKEN: &str = "billing-token-0123456789abcdef";
@@ -422,7 +422,7 @@ pub fn activity(dir: &Path, args: &[&str]) -> Value {
 }
 
 /// How many POSTs (creations) reached the target.
-pub fn posts(target: &postern_gateway::demo_target::InvoiceApi) -> usize {
+pub fn posts(target: &postern_demo::target::InvoiceApi) -> usize {
     target
         .requests()
         .iter()
@@ -504,16 +504,14 @@ pub fn assert_store_verifies(dir: &Path, served: &Served) {
 /// A real invoice API and a `postern serve` in front of it, with operator alice's token file in
 /// place (the config `make` writes for the API's URL declares her, if it needs an operator).
 pub struct Setup {
-    pub target: postern_gateway::demo_target::InvoiceApiHandle,
+    pub target: postern_demo::target::InvoiceApiHandle,
     pub dir: Dir,
     pub served: Served,
 }
 
 impl Setup {
     pub async fn start(tag: &str, make: impl FnOnce(&str) -> String) -> Setup {
-        let target = postern_gateway::demo_target::InvoiceApi::start()
-            .await
-            .unwrap();
+        let target = postern_demo::target::InvoiceApi::start().await.unwrap();
         let dir = Dir::new(tag);
         write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
         let served = Served::start(&dir.0, &make(&format!("http://{}", target.addr)));

@@ -2,7 +2,7 @@
 //! DNS rebinding, `MCP-Protocol-Version` handling, and 404 for an unknown session — against a
 //! real `postern serve`.
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use reqwest::StatusCode;
 use serde_json::json;
 

@@ -7,7 +7,7 @@
 //! the Inspector's own) and records each request's `Mcp-*` headers, so the test can check which
 //! protocol was actually spoken.
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::Value;
 
 use crate::foreign::{output, NodeClients, Proxy};
@@ -32,7 +32,7 @@ async fn inspect_and_call(
     dir: &Dir,
     url: &str,
     ca_file: Option<&std::path::Path>,
-    target: &postern_gateway::demo_target::InvoiceApiHandle,
+    target: &postern_demo::target::InvoiceApiHandle,
 ) {
     let clients = NodeClients::require();
     // The Inspector keeps a catalog and settings under $HOME: a throw-away one.

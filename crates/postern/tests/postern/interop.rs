@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 
 use crate::foreign::{output, repo_root};
 use crate::harness::{config, Dir, Served, BILLING_TOKEN};

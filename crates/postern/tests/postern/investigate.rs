@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use postern_gateway::demo_target::Mode;
+use postern_demo::target::Mode;
 use serde_json::{json, Value};
 
 use crate::harness::{
@@ -346,8 +346,9 @@ async fn investigate_a_retry_with_a_new_key() {
     assert_eq!(execution(&second)["attempt"], "new");
     assert_eq!(s.target.state.count_for("keyed-co"), 2, "two invoices");
 
-    let t = trace_when(&s.dir.0, &[&id2], "the second call", |t| {
-        calls(t).len() == 1
+    // The delivery is recorded after the answer left (it rides the next commit): wait for it.
+    let t = trace_when(&s.dir.0, &[&id2], "the second call and its delivery", |t| {
+        calls(t).len() == 1 && answer(t, 4).starts_with("No: the answer was delivered")
     })
     .await;
     let fingerprint = t["fingerprint"].as_str().unwrap().to_string();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::json;
 
 use crate::harness::{config, Dir, Mcp, Served, BILLING_TOKEN, OPS_TOKEN};
@@ -73,7 +73,7 @@ fn two_actors_with_one_token_are_refused_at_start_up() {
 /// not held up, and the slot comes back when the answer is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_actor_over_its_call_limit_gets_429_and_others_do_not() {
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("call-limit");
     let text = config(&format!("http://{}", target.addr))

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle, Mode};
 use serde_json::{json, Value};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::{AbortHandle, JoinHandle};

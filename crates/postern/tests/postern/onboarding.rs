@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use postern_core::config::Config;
 use postern_core::ActionClass;
-use postern_gateway::demo_upstream::Journal;
+use postern_demo::upstream::Journal;
 use serde_json::{json, Value};
 
 use crate::foreign::NodeClients;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use serde_json::{json, Value};
 use sqlx::{Connection, Row};
 
@@ -16,10 +16,7 @@ use crate::harness::{
 
 /// The harness config on PostgreSQL with a two-second instance lease, and a tool that waits
 /// long for its target (so the call is still in flight when its replica is paused).
-pub fn replica_config(
-    target: &postern_gateway::demo_target::InvoiceApiHandle,
-    store: &str,
-) -> String {
+pub fn replica_config(target: &postern_demo::target::InvoiceApiHandle, store: &str) -> String {
     let sqlite = "store = \"sqlite://ledger.db\"";
     let text = config(&format!("http://{}", target.addr));
     assert!(text.contains(sqlite));

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use postern_ledger::{Ledger, LedgerOptions, ListFilter};
 use serde_json::{json, Value};
 
@@ -11,7 +11,7 @@ use crate::harness::{
     config, eventually, execution, posts, sse_message, Dir, Mcp, Served, BILLING_TOKEN, OPS_TOKEN,
 };
 
-async fn setup(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir, Served) {
+async fn setup(tag: &str) -> (postern_demo::target::InvoiceApiHandle, Dir, Served) {
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new(tag);
     let served = Served::start(&dir.0, &config(&format!("http://{}", target.addr)));

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::json;
 
 use crate::harness::{config, Dir, Served, BILLING_TOKEN, OPS_TOKEN};
@@ -16,8 +16,8 @@ use crate::limits::with_alice;
 /// stream does not pin one. Other actors are untouched, and a `DELETE` frees a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_session_cap_the_idlest_session_gives_way() {
-    use postern_gateway::demo_client::McpClient;
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::client::McpClient;
+    use postern_demo::target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("session-cap");
     let text = with_alice(&config(&format!("http://{}", target.addr)), &dir)
@@ -110,8 +110,8 @@ async fn at_the_session_cap_the_idlest_session_gives_way() {
 /// is idle again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_session_is_busy_a_new_one_is_refused_until_one_is_idle() {
-    use postern_gateway::demo_client::McpClient;
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::client::McpClient;
+    use postern_demo::target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("session-busy");
     let text = config(&format!("http://{}", target.addr))
@@ -165,8 +165,8 @@ async fn when_every_session_is_busy_a_new_one_is_refused_until_one_is_idle() {
 /// session arrive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_with_a_call_in_flight_outlives_200_newer_ones() {
-    use postern_gateway::demo_client::McpClient;
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::client::McpClient;
+    use postern_demo::target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("session-in-flight");
     let text = config(&format!("http://{}", target.addr))
@@ -224,7 +224,7 @@ async fn a_session_with_a_call_in_flight_outlives_200_newer_ones() {
 /// unknown (404) and every eviction is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_abandoned_sessions_never_lock_the_actor_out() {
-    use postern_gateway::demo_client::McpClient;
+    use postern_demo::client::McpClient;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("session-churn");
     let text = with_alice(&config(&format!("http://{}", target.addr)), &dir);
@@ -297,8 +297,8 @@ async fn a_thousand_abandoned_sessions_never_lock_the_actor_out() {
 /// request is refused with 429 and `Retry-After` before anything is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_stream_cap_an_idle_stream_gives_way_and_an_answer_never_does() {
-    use postern_gateway::demo_client::McpClient;
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::client::McpClient;
+    use postern_demo::target::Mode;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("stream-cap");
     let text = config(&format!("http://{}", target.addr))

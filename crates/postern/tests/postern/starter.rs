@@ -223,9 +223,7 @@ fn a_secret_file_others_can_read_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_is_private_and_a_shared_one_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let target = postern_gateway::demo_target::InvoiceApi::start()
-        .await
-        .unwrap();
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
     let dir = crate::harness::Dir::new("store-perms");
     let served = crate::harness::Served::start(&dir.0, &crate::harness::config(&target.url("")));
     let mcp = crate::harness::Mcp::connect(&served.url, crate::harness::BILLING_TOKEN).await;

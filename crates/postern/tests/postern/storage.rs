@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, Mode};
+use postern_demo::target::{InvoiceApi, Mode};
 use serde_json::{json, Value};
 
 use crate::harness::{config, eventually, execution, posts, Dir, Mcp, Served, BILLING_TOKEN};
@@ -67,7 +67,7 @@ impl Drop for SmallDisk {
 async fn on_small_disk(
     tag: &str,
 ) -> (
-    postern_gateway::demo_target::InvoiceApiHandle,
+    postern_demo::target::InvoiceApiHandle,
     Dir,
     SmallDisk,
     Served,

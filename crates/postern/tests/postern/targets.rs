@@ -1,7 +1,7 @@
 //! Where a request goes is the template's business, not the agent's: a real `postern serve` in
 //! front of the invoice API, with a tool whose URL has an argument in its path.
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::json;
 
 use crate::harness::{config, execution, Dir, Mcp, Served, BILLING_TOKEN};

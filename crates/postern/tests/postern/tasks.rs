@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle, Mode};
 use serde_json::{json, Value};
 
 use crate::harness::{

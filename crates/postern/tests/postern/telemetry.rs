@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use prost::Message;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -115,7 +115,7 @@ async fn metrics_parse_and_match_the_ledger_after_a_scripted_run() {
         .await;
     target
         .state
-        .set_mode(postern_gateway::demo_target::Mode::DropAfterCreate);
+        .set_mode(postern_demo::target::Mode::DropAfterCreate);
     mcp.call(
         "send_wire",
         json!({"customer": "umbrella", "amount": 99}),
@@ -512,7 +512,7 @@ http = {{ method = "POST", url = "{}/invoices", credential = "api" }}
         // An unknown outcome is logged at warn.
         target
             .state
-            .set_mode(postern_gateway::demo_target::Mode::DropAfterCreate);
+            .set_mode(postern_demo::target::Mode::DropAfterCreate);
         mcp.call(
             "charge",
             json!({"customer": "acme", "card": SECRET_ARG, "amount": 6}),

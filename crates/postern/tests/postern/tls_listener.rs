@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle};
 use postern_testkit::{Issued, TestCa, Validity};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
@@ -249,7 +249,7 @@ fn pin(issued: &Issued) -> String {
     use rustls::pki_types::pem::PemObject as _;
     let der =
         rustls::pki_types::CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap();
-    postern_gateway::front::listener::tls::fingerprint(&der).to_string()
+    postern_front::listener::tls::fingerprint(&der).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

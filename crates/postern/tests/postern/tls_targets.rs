@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle, Mode};
 use postern_testkit::{Issued, TestCa, TlsListener, Validity};
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use postern_gateway::demo_upstream::Journal;
+use postern_demo::upstream::Journal;
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, execution_id, Dir, Mcp, Served, BILLING_TOKEN};

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use postern_gateway::demo_upstream::Journal;
+use postern_demo::upstream::Journal;
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, Dir, Mcp, Served, BILLING_TOKEN};

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use postern_gateway::demo_upstream::Journal;
+use postern_demo::upstream::Journal;
 use serde_json::json;
 
 use crate::foreign::NodeClients;

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 use serde_json::json;
 
 use crate::harness::{
@@ -83,7 +83,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 
 /// A target that wants the vault's token, and a directory with the config, the operator's
 /// token, a passphrase file and a vault (made with `postern vault init` and `set`) holding it.
-async fn vault_setup(tag: &str) -> (postern_gateway::demo_target::InvoiceApiHandle, Dir) {
+async fn vault_setup(tag: &str) -> (postern_demo::target::InvoiceApiHandle, Dir) {
     let target = InvoiceApi::start_with_token(SECRET).await.unwrap();
     let dir = Dir::new(tag);
     write_private(&dir.0.join("alice.token"), ALICE_TOKEN);

@@ -1,5 +1,8 @@
 //! The vault crate's integration tests: a real file on disk.
 
+// A scenario test reads top to bottom; the bound on function length is for library code.
+#![allow(clippy::too_many_lines)]
+
 use postern_vault::{VaultError, VaultFile};
 
 fn dir() -> std::path::PathBuf {

@@ -67,9 +67,7 @@ pub async fn setup_with_files(
     crate::harness::write_private(&dir.0.join("bob.token"), BOB_TOKEN);
     crate::harness::write_private(&dir.0.join("intern.token"), INTERN_TOKEN);
     crate::harness::write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let target = postern_gateway::demo_target::InvoiceApi::start()
-        .await
-        .unwrap();
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
     let served = Served::start(&dir.0, &make(&format!("http://{}", target.addr)));
     Setup {
         target,
@@ -350,7 +348,7 @@ async fn approvals_arrive_live_and_are_decided_in_the_browser() {
 /// answer (completed → delivery_failed → delivered, the retry answered from the record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_reviews_and_the_timeline_in_the_browser() {
-    use postern_gateway::demo_target::Mode;
+    use postern_demo::target::Mode;
     let s = setup("ui-runs").await;
     let base = base(&s.served);
     let browser = Browser::start().await;

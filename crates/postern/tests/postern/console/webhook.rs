@@ -89,7 +89,7 @@ async fn approval_requests_are_signed_retried_and_failures_shown() {
         header(&headers, "postern-timestamp"),
         header(&headers, "postern-delivery"),
     );
-    let now = postern_gateway::now().0 / 1000;
+    let now = postern_pipeline::now().0 / 1000;
     check
         .verify(&sig, &t, &delivery, &body, now)
         .expect("a correctly signed request");

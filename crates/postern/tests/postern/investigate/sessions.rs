@@ -12,7 +12,7 @@ use crate::harness::{
     Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN,
 };
 use crate::stdio::StdioAgent;
-use postern_gateway::demo_target::InvoiceApi;
+use postern_demo::target::InvoiceApi;
 
 fn show(served: &Served, run: &str) -> Value {
     operator_json(served, &["sessions", "show", run])

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use postern_core::ExecutionId;
-use postern_gateway::demo_target::{InvoiceApi, InvoiceApiHandle, Mode};
+use postern_demo::target::{InvoiceApi, InvoiceApiHandle, Mode};
 use postern_ledger::{ExecutionSummary, Ledger, LedgerOptions, ListFilter};
 use serde_json::json;
 

@@ -1,10 +1,10 @@
-//! Sessionless (2026-07-28) calls whose client goes away (DESIGN §3 rule 6): after dispatch the
+//! Sessionless (2026-07-28) calls whose client goes away (contract §3 rule 6): after dispatch the
 //! execution runs on and the re-issued call gets its record; before the accept was written it is
 //! recorded `cancelled`, nothing sent.
 
 use std::time::Duration;
 
-use postern_gateway::demo_target::Mode;
+use postern_demo::target::Mode;
 use serde_json::{json, Value};
 
 use super::sse::{http, response_in, SseReader};

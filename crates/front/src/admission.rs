@@ -1,0 +1,161 @@
+//! What happens to an HTTP request before rmcp sees it, beside authentication and the limits:
+//! the session and stream it names must be its actor's, its body is read and strictly parsed,
+//! and an idle session the session cap gave up is ended.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::ErrorCode;
+use serde_json::Value;
+
+use super::{jsonrpc_error, FrontState, RawParams, FIRST_SESSIONLESS_VERSION};
+
+/// Gives up `session`, the least recently used idle session of `actor`, to make room for a new
+/// one: its next request finds no session (404); rmcp forgets it, and the Sessions log and the
+/// stored session state follow, in the background. What the record promises stays: its
+/// executions, results and approvals belong to the actor, not to the session.
+pub(super) fn evict_session(st: &FrontState, actor: &str, session: String) {
+    metrics::counter!(postern_pipeline::telemetry::SESSION_EVICTIONS).increment(1);
+    tracing::debug!(actor, session = %session, "an idle session was evicted at max_sessions_per_actor");
+    // Its requests are refused as unknown from now on (`front::limits`), so rmcp may forget it
+    // in the background: the new session's `initialize` never waits for the old one's worker.
+    let closing = st.limits.sessions.close(session.clone());
+    let gateway = st.gateway.clone();
+    tokio::spawn(async move {
+        closing.await;
+        let run = format!("mcp-session:{session}");
+        if let Err(e) = gateway.end_run(&run, postern_ledger::RunEnd::Evicted).await {
+            tracing::warn!(error = %e, "an evicted session's end could not be recorded in the Sessions log");
+        }
+        let drop = postern_ledger::StreamWrite::DropSession(session);
+        if let Err(e) = gateway.ledger().record_stream(drop).await {
+            tracing::warn!(error = %e, "an evicted session's stored state could not be dropped");
+        }
+    });
+}
+
+/// 404 unless the session and the stream to resume (`Last-Event-ID`) belong to `actor`.
+pub(super) async fn check_ownership(
+    st: &FrontState,
+    headers: &http::HeaderMap,
+    session: Option<&str>,
+    actor: &str,
+) -> Result<(), Response> {
+    if let Some(id) = session {
+        // A session belongs to the actor that opened it: to anyone else it does not exist.
+        if !st.streams.session_is_actors(id, actor).await {
+            return Err((StatusCode::NOT_FOUND, "unknown session").into_response());
+        }
+    }
+    if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
+        // rmcp replays whatever id it is handed; a stream is only ever resumed by its owner.
+        if !st.streams.may_resume(last, session, actor).await {
+            return Err((
+                StatusCode::NOT_FOUND,
+                "no resumable stream with this Last-Event-ID belongs to this session",
+            )
+                .into_response());
+        }
+    }
+    Ok(())
+}
+
+/// A request's body, read and strictly parsed when it is a `POST`.
+pub(super) struct ReadBody {
+    pub(super) body: Body,
+    /// The JSON-RPC message of a `POST`.
+    pub(super) message: Option<Value>,
+    pub(super) raw: RawParams,
+    /// A 2026-07-28 (sessionless) request: a disconnect cancels it.
+    pub(super) sessionless: bool,
+}
+
+impl ReadBody {
+    pub(super) fn request_id(&self) -> Value {
+        self.message
+            .as_ref()
+            .and_then(|m| m.get("id").cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// Reads a `POST` body (bounded by `max_body_bytes`) and parses it strictly: duplicate keys,
+/// inexact numbers and malformed JSON are refused here, naming where.
+pub(super) async fn read_body(
+    st: &FrontState,
+    parts: &http::request::Parts,
+    body: Body,
+) -> Result<ReadBody, Response> {
+    if parts.method != http::Method::POST {
+        return Ok(ReadBody {
+            body,
+            message: None,
+            raw: RawParams::default(),
+            sessionless: false,
+        });
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, st.max_body).await else {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body is over the {} byte limit", st.max_body),
+        )
+            .into_response());
+    };
+    let v = match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
+        Ok(v) => v,
+        Err(postern_core::canon::CanonError::Malformed {
+            line,
+            column,
+            reason,
+        }) => {
+            return Err(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32700,
+                format!("parse error at line {line}, column {column}: {reason}"),
+                Value::Null,
+            ));
+        }
+        Err(e) => {
+            // Valid JSON for serde_json, but ambiguous as an action: refuse it, naming where.
+            let id = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(Value::Null);
+            return Err(jsonrpc_error(
+                StatusCode::OK,
+                id,
+                ErrorCode::INVALID_PARAMS.0,
+                format!("invalid request: {e}"),
+                Value::Null,
+            ));
+        }
+    };
+    let params = v.get("params");
+    let raw = RawParams {
+        idempotency_key: params
+            .and_then(|p| p.get("idempotencyKey"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    // As rmcp routes it: `initialize` is always a session's; otherwise the version in `_meta`,
+    // else the header, decides (2026-07-28 and later have no sessions).
+    let version = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str)
+        .or_else(|| {
+            parts
+                .headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+        });
+    let sessionless = v.get("method").and_then(Value::as_str) != Some("initialize")
+        && version.is_some_and(|v| v >= FIRST_SESSIONLESS_VERSION);
+    Ok(ReadBody {
+        body: Body::from(bytes),
+        message: Some(v),
+        raw,
+        sessionless,
+    })
+}

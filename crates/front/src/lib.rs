@@ -1,0 +1,771 @@
+//! Postern's MCP front: Streamable HTTP at `/mcp` (with bearer authentication, a strict look at
+//! the raw JSON, and delivery tracking) and stdio, its own HTTP listener ([`listener`]: caps,
+//! timeouts, TLS), the operator API `/ops` ([`ops`]), elicitation and durable streams. It turns
+//! MCP requests into the pipeline's [`ToolCall`]s and the pipeline's reports into MCP results.
+//!
+//! Architecture invariant: this is the only crate of the gateway's server side that knows MCP
+//! wire types (the channels crate speaks MCP to upstreams on its own side of the `Channel`
+//! trait); the pipeline below it never sees an rmcp type. A call's fate is decided by the
+//! ledger's record and the core's recovery decision, never by the transport (JSON-RPC ids and
+//! sessions are evidence, not keys).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use postern_core::contract::EXECUTION_STATUS;
+use postern_core::ActionClass;
+use postern_ledger::Run;
+#[allow(deprecated)]
+// logging/setLevel: deprecated by SEP-2577, used by the servers in the field
+use rmcp::model::SetLevelRequestParams;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+mod admission;
+mod audience;
+mod auth;
+mod delivery;
+mod elicit;
+mod errors;
+mod limits;
+pub mod listener;
+pub mod ops;
+mod passage;
+mod progress;
+mod questions;
+mod relay;
+mod result;
+mod streams;
+mod tasks;
+mod tool_list;
+
+use admission::{check_ownership, evict_session, read_body, ReadBody};
+use errors::to_error;
+use result::tool_result;
+
+use auth::ActorCredentials;
+use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
+use limits::{ActorLimits, Held};
+use listener::Peer;
+use streams::{DurableSessions, DurableStreams};
+use tokio_util::sync::CancellationToken;
+use tool_list::{annotations, listed_tool};
+
+use postern_pipeline::execution_status_schema;
+use postern_pipeline::GatewayError;
+use postern_pipeline::{now, Cancellation, Gateway, ToolCall};
+
+/// The authenticated caller of an HTTP request.
+#[derive(Clone, Debug)]
+struct Actor(String);
+
+/// Parameters rmcp's model does not carry (`params.idempotencyKey`), read from the raw body.
+#[derive(Clone, Debug, Default)]
+struct RawParams {
+    idempotency_key: Option<String>,
+}
+
+/// The first MCP revision without sessions (ISO dates compare as strings).
+const FIRST_SESSIONLESS_VERSION: &str = "2026-07-28";
+
+/// Fires when the client of a sessionless (2026-07-28) request goes away before its answer
+/// was written: for that protocol a disconnect is a cancellation (contract §3 rule 6). Requests
+/// in a session are not cancelled by a disconnect: their stream can be resumed.
+#[derive(Clone, Debug)]
+struct Disconnected(CancellationToken);
+
+struct FrontState {
+    gateway: Arc<Gateway>,
+    streams: Arc<DurableStreams>,
+    credentials: ActorCredentials,
+    max_body: usize,
+    limits: ActorLimits,
+}
+
+/// The bearer tokens the front accepts, resolved from their secret references.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    /// token → actor (for `/mcp`)
+    pub actors: HashMap<String, String>,
+    /// token → operator (for `/ops`)
+    pub operators: HashMap<String, String>,
+}
+
+/// Whether a request authenticates as an actor (token or client certificate, as `/mcp` checks)
+/// or an operator (token): what a connection on a kept slot must prove ([`listener::probation`]).
+pub fn vouch(gateway: &Gateway, tokens: &Tokens) -> listener::Vouch {
+    let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
+    let operators: Vec<String> = tokens.operators.keys().cloned().collect();
+    Arc::new(move |headers, peer| {
+        if actors.authenticate(headers, Some(peer)).is_ok() {
+            return true;
+        }
+        let presented = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        presented.is_some_and(|p| {
+            use subtle::ConstantTimeEq;
+            operators.iter().fold(false, |found, t| {
+                found | bool::from(t.as_bytes().ct_eq(p.as_bytes()))
+            })
+        })
+    })
+}
+
+/// The HTTP application: `/mcp`, the operator API `/ops` and `/healthz`. Cancelling `shutdown`
+/// ends every open stream, so a graceful stop does not wait on clients.
+pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken) -> Router {
+    let actor_tokens: Vec<String> = tokens.actors.keys().cloned().collect();
+    let ops = ops::router(gateway.clone(), tokens.operators, actor_tokens);
+    let tokens = tokens.actors;
+    let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
+    let hosts = postern_core::hosts::allowed_hosts(&gateway.config().gateway.listen);
+    let mut config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown)
+        .with_max_request_body_bytes(max_body)
+        .with_allowed_hosts(hosts);
+    // DNS-rebinding protection: a request that carries an Origin (a browser) must come from a
+    // loopback page or a configured origin; a rebound foreign page never passes. Agents send none.
+    let mut origins: Vec<String> = [
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+        "http://[::1]:*",
+        "https://localhost:*",
+        "https://127.0.0.1:*",
+        "https://[::1]:*",
+    ]
+    .map(String::from)
+    .to_vec();
+    origins.extend(gateway.config().gateway.allowed_origins.iter().cloned());
+    config = config
+        .with_allowed_origins(origins)
+        .enforce_origin_validation();
+    // Sessions and their streams outlive a restart (and move between replicas on PostgreSQL).
+    let streams = Arc::new(DurableStreams::new(gateway.clone()));
+    config.session_store = Some(Arc::new(DurableSessions::new(gateway.ledger().clone())));
+    let sessions = Arc::new(LocalSessionManager::default().with_event_store(streams.clone()));
+    let limits = ActorLimits::new(&gateway.config().gateway, sessions.clone());
+    let handler = PosternMcp::new(gateway.clone(), None);
+    let service: StreamableHttpService<PosternMcp, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(handler.clone()), sessions, config);
+    let credentials = ActorCredentials::new(tokens, &gateway.config().actors);
+    let state = Arc::new(FrontState {
+        gateway,
+        streams,
+        credentials,
+        max_body,
+        limits,
+    });
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(state, guard))
+        .merge(ops)
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+fn jsonrpc_error(
+    status: StatusCode,
+    id: Value,
+    code: i32,
+    message: String,
+    data: Value,
+) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
+/// fully written.
+async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> Response {
+    let actor = match st
+        .credentials
+        .authenticate(req.headers(), req.extensions().get::<Peer>())
+    {
+        Ok(actor) => actor,
+        Err(refused) => return refused.into_response(),
+    };
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Err(refused) = check_ownership(&st, req.headers(), session.as_deref(), &actor).await {
+        return refused;
+    }
+    let (parts, body) = req.into_parts();
+    let read = match read_body(&st, &parts, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let mut held = match st
+        .limits
+        .admit(
+            &parts.method,
+            read.message.as_ref(),
+            session.as_deref(),
+            parts
+                .headers
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok()),
+            &actor,
+        )
+        .await
+    {
+        Ok(held) => held,
+        Err(refusal) => return refusal.response(read.request_id()),
+    };
+    if let Some(victim) = held.session.evicted.take() {
+        evict_session(&st, &actor, victim);
+    }
+    forward(&st, next, parts, read, held, session, actor).await
+}
+
+/// Hands the admitted request to rmcp and wraps the response so its delivery is recorded, its
+/// stream bound to its session and actor, and its slots held until it ends.
+async fn forward(
+    st: &FrontState,
+    next: Next,
+    mut parts: http::request::Parts,
+    read: ReadBody,
+    held: Held,
+    session: Option<String>,
+    actor: String,
+) -> Response {
+    // The response frame to this request's id carries its answer (`None`: a `GET` stream,
+    // where any response frame does).
+    let answers = read
+        .message
+        .as_ref()
+        .and_then(|m| m.get("id"))
+        .filter(|id| !id.is_null())
+        .cloned();
+    let ReadBody {
+        body,
+        raw,
+        sessionless,
+        ..
+    } = read;
+    let slot = DeliverySlot::default();
+    let is_post = parts.method == http::Method::POST;
+    let disconnect = sessionless.then(CancellationToken::new);
+    if let Some(token) = &disconnect {
+        parts.extensions.insert(Disconnected(token.clone()));
+        if let Ok(mut st) = slot.0.lock() {
+            st.on_lost = Some(token.clone());
+        }
+    }
+    parts.extensions.insert(Actor(actor.clone()));
+    parts.extensions.insert(raw);
+    parts.extensions.insert(slot.clone());
+    let is_delete = parts.method == http::Method::DELETE;
+    // If the client goes away before the response even starts (rmcp may hold the headers until
+    // the handler returns), this future is dropped here: the answer was lost all the same.
+    let mut early_exit = GoneBeforeAnswer {
+        slot: Some(slot.clone()),
+        gateway: st.gateway.clone(),
+    };
+    let response = next.run(Request::from_parts(parts, body)).await;
+    early_exit.slot = None;
+    let (mut parts, body) = response.into_parts();
+    let created = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if session.is_none() {
+        if let Some(opened) = &created {
+            st.streams.claim_session(opened, &actor).await;
+        }
+    }
+    if let Some(admission) = held.session.admission {
+        if let Some(id) = created.as_deref().or(session.as_deref()) {
+            if parts.status.is_success() {
+                admission.opened(id);
+            }
+        }
+    }
+    if is_delete && parts.status.is_success() {
+        if let Some(id) = &session {
+            st.limits.sessions.release(&actor, id);
+        }
+    }
+    if is_delete && parts.status == StatusCode::ACCEPTED {
+        // The session is closed when rmcp answers; "accepted for later" would be untrue (and
+        // clients expect 200 or 204).
+        parts.status = StatusCode::NO_CONTENT;
+    }
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    // The session of a new stream: the one just created (initialize) or the caller's.
+    let claim = (is_post && is_sse).then(|| StreamClaim {
+        streams: st.streams.clone(),
+        session: if sessionless {
+            None
+        } else {
+            created.or(session)
+        },
+        actor,
+    });
+    // Only a stream is kept open; any other answer gives its slot back at once.
+    let stream_slot = held.stream.filter(|_| is_sse);
+    let tracked = TrackedBody {
+        inner: body,
+        slot,
+        gateway: st.gateway.clone(),
+        finished: false,
+        claim,
+        claimed: None,
+        call_slot: held.call,
+        evicted: stream_slot
+            .as_ref()
+            .and_then(|permit| permit.ended())
+            .map(|token| Box::pin(token.cancelled_owned())),
+        stream_slot,
+        answers,
+        handed: false,
+        session_busy: held.session.busy,
+    };
+    Response::from_parts(parts, Body::new(tracked))
+}
+
+/// How many session ids the front remembers before it forgets them all (a cache over the
+/// ledger, which holds the truth).
+pub(crate) const REMEMBERED: usize = 10_000;
+
+/// The rmcp server handler.
+#[derive(Clone)]
+pub struct PosternMcp {
+    gateway: Arc<Gateway>,
+    /// Over stdio there is no token: the configured actor.
+    stdio_actor: Option<String>,
+    /// The clients that hear the upstreams' notifications.
+    audience: Arc<audience::Audience>,
+    /// Where resource URIs are served, learned from the upstreams' lists.
+    routes: Arc<passage::ResourceRoutes>,
+}
+
+impl PosternMcp {
+    /// A handler (cloned for every session) over `gateway`'s tools and upstreams.
+    pub fn new(gateway: Arc<Gateway>, stdio_actor: Option<String>) -> PosternMcp {
+        PosternMcp {
+            audience: audience::Audience::start(gateway.clone()),
+            routes: Arc::default(),
+            gateway,
+            stdio_actor,
+        }
+    }
+
+    fn actor(&self, ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Actor>())
+            .map(|a| a.0.clone())
+            .or_else(|| self.stdio_actor.clone())
+            .ok_or_else(|| ErrorData::invalid_request("no authenticated actor", None))
+    }
+
+    /// The run (Sessions log) this request belongs to, recorded on first sight.
+    async fn run_id(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        actor: &str,
+    ) -> Result<Option<String>, String> {
+        // A run an agent names is its actor's (checked, before anything of it is recorded).
+        let explicit = ctx
+            .meta
+            .get("io.postern/run")
+            .and_then(Value::as_str)
+            .map(|run| postern_pipeline::agent_run(actor, run))
+            .transpose()?;
+        let session = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(|s| format!("mcp-session:{s}"));
+        let Some(id) = explicit.or(session).or_else(|| {
+            self.stdio_actor
+                .as_ref()
+                .map(|_| Gateway::stdio_run_id().to_string())
+        }) else {
+            return Ok(None);
+        };
+        if !self.gateway.is_open_run(&id) {
+            let info = ctx.peer.peer_info();
+            let run = Run {
+                client_name: info.as_ref().map(|i| i.client_info.name.clone()),
+                client_version: info.as_ref().map(|i| i.client_info.version.clone()),
+                protocol_version: ctx.protocol_version().map(|v| v.to_string()),
+                ..Run::new(
+                    id.clone(),
+                    actor.to_string(),
+                    if self.stdio_actor.is_some() {
+                        "stdio".into()
+                    } else {
+                        "streamable-http".into()
+                    },
+                    now(),
+                )
+            };
+            self.gateway.open_run(run).await;
+        }
+        Ok(Some(id))
+    }
+}
+
+impl ServerHandler for PosternMcp {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, used by the servers in the field
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        if !self.gateway.registry().upstreams().is_empty() {
+            // What passes through from upstreams (see `passage`).
+            let passed: ServerCapabilities = serde_json::from_value(json!({
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+                "logging": {}
+            }))
+            .unwrap_or_default();
+            capabilities.resources = passed.resources;
+            capabilities.prompts = passed.prompts;
+            capabilities.completions = passed.completions;
+            capabilities.logging = passed.logging;
+        }
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
+                 results say so in _meta[\"io.postern/execution\"] (and structuredContent.execution unless the tool has an outputSchema). To ask for a new, separate action, send a new idempotencyKey.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let mut tools: Vec<Tool> = self
+            .gateway
+            .tools_for(&actor)
+            // A tool its upstream changed is not offered until an operator accepts it.
+            .filter(|t| t.withheld.is_none())
+            .map(listed_tool)
+            .collect();
+        let status_schema = execution_status_schema()
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        tools.push(
+            Tool::new(EXECUTION_STATUS, "The durable record of an execution you started: state, timeline and the target's answer", status_schema)
+                .with_annotations(annotations(ActionClass::ReadOnly).open_world(false)),
+        );
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let run_id = self
+            .run_id(&ctx, &actor)
+            .await
+            .map_err(|fault| ErrorData::invalid_params(fault, None))?;
+        let parts = ctx.extensions.get::<http::request::Parts>();
+        let operation_key = ctx
+            .meta
+            .get("io.postern/idempotency-key")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| {
+                parts
+                    .and_then(|p| p.extensions.get::<RawParams>())
+                    .and_then(|r| r.idempotency_key.clone())
+            });
+        // Cancelled by `notifications/cancelled` (rmcp's token) or, without a session, by the
+        // client going away.
+        let cancel = Cancellation::new(
+            ctx.ct.clone(),
+            parts
+                .and_then(|p| p.extensions.get::<Disconnected>())
+                .map(|d| d.0.clone())
+                .unwrap_or_default(),
+        );
+        let retried_with_input = request.input_responses.is_some();
+        let relay = progress::ProgressRelay::of(&ctx);
+        let call = ToolCall {
+            actor: actor.clone(),
+            tool: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+            operation_key,
+            reissue_key: ctx
+                .meta
+                .get("io.postern/reissue-key")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            intent_scope: ctx
+                .meta
+                .get("io.postern/intent-scope")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            run_id,
+            request_id: serde_json::to_string(&ctx.id).ok(),
+            // MCP's trace-context convention: W3C trace context in the request's `_meta`.
+            trace_parent: ctx
+                .meta
+                .get("traceparent")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            cancel: Some(cancel),
+            progress: relay.as_ref().map(|(_, sink)| sink.clone()),
+            asker: Some(questions::client_asker(
+                &ctx,
+                self.client_key(&ctx.extensions)
+                    .unwrap_or_else(|| format!("request:{}", questions::next_request())),
+            )),
+        };
+        // A call that may wait for a person is served as a task too.
+        let wants_task = (self.gateway.is_long_running(&call.tool)
+            || self.gateway.asks_approval(&call.tool))
+            && ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+        if wants_task {
+            // A task outlives its request: no disconnect cancels it (tasks/cancel asks).
+            let call = ToolCall {
+                cancel: None,
+                ..call
+            };
+            let summary = self.gateway.start(call).await.map_err(to_error)?;
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(
+                tasks::task_of(&summary, self.gateway.is_running(summary.id)),
+            )));
+        }
+        // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
+        let polling = call.tool == EXECUTION_STATUS;
+        let report = self.gateway.call(call).await;
+        if let Some((relay, _)) = relay {
+            // Every progress report goes out before the answer.
+            relay.drain().await;
+        }
+        let report = report.map_err(to_error)?;
+        let asked = elicit::ask_in_client(&self.gateway, &ctx, retried_with_input, &report, &actor);
+        if let Some(response) = asked.await {
+            return Ok(response);
+        }
+        if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
+            // A status poll delivers the result at most once: later polls of a delivered
+            // execution would otherwise append a `delivered` event per read, forever.
+            if !(polling && matches!(report.state, postern_core::State::Delivered(_))) {
+                slot.carry(&self.gateway, report.execution_id);
+            }
+        }
+        Ok(tool_result(&report).into())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        let Some(client) = self.client_key(&ctx.extensions) else {
+            return;
+        };
+        let actor = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Actor>())
+            .map(|a| a.0.clone())
+            .or_else(|| self.stdio_actor.clone());
+        if let Some(actor) = actor {
+            self.audience.join(client, actor, ctx.peer);
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Changed lists; resource updates are the 2025 protocols' resources/subscribe.
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = None;
+        Some(accepted)
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
+        let actor = self.actor(ctx.request_context())?;
+        let client = format!("listen:{}", questions::next_request());
+        self.audience
+            .listen(client.clone(), actor, ctx.sink().clone());
+        ctx.cancelled().await;
+        self.audience.leave(&client);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.passage(&ctx)?.list_resources(request).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.passage(&ctx)?.list_resource_templates(request).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.relay_read_resource(request, &ctx)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    #[allow(deprecated)] // resources/subscribe: the 2025 protocols' way, which clients use
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_subscription(request.uri, true, &ctx).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_subscription(request.uri, false, &ctx).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.passage(&ctx)?.list_prompts(request).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.relay_get_prompt(request, &ctx)
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.passage(&ctx)?.complete(request).await
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.relay_set_level(request, &ctx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let slot = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<DeliverySlot>());
+        tasks::get(&self.gateway, &actor, &request.task_id, |report| {
+            // The task's result travels in this response: its delivery is recorded like a call's,
+            // once (polling a delivered task records nothing more).
+            if let Some(slot) = slot {
+                if !matches!(report.state, postern_core::State::Delivered(_)) {
+                    slot.carry(&self.gateway, report.execution_id);
+                }
+            }
+            serde_json::to_value(tool_result(report))
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .unwrap_or_default()
+        })
+        .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let id = tasks::parse_task_id(&request.task_id)?;
+        match self.gateway.request_cancel(id, &actor).await {
+            Err(GatewayError::UnknownExecution(_)) => Err(tasks::unknown_task(&request.task_id)),
+            other => other.map_err(to_error),
+        }
+    }
+}
+
+/// Serves MCP over stdin/stdout for a local agent, as the configured actor.
+pub async fn serve_stdio(gateway: Arc<Gateway>, actor: String) -> Result<(), GatewayError> {
+    use rmcp::ServiceExt;
+    let service = PosternMcp::new(gateway.clone(), Some(actor))
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
+    let ended = service.waiting().await;
+    // The client went away (or the transport broke): its run ends here.
+    let run = Gateway::stdio_run_id();
+    if let Err(e) = gateway
+        .end_run(run, postern_ledger::RunEnd::TransportClosed)
+        .await
+    {
+        tracing::warn!(run = %run, error = %e, "the stdio run's end could not be recorded");
+    }
+    ended.map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
+    Ok(())
+}

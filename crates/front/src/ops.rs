@@ -1,0 +1,456 @@
+//! The operator API (`/ops`, JSON) on the MCP listener: pending approvals and reviews, and the
+//! operators' decisions on them, which wake nothing but the ledger (a waiting call reads its
+//! execution's record). Authenticated by operators' own bearer tokens (`[[operator]]`): an
+//! actor's token is refused with 403, so an agent can never approve its own call; an unknown
+//! token gets 401.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /ops/approvals` | `{"approvals": [PendingDecision…]}` awaiting approval, newest first |
+//! | `GET /ops/approvals/{id}` | one execution's `PendingDecision`, whatever its state |
+//! | `POST /ops/approvals/{id}/approve` `{"fingerprint", "reason"?}` | the decision recorded |
+//! | `POST /ops/approvals/{id}/deny` `{"reason"?}` | the decision recorded |
+//! | `GET /ops/status` | the gateway at a glance ([`postern_pipeline::telemetry::Status`]) |
+//! | `GET /metrics` | Prometheus text: calls, events, latencies, the store's waiting executions |
+//! | `GET /ops/runs` | `{"runs": [RunView…]}`, the Sessions log, newest first |
+//! | `GET /ops/runs/{id}` | the run (how it ended, if it did) and its calls with their attempts |
+//! | `POST /ops/runs/{id}/authorize` | the run authorized once; its waiting calls are sent |
+//! | `POST /ops/runs/{id}/revoke` | the run revoked: its waiting calls denied, its next refused |
+//! | `GET /ops/vault` | `{"configured", "locked", "names"}` |
+//! | `POST /ops/vault/unlock` `{"passphrase"}` | unlocked (403 a wrong passphrase, nothing unlocked) |
+//! | `POST /ops/vault/lock` | locked: the secrets and key are dropped from memory |
+//! | `GET /ops/reviews` | `{"reviews": [PendingDecision…]}` under review |
+//! | `POST /ops/reviews/{id}/resolve` `{"resolution": "applied"\|"not_applied", "reason"}` | the resolution recorded |
+//! | `GET /ops/upstreams` | `{"upstreams": [UpstreamView…]}`: links and their tools' pins |
+//! | `POST /ops/upstreams/{name}/tools/{tool}/accept` `{"digest"?}` | the listed version accepted |
+//!
+//! A decision that is not recorded gets `{"error": "…"}`: 404 unknown execution, 409 already
+//! decided (naming by whom and when) or another fingerprint, 410 expired, 400 a bad body.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use postern_core::lifecycle::{Resolution, State as LifecycleState};
+use serde::Deserialize;
+use serde_json::json;
+
+use postern_pipeline::GatewayError;
+use postern_pipeline::{DecisionError, Gateway};
+
+/// The operator a request authenticated as.
+#[derive(Clone, Debug)]
+struct Operator(String);
+
+struct OpsState {
+    gateway: Arc<Gateway>,
+    /// bearer token → operator
+    operators: HashMap<String, String>,
+    /// actors' tokens, only to tell an actor it may not decide (403 rather than 401)
+    actor_tokens: Vec<String>,
+}
+
+/// The `/ops` routes.
+pub(super) fn router(
+    gateway: Arc<Gateway>,
+    operators: HashMap<String, String>,
+    actor_tokens: Vec<String>,
+) -> Router {
+    let state = Arc::new(OpsState {
+        gateway,
+        operators,
+        actor_tokens,
+    });
+    Router::new()
+        .route("/ops/approvals", get(approvals))
+        .route("/ops/approvals/{id}", get(approval))
+        .route("/ops/approvals/{id}/approve", post(approve))
+        .route("/ops/approvals/{id}/deny", post(deny))
+        .route("/ops/status", get(status))
+        .route("/metrics", get(metrics_text))
+        .route("/ops/runs", get(runs))
+        .route("/ops/runs/{id}", get(run))
+        .route("/ops/runs/{id}/authorize", post(authorize_run))
+        .route("/ops/runs/{id}/revoke", post(revoke_run))
+        .route("/ops/vault", get(vault_state))
+        .route("/ops/vault/unlock", post(vault_unlock))
+        .route("/ops/vault/lock", post(vault_lock))
+        .route("/ops/reviews", get(reviews))
+        .route("/ops/reviews/{id}/resolve", post(resolve))
+        .route("/ops/upstreams", get(upstreams))
+        .route(
+            "/ops/upstreams/{name}/tools/{tool}/accept",
+            post(accept_tool),
+        )
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"error": message.into()}))).into_response()
+}
+
+async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: Next) -> Response {
+    use subtle::ConstantTimeEq;
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    let matches = |token: &str| bool::from(token.as_bytes().ct_eq(presented.as_bytes()));
+    let mut operator = None;
+    for (token, name) in &st.operators {
+        if matches(token) {
+            operator = Some(name.clone());
+        }
+    }
+    let is_actor = st
+        .actor_tokens
+        .iter()
+        .fold(false, |seen, t| seen | matches(t));
+    match operator {
+        Some(name) if !presented.is_empty() => {
+            req.extensions_mut().insert(Operator(name));
+            next.run(req).await
+        }
+        _ if is_actor && !presented.is_empty() => error(
+            StatusCode::FORBIDDEN,
+            "an actor's token cannot decide approvals or reviews: use an operator's token ([[operator]])",
+        ),
+        _ => error(
+            StatusCode::UNAUTHORIZED,
+            "missing or unknown operator token (Authorization: Bearer …)",
+        ),
+    }
+}
+
+/// A pipeline error as the operator API answers it.
+fn refused(e: GatewayError) -> Response {
+    let status = match &e {
+        GatewayError::Decision(d) if d.expired() => StatusCode::GONE,
+        GatewayError::Decision(d) => match d.as_ref() {
+            DecisionError::Unknown(_) | DecisionError::UnknownRun(_) => StatusCode::NOT_FOUND,
+            DecisionError::Expired { .. } => StatusCode::GONE,
+            DecisionError::NotAwaiting { .. }
+            | DecisionError::NotUnderReview { .. }
+            | DecisionError::RunDecided { .. }
+            | DecisionError::RunNotAuthorized { .. }
+            | DecisionError::FingerprintMismatch { .. } => StatusCode::CONFLICT,
+        },
+        GatewayError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+fn answer<T: serde::Serialize>(result: Result<T, GatewayError>) -> Response {
+    match result {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => refused(e),
+    }
+}
+
+/// A JSON body (none is `{}`), or what is wrong with it.
+fn body<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, String> {
+    let raw = if raw.is_empty() {
+        b"{}".as_slice()
+    } else {
+        raw
+    };
+    serde_json::from_slice(raw).map_err(|e| format!("bad request body: {e}"))
+}
+
+async fn approvals(State(st): State<Arc<OpsState>>) -> Response {
+    let pending = st.gateway.pending(LifecycleState::AwaitingApproval).await;
+    answer(pending.map(|p| json!({"approvals": p})))
+}
+
+async fn reviews(State(st): State<Arc<OpsState>>) -> Response {
+    let pending = st.gateway.pending(LifecycleState::NeedsReview).await;
+    answer(pending.map(|p| json!({"reviews": p})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnlockBody {
+    passphrase: String,
+}
+
+async fn vault_state(State(st): State<Arc<OpsState>>) -> Response {
+    match st.gateway.vault() {
+        None => Json(json!({"configured": false, "locked": true, "names": []})).into_response(),
+        Some(v) => match v.names() {
+            Ok(names) => Json(json!({"configured": true, "locked": v.is_locked(), "names": names}))
+                .into_response(),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        },
+    }
+}
+
+async fn vault_unlock(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: UnlockBody = match body(&raw) {
+        Ok(b) => b,
+        Err(_) => return error(StatusCode::BAD_REQUEST, "expected {\"passphrase\": \"…\"}"),
+    };
+    if st.gateway.vault().is_none() {
+        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
+    }
+    // The key derivation takes a moment: off the async threads.
+    let passphrase = zeroize::Zeroizing::new(b.passphrase);
+    let gateway = st.gateway.clone();
+    let unlocked =
+        tokio::task::spawn_blocking(move || gateway.vault().map(|v| v.unlock(&passphrase))).await;
+    match unlocked {
+        Ok(Some(Ok(names))) => {
+            tracing::info!(operator = %operator, "the vault was unlocked");
+            Json(json!({"locked": false, "names": names, "unlocked_by": operator})).into_response()
+        }
+        Ok(Some(Err(postern_vault::VaultError::WrongPassphrase))) => error(
+            StatusCode::FORBIDDEN,
+            "wrong passphrase: the vault stays locked",
+        ),
+        Ok(Some(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        _ => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the unlock did not finish",
+        ),
+    }
+}
+
+async fn vault_lock(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+) -> Response {
+    let Some(vault) = st.gateway.vault() else {
+        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
+    };
+    vault.lock();
+    tracing::info!(operator = %operator, "the vault was locked");
+    Json(json!({"locked": true, "locked_by": operator})).into_response()
+}
+
+async fn status(State(st): State<Arc<OpsState>>) -> Response {
+    Json(st.gateway.status().await).into_response()
+}
+
+async fn metrics_text(State(st): State<Arc<OpsState>>) -> Response {
+    metrics_response(&st.gateway).await
+}
+
+/// `[telemetry] metrics_listen`'s application: `GET /metrics` only, without a token (bind it
+/// where only Prometheus can reach it). Nothing else of the gateway is served there.
+pub async fn serve_metrics_only(
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+) -> std::io::Result<()> {
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let gateway = gateway.clone();
+            async move { metrics_response(&gateway).await }
+        }),
+    );
+    axum::serve(listener, app).await
+}
+
+/// The Prometheus text exposition (version 0.0.4), or 404 when this process keeps no metrics.
+pub(crate) async fn metrics_response(gateway: &Gateway) -> Response {
+    if !postern_pipeline::telemetry::metrics_installed() {
+        return error(
+            StatusCode::NOT_FOUND,
+            "metrics are not enabled in this process",
+        );
+    }
+    match postern_pipeline::telemetry::render(&gateway.status().await) {
+        Some(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "metrics are not enabled in this process",
+        ),
+    }
+}
+
+async fn runs(State(st): State<Arc<OpsState>>) -> Response {
+    answer(st.gateway.run_views(200).await.map(|r| json!({"runs": r})))
+}
+
+async fn run(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
+    answer(st.gateway.run_with_calls(&id, 1000).await)
+}
+
+async fn authorize_run(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Response {
+    answer(st.gateway.authorize_run(&id, &operator).await)
+}
+
+async fn revoke_run(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Response {
+    answer(st.gateway.revoke_run(&id, &operator).await)
+}
+
+async fn approval(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
+    let unknown = || DecisionError::Unknown(id.chars().take(64).collect()).into();
+    match id.parse() {
+        Ok(parsed) => answer(st.gateway.pending_decision(parsed).await),
+        Err(_) => refused(unknown()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    /// The fingerprint the operator was shown: an approval is bound to it.
+    fingerprint: String,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenyBody {
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    resolution: String,
+    reason: String,
+}
+
+async fn approve(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: ApproveBody = match body(&raw) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    answer(
+        st.gateway
+            .approve(&id, &operator, &b.fingerprint, reason(b.reason))
+            .await,
+    )
+}
+
+async fn deny(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: DenyBody = match body(&raw) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    answer(st.gateway.deny(&id, &operator, reason(b.reason)).await)
+}
+
+async fn resolve(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: ResolveBody = match body(&raw) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let resolution = match b.resolution.as_str() {
+        "applied" => Resolution::Applied,
+        "not_applied" => Resolution::NotApplied,
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "resolution must be \"applied\" or \"not_applied\"",
+            )
+        }
+    };
+    let Some(why) = reason(Some(b.reason)) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "a resolution needs a reason (what was checked, and where)",
+        );
+    };
+    answer(
+        st.gateway
+            .resolve_review(&id, &operator, resolution, why)
+            .await,
+    )
+}
+
+/// A reason as recorded: trimmed, at most 1,000 characters, none if empty.
+fn reason(text: Option<String>) -> Option<String> {
+    text.map(|t| t.trim().chars().take(1000).collect::<String>())
+        .filter(|t| !t.is_empty())
+}
+
+async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {
+    Json(json!({"upstreams": st.gateway.upstream_views()})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcceptBody {
+    digest: Option<String>,
+}
+
+async fn accept_tool(
+    State(st): State<Arc<OpsState>>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Path((name, tool)): Path<(String, String)>,
+    raw: axum::body::Bytes,
+) -> Response {
+    let b: AcceptBody = if raw.is_empty() {
+        AcceptBody { digest: None }
+    } else {
+        match body(&raw) {
+            Ok(b) => b,
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "expected {\"digest\": \"…\"} or no body",
+                )
+            }
+        }
+    };
+    match st
+        .gateway
+        .accept_upstream_tool(&name, &tool, b.digest.as_deref(), &operator)
+        .await
+    {
+        Ok(digest) => {
+            Json(json!({"upstream": name, "tool": tool, "digest": digest, "accepted_by": operator}))
+                .into_response()
+        }
+        Err(GatewayError::UnknownTool(t)) => {
+            error(StatusCode::NOT_FOUND, format!("no re-exported tool {t}"))
+        }
+        Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+    }
+}

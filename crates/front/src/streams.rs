@@ -1,0 +1,600 @@
+//! Resumable streams: rmcp's `EventStore` and `SessionStore` over the ledger, so a client that
+//! reconnects with `Last-Event-ID` gets the events it missed (the tool result above all), also
+//! after a gateway restart or from another replica on the same PostgreSQL.
+//!
+//! Event ids are `<stream id>/<n>`; stream ids are rmcp's random UUIDs (or
+//! `<session id>:common` for a session's standalone stream), so an id is not guessable. Each
+//! stream is bound to the session and actor that opened it ([`DurableStreams::claim`]); the
+//! front checks that binding before rmcp sees a `Last-Event-ID` ([`DurableStreams::may_resume`]),
+//! because rmcp itself replays whatever id it is given.
+//!
+//! A stream is written to the ledger only once its client went away before its end
+//! ([`DurableStreams::abandoned`]): a stream delivered whole is never resumed, and its answer's
+//! delivery is in the record already, so the hot path pays nothing for resumability. From the
+//! cut on, every event of the stream is written, sharing the ledger's next commit. Losing one in
+//! a crash costs a replay, never an action — the execution's result is in its own durable
+//! record and a re-issued call recovers it.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use postern_core::{ExecutionId, Timestamp};
+use postern_ledger::{Ledger, StreamEvent, StreamOwner, StreamWrite};
+use rmcp::model::{ServerJsonRpcMessage, ServerResult};
+use rmcp::transport::streamable_http_server::session::{
+    EventId, EventStore, EventStoreError, EventStream, ServerSseMessage, SessionState,
+    SessionStore, SessionStoreError,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use postern_pipeline::{now, Gateway};
+
+/// How long a finished stream that was cut (and so is in the ledger too) stays in memory for a
+/// fast in-process replay; the ledger serves it after that.
+const ABANDONED_IN_MEMORY: Duration = Duration::from_secs(60);
+/// How long a finished stream that was written out whole stays resumable: long enough for a
+/// client whose connection died with the last bytes still in flight, short enough that memory
+/// stays bounded under load (a few seconds of calls).
+const DELIVERED_IN_MEMORY: Duration = Duration::from_secs(5);
+/// A stream with no event for this long leaves memory (a session's standalone stream).
+const IDLE_IN_MEMORY: Duration = Duration::from_secs(600);
+/// A request stream that never finished (its handler is gone) leaves memory after this long.
+const ORPHANED_IN_MEMORY: Duration = Duration::from_secs(24 * 3600);
+
+/// The event as stored: rmcp's message and retry hint, without the id (derived from the row).
+#[derive(Serialize, Deserialize)]
+struct StoredSse {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<ServerJsonRpcMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_ms: Option<u64>,
+}
+
+/// One event as replayed, with the execution whose answer it carries.
+#[derive(Clone)]
+struct Replayed {
+    sse: ServerSseMessage,
+    execution: Option<ExecutionId>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    events: Vec<(u64, Replayed)>,
+    next: u64,
+    finished: bool,
+    owner: Option<(Option<String>, String)>,
+    watchers: Vec<mpsc::UnboundedSender<Replayed>>,
+    touched: Option<Instant>,
+    /// The client went away before the end: events are written to the ledger, in order,
+    /// through this queue (one writer task per durable stream).
+    durable: Option<mpsc::UnboundedSender<StreamWrite>>,
+    /// When each event was stored, by position (for its row, should the stream turn durable).
+    stored_at: Vec<Timestamp>,
+}
+
+/// Streams this process is carrying (or carried a moment ago). A sweep (at most every
+/// `SWEEP_EVERY`) drops finished streams after their grace and idle ones.
+#[derive(Default)]
+struct Live(Mutex<LiveMap>);
+
+#[derive(Default)]
+struct LiveMap {
+    streams: HashMap<String, Arc<Mutex<LiveState>>>,
+    swept: Option<Instant>,
+}
+
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+impl Live {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveMap> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, stream_id: &str) -> Option<Arc<Mutex<LiveState>>> {
+        self.lock().streams.get(stream_id).cloned()
+    }
+
+    fn get_or_create(&self, stream_id: &str) -> Arc<Mutex<LiveState>> {
+        let mut map = self.lock();
+        if map.swept.is_none_or(|t| t.elapsed() > SWEEP_EVERY) {
+            map.swept = Some(Instant::now());
+            map.streams.retain(|_, s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                let age = s.touched.map_or(Duration::ZERO, |t| t.elapsed());
+                let gone = if s.finished {
+                    age > if s.durable.is_some() {
+                        ABANDONED_IN_MEMORY
+                    } else {
+                        DELIVERED_IN_MEMORY
+                    }
+                } else if s.owner.is_some() || s.durable.is_some() {
+                    // A request still running (a long call): its numbering must go on.
+                    age > ORPHANED_IN_MEMORY
+                } else {
+                    // A session's standalone stream, idle.
+                    age > IDLE_IN_MEMORY
+                };
+                !gone
+            });
+            metrics::gauge!(postern_pipeline::telemetry::STREAMS_LIVE)
+                .set(map.streams.len() as f64);
+        }
+        map.streams
+            .entry(stream_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(LiveState {
+                    touched: Some(Instant::now()),
+                    ..LiveState::default()
+                }))
+            })
+            .clone()
+    }
+}
+
+/// The ledger-backed event and session store of the Streamable HTTP front.
+pub(crate) struct DurableStreams {
+    gateway: Arc<Gateway>,
+    live: Live,
+    /// MCP session id → the actor it belongs to, as far as this instance has seen.
+    session_actors: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// Splits `<stream id>/<n>`.
+fn parse_event_id(id: &str) -> Option<(&str, u64)> {
+    let (stream, n) = id.rsplit_once('/')?;
+    Some((stream, n.parse().ok()?))
+}
+
+/// The ledger row of one event.
+fn row_of(stream_id: &str, n: u64, r: &Replayed, last: bool, at: Timestamp) -> Option<StreamEvent> {
+    let payload = serde_json::to_string(&StoredSse {
+        message: r.sse.message.as_deref().cloned(),
+        retry_ms: r
+            .sse
+            .retry
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    })
+    .ok()?;
+    Some(StreamEvent {
+        stream_id: stream_id.to_string(),
+        n,
+        payload,
+        execution_id: r.execution,
+        last,
+        at,
+    })
+}
+
+/// The execution whose tool result this message carries.
+fn execution_of(message: &ServerJsonRpcMessage) -> Option<ExecutionId> {
+    let ServerJsonRpcMessage::Response(response) = message else {
+        return None;
+    };
+    let ServerResult::CallToolResult(result) = &response.result else {
+        return None;
+    };
+    result
+        .structured_content
+        .as_ref()?
+        .pointer("/execution/execution_id")
+        .and_then(Value::as_str)?
+        .parse()
+        .ok()
+}
+
+fn is_final(stream_id: &str, message: Option<&ServerJsonRpcMessage>) -> bool {
+    // A request's stream ends with its response; a session's standalone stream never ends.
+    !stream_id.ends_with(":common")
+        && matches!(
+            message,
+            Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+        )
+}
+
+impl DurableStreams {
+    pub(crate) fn new(gateway: Arc<Gateway>) -> DurableStreams {
+        DurableStreams {
+            gateway,
+            live: Live::default(),
+            session_actors: Default::default(),
+        }
+    }
+
+    fn ledger(&self) -> &Arc<Ledger> {
+        self.gateway.ledger()
+    }
+
+    /// Records the session and actor a request stream belongs to (seen in its first event id).
+    pub(crate) fn claim(&self, event_id: &str, session: Option<String>, actor: String) {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return;
+        };
+        let live = self.live.get_or_create(stream_id);
+        let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+        if s.owner.is_none() {
+            s.owner = Some((session, actor));
+        }
+    }
+
+    /// The client of this stream went away before its end: from now on the stream is kept in
+    /// the ledger (owner, events so far, and every later event), so it can be resumed after a
+    /// restart or on another replica.
+    pub(crate) fn abandoned(&self, event_id: &str) {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return;
+        };
+        let Some(live) = self.live.get(stream_id) else {
+            return;
+        };
+        let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+        if s.durable.is_some() {
+            return;
+        }
+        // One queue per durable stream, drained by one task: the owner lands first, then the
+        // events in their order, so a replay elsewhere never sees a gap it would skip for good.
+        let (queue, mut pending) = mpsc::unbounded_channel::<StreamWrite>();
+        if let Some((session, actor)) = s.owner.clone() {
+            let _ = queue.send(StreamWrite::Owner(StreamOwner {
+                stream_id: stream_id.to_string(),
+                session_id: session,
+                actor,
+                at: now(),
+            }));
+        }
+        for ((n, replayed), at) in s.events.iter().zip(&s.stored_at) {
+            let last = s.finished && *n + 1 == s.next;
+            if let Some(row) = row_of(stream_id, *n, replayed, last, *at) {
+                let _ = queue.send(StreamWrite::Event(row));
+            }
+        }
+        s.durable = Some(queue);
+        let ledger = self.ledger().clone();
+        tokio::spawn(async move {
+            while let Some(first) = pending.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = pending.try_recv() {
+                    batch.push(more);
+                }
+                if let Err(e) = ledger.record_streams(batch).await {
+                    // The answers are recorded with their executions; only resuming these
+                    // streams' events after a restart is lost.
+                    tracing::warn!(error = %e, "stream events could not be stored; those streams cannot be resumed after a restart");
+                }
+            }
+        });
+    }
+
+    /// Whether `actor` may use MCP session `session`: the session belongs to the actor whose
+    /// token opened it. A session nobody claimed yet (opened before this rule) is claimed now.
+    pub(crate) async fn session_is_actors(&self, session: &str, actor: &str) -> bool {
+        if let Some(owner) = self
+            .session_actors
+            .lock()
+            .ok()
+            .and_then(|m| m.get(session).cloned())
+        {
+            return owner == actor;
+        }
+        match self.ledger().mcp_session_actor(session).await {
+            Ok(Some(owner)) => {
+                let mine = owner == actor;
+                self.remember_owner(session, &owner);
+                mine
+            }
+            Ok(None) => {
+                self.claim_session(session, actor).await;
+                true
+            }
+            // Storage unreachable: refuse rather than let another actor in.
+            Err(_) => false,
+        }
+    }
+
+    /// Caches a session's owner (the first claim stays); the cache is bounded, the ledger
+    /// holds every owner.
+    fn remember_owner(&self, session: &str, actor: &str) {
+        if let Ok(mut m) = self.session_actors.lock() {
+            if m.len() >= super::REMEMBERED && !m.contains_key(session) {
+                m.clear();
+            }
+            m.entry(session.to_string())
+                .or_insert_with(|| actor.to_string());
+        }
+    }
+
+    /// Records that `session` belongs to `actor` (the first claim stays).
+    pub(crate) async fn claim_session(&self, session: &str, actor: &str) {
+        self.remember_owner(session, actor);
+        let write = StreamWrite::SessionActor {
+            id: session.to_string(),
+            actor: actor.to_string(),
+            at: now(),
+        };
+        if let Err(e) = self.ledger().record_stream_now(write).await {
+            tracing::warn!(error = %e, "a session's owner could not be stored; another replica will not know it");
+        }
+    }
+
+    /// Whether this session and actor may resume from `event_id`. Ids that are not ours
+    /// (rmcp's own `0` priming id) are left to rmcp, which replays nothing for them.
+    pub(crate) async fn may_resume(
+        &self,
+        event_id: &str,
+        session: Option<&str>,
+        actor: &str,
+    ) -> bool {
+        let Some((stream_id, _)) = parse_event_id(event_id) else {
+            return true;
+        };
+        if let Some(common_of) = stream_id.strip_suffix(":common") {
+            return session == Some(common_of);
+        }
+        let live_owner = self
+            .live
+            .get(stream_id)
+            .and_then(|s| s.lock().ok().and_then(|s| s.owner.clone()));
+        let owner = match live_owner {
+            Some(o) => Some(o),
+            // No flush first: an unknown id must not cost a commit (a cheap way to stall the
+            // writer). A cut stream's owner is queued ahead of its events.
+            None => match self.ledger().stream_owner(stream_id).await {
+                Ok(found) => found.map(|o| (o.session_id, o.actor)),
+                Err(_) => None,
+            },
+        };
+        owner.is_some_and(|(s, a)| s.as_deref() == session && a == actor)
+    }
+
+    fn decode(event: &StreamEvent) -> Option<Replayed> {
+        let stored: StoredSse = serde_json::from_str(&event.payload).ok()?;
+        let mut sse = match (stored.message, stored.retry_ms) {
+            (Some(message), _) => ServerSseMessage::from_message(message),
+            (None, retry) => ServerSseMessage::retry(Duration::from_millis(retry.unwrap_or(0))),
+        };
+        sse.retry = stored.retry_ms.map(Duration::from_millis);
+        sse.event_id = Some(format!("{}/{}", event.stream_id, event.n));
+        Some(Replayed {
+            sse,
+            execution: event.execution_id,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl EventStore for DurableStreams {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<EventId, EventStoreError> {
+        let message = event.message.as_deref();
+        let execution = message.and_then(execution_of);
+        let last = is_final(stream_id, message);
+        let live = self.live.get_or_create(stream_id);
+        let n = {
+            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+            let n = s.next;
+            s.next += 1;
+            s.touched = Some(Instant::now());
+            let mut sse = event.clone();
+            sse.event_id = Some(format!("{stream_id}/{n}"));
+            let replayed = Replayed { sse, execution };
+            s.watchers.retain(|w| w.send(replayed.clone()).is_ok());
+            s.events.push((n, replayed));
+            if last {
+                s.finished = true;
+                // Dropping the senders ends every live replay after this event.
+                s.watchers.clear();
+            }
+            let at = now();
+            if let Some(queue) = &s.durable {
+                // Serialised only for a stream being kept: a stream delivered whole never is.
+                let (_, replayed) = &s.events[s.events.len() - 1];
+                if let Some(row) = row_of(stream_id, n, replayed, last, at) {
+                    let _ = queue.send(StreamWrite::Event(row));
+                }
+            }
+            s.stored_at.push(at);
+            n
+        };
+        Ok(format!("{stream_id}/{n}"))
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        let (stream_id, after) = parse_event_id(last_event_id)
+            .ok_or_else(|| format!("not a Postern event id: {last_event_id:?}"))?;
+        metrics::counter!(postern_pipeline::telemetry::STREAM_RESUMES).increment(1);
+        let mut queue = VecDeque::new();
+        let mut live_rx = None;
+        if let Some(live) = self.live.get(stream_id) {
+            let mut s = live.lock().unwrap_or_else(|e| e.into_inner());
+            queue.extend(
+                s.events
+                    .iter()
+                    .filter(|(n, _)| *n > after)
+                    .map(|(_, r)| r.clone()),
+            );
+            if !s.finished {
+                let (tx, rx) = mpsc::unbounded_channel();
+                s.watchers.push(tx);
+                live_rx = Some(rx);
+            }
+        } else {
+            // Not carried here (a restart, or another replica): what the ledger holds. A stream
+            // still running elsewhere is picked up by the client's next reconnect.
+            self.ledger().flush().await?;
+            for event in self
+                .ledger()
+                .stream_events_after(stream_id, Some(after))
+                .await?
+            {
+                queue.extend(Self::decode(&event));
+            }
+        }
+        Ok(Box::pin(Replay {
+            queue,
+            live: live_rx,
+            carried: Vec::new(),
+            gateway: self.gateway.clone(),
+            ended: false,
+        }))
+    }
+}
+
+/// A replayed stream. An execution whose answer it carried is recorded `delivered` once that
+/// event was taken by the connection — the stream is polled again after yielding it, or ends —
+/// and `delivery_failed` if the client went away before.
+struct Replay {
+    queue: VecDeque<Replayed>,
+    live: Option<mpsc::UnboundedReceiver<Replayed>>,
+    carried: Vec<ExecutionId>,
+    gateway: Arc<Gateway>,
+    ended: bool,
+}
+
+impl Replay {
+    fn end(&mut self, delivered: bool) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let ids = std::mem::take(&mut self.carried);
+        // A replay repeats an answer: only a first delivery is recorded (that takes a read, so
+        // it runs on the runtime; a drop outside one records as before).
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let gateway = self.gateway.clone();
+                runtime.spawn(async move { gateway.record_first_delivery(&ids, delivered).await });
+            }
+            Err(_) => self.gateway.record_delivery(&ids, delivered),
+        }
+    }
+
+    fn yield_event(&mut self, r: Replayed) -> Poll<Option<ServerSseMessage>> {
+        if let Some(id) = r.execution {
+            self.carried.push(id);
+        }
+        Poll::Ready(Some(r.sse))
+    }
+}
+
+impl futures_core::Stream for Replay {
+    type Item = ServerSseMessage;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
+        let this = self.get_mut();
+        if !this.carried.is_empty() {
+            // Polled again: the answers yielded last were taken by the connection.
+            let ids = std::mem::take(&mut this.carried);
+            let gateway = this.gateway.clone();
+            tokio::spawn(async move { gateway.record_first_delivery(&ids, true).await });
+        }
+        if let Some(r) = this.queue.pop_front() {
+            return this.yield_event(r);
+        }
+        if let Some(rx) = this.live.as_mut() {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(r)) => return this.yield_event(r),
+                Poll::Ready(None) => this.live = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        this.end(true);
+        Poll::Ready(None)
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        self.end(false);
+    }
+}
+
+/// MCP sessions outlive a restart: rmcp restores one from its stored initialize parameters.
+pub(crate) struct DurableSessions {
+    ledger: Arc<Ledger>,
+}
+
+impl DurableSessions {
+    pub(crate) fn new(ledger: Arc<Ledger>) -> DurableSessions {
+        DurableSessions { ledger }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for DurableSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        match self.ledger.mcp_session(session_id).await? {
+            Some(text) => {
+                let state = serde_json::from_str(&text)?;
+                // A session in use is not old: restoring it restarts its retention.
+                let touch = StreamWrite::PutSession {
+                    id: session_id.to_string(),
+                    state: text,
+                    at: now(),
+                };
+                let ledger = self.ledger.clone();
+                tokio::spawn(async move { ledger.record_stream(touch).await });
+                Ok(Some(state))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let write = StreamWrite::PutSession {
+            id: session_id.to_string(),
+            state: serde_json::to_string(state)?,
+            at: now(),
+        };
+        Ok(self.ledger.record_stream_now(write).await?)
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        // A closed session is an ended run in the Sessions log.
+        if let Err(e) = self
+            .ledger
+            .end_run(
+                &format!("mcp-session:{session_id}"),
+                now(),
+                postern_ledger::RunEnd::Closed,
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "a closed session's end could not be recorded in the Sessions log");
+        }
+        Ok(self
+            .ledger
+            .record_stream(StreamWrite::DropSession(session_id.to_string()))
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_split_at_the_last_slash() {
+        assert_eq!(
+            parse_event_id("0b6c-4e/7"),
+            Some(("0b6c-4e", 7)),
+            "a request stream"
+        );
+        assert_eq!(
+            parse_event_id("s-1:common/12"),
+            Some(("s-1:common", 12)),
+            "a session's standalone stream"
+        );
+        assert_eq!(parse_event_id("0"), None, "rmcp's own priming id");
+        assert_eq!(parse_event_id("x/y"), None);
+    }
+}

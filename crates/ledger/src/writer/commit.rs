@@ -1,0 +1,241 @@
+//! Group commit: a batch of ops written into one transaction, each inside its own savepoint
+//! (so one op's failure never undoes another's), then committed and answered together.
+
+use std::time::Instant;
+
+use postern_core::{EventKind, Timestamp};
+
+use super::{not_begun, now_millis, Writer};
+use crate::db::WriteConn;
+use crate::error::{LedgerError, StorageFault};
+use crate::ops::{Done, Op};
+
+/// The chain head (sequence number, hash).
+type Head = (u64, [u8; 32]);
+
+/// How one op of a batch went.
+enum Step {
+    /// Written, or failed and undone: its reply waits for the commit.
+    Done(Done),
+    /// Its savepoint could not be opened, so it was not run.
+    NotRun(Op, LedgerError),
+    /// A savepoint statement failed after it ran: its writes cannot be kept apart.
+    Tangled(Done, LedgerError),
+}
+
+/// What writing a batch left in the transaction.
+enum Written {
+    /// Every op written or undone alone: the transaction may commit.
+    Kept(Vec<Done>),
+    /// A lone op (no savepoint) failed: the transaction must be rolled back.
+    LoneFailed(Vec<Done>),
+    /// The batch was rolled back and every op answered.
+    Abandoned,
+}
+
+impl<C: WriteConn> Writer<C> {
+    /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
+    pub async fn commit_begun(&mut self, batch: Vec<Op>) {
+        let started = Instant::now();
+        let requests = batch.len();
+        let head_before = match self.open_head().await {
+            Ok(h) => h,
+            Err(e) => {
+                let why = not_begun(e);
+                let _ = self.conn.exec("ROLLBACK", &[]).await;
+                for op in batch {
+                    op.refuse(&why);
+                }
+                return;
+            }
+        };
+        self.head = head_before;
+        self.pending.clear();
+        self.lease_checked = false;
+        match self.write_batch(head_before, batch).await {
+            Written::Kept(done) => {
+                self.commit_written(head_before, done, requests, started)
+                    .await;
+            }
+            Written::LoneFailed(done) => self.roll_back_lone(head_before, done).await,
+            Written::Abandoned => {}
+        }
+    }
+
+    async fn write_batch(&mut self, head_before: Head, batch: Vec<Op>) -> Written {
+        // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
+        let savepoints = batch.len() > 1;
+        let mut done = Vec::with_capacity(batch.len());
+        let mut ops = batch.into_iter();
+        while let Some(op) = ops.next() {
+            match self.write_op(op, savepoints).await {
+                Step::Done(d) => done.push(d),
+                Step::NotRun(op, e) => {
+                    // Without a savepoint one request's failure could not be undone alone:
+                    // nothing of the batch is committed.
+                    let rest = std::iter::once(op).chain(ops);
+                    self.abandon_batch(head_before, done, rest, e).await;
+                    return Written::Abandoned;
+                }
+                Step::Tangled(d, e) => {
+                    done.push(d);
+                    self.abandon_batch(head_before, done, ops, e).await;
+                    return Written::Abandoned;
+                }
+            }
+        }
+        if !savepoints && done.iter().any(|d| !d.is_ok()) {
+            Written::LoneFailed(done)
+        } else {
+            Written::Kept(done)
+        }
+    }
+
+    /// Runs one op (inside a savepoint when the batch has several); a failed op's chain
+    /// links and remembered summaries are undone with its writes.
+    async fn write_op(&mut self, op: Op, savepoints: bool) -> Step {
+        let saved = (
+            self.head,
+            self.appended_since_checkpoint,
+            self.pending.len(),
+        );
+        if savepoints {
+            if let Err(e) = self.conn.exec("SAVEPOINT op", &[]).await {
+                return Step::NotRun(op, e);
+            }
+        }
+        self.touched.clear();
+        let d = self.process(op).await;
+        if savepoints {
+            // On failure, the failed request's writes may still be in the transaction.
+            if let Err(e) = self.end_savepoint(d.is_ok()).await {
+                return Step::Tangled(d, e);
+            }
+        }
+        if !d.is_ok() {
+            (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
+            self.pending.truncate(saved.2);
+            if let Some(recall) = &mut self.recall {
+                for id in self.touched.drain(..) {
+                    recall.forget(id);
+                }
+            }
+        }
+        Step::Done(d)
+    }
+
+    /// Keeps (`ok`) or rolls back the op's savepoint, then releases it.
+    async fn end_savepoint(&mut self, ok: bool) -> Result<(), LedgerError> {
+        if !ok {
+            self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await?;
+        }
+        self.conn
+            .exec("RELEASE SAVEPOINT op", &[])
+            .await
+            .map(|_| ())
+    }
+
+    /// Nothing of the lone failed request may stay; its reply is its own error.
+    async fn roll_back_lone(&mut self, head_before: Head, done: Vec<Done>) {
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        self.head = head_before;
+        self.recall = None;
+        for d in done {
+            d.send(None);
+        }
+    }
+
+    /// Commits what the batch wrote and answers every op with the commit's outcome.
+    async fn commit_written(
+        &mut self,
+        head_before: Head,
+        done: Vec<Done>,
+        requests: usize,
+        started: Instant,
+    ) {
+        let events: Vec<EventKind> = self.pending.iter().map(|(e, _)| e.body.event).collect();
+        let failure = match self.finish_commit(head_before).await {
+            Ok(commit_statement) => {
+                crate::telemetry::committed(requests, &events, started.elapsed(), commit_statement);
+                None
+            }
+            Err(why) => {
+                crate::telemetry::commit_failed(why.0);
+                Some(why)
+            }
+        };
+        if failure.is_some() {
+            let _ = self.conn.exec("ROLLBACK", &[]).await;
+            self.head = head_before;
+            self.pending.clear();
+            self.recall = None;
+        } else if let Some(recall) = &mut self.recall {
+            // This connection's own commits leave `data_version` as it was.
+            recall.head = self.head;
+        }
+        for d in done {
+            d.send(failure.as_ref());
+        }
+    }
+
+    /// Writes the batch's events, head and due checkpoint, and commits. The error says whether
+    /// anything may have been recorded: a connection lost during `COMMIT` leaves that unknown.
+    async fn finish_commit(
+        &mut self,
+        head_before: Head,
+    ) -> Result<std::time::Duration, (StorageFault, String)> {
+        let nothing = |e: LedgerError| {
+            let (fault, msg) = e.as_fault();
+            (
+                fault,
+                format!("the commit failed, nothing of this request was recorded: {msg}"),
+            )
+        };
+        if self.head != head_before {
+            self.flush_events().await.map_err(nothing)?;
+            self.store_head().await.map_err(nothing)?;
+            if self.cfg.checkpoint_every > 0
+                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+            {
+                self.checkpoint(Timestamp(now_millis()))
+                    .await
+                    .map_err(nothing)?;
+            }
+        }
+        let commit = std::time::Instant::now();
+        match self.conn.exec("COMMIT", &[]).await {
+            Ok(_) => Ok(commit.elapsed()),
+            Err(e) if e.fault() == Some(StorageFault::Unavailable) => Err((
+                StorageFault::Unavailable,
+                format!("the connection was lost during the commit, so whether this request was recorded is unknown until the store is back: {e}"),
+            )),
+            Err(e) => Err(nothing(e)),
+        }
+    }
+
+    /// Rolls the whole transaction back after a statement that keeps requests apart
+    /// (savepoints) failed: every request of the batch, answered or not, is refused.
+    async fn abandon_batch(
+        &mut self,
+        head_before: Head,
+        done: Vec<Done>,
+        rest: impl Iterator<Item = Op>,
+        cause: LedgerError,
+    ) {
+        let (fault, msg) = cause.as_fault();
+        let why = (
+            fault,
+            format!("the batch this request was in could not be kept apart from a failed one, so nothing of it was recorded: {msg}"),
+        );
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        self.head = head_before;
+        self.pending.clear();
+        self.recall = None;
+        for d in done {
+            d.send(Some(&why));
+        }
+        for op in rest {
+            op.refuse(&why);
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The writer's ops that are not an execution's events: runs, notices (with tool pins),
+//! stream state, and this instance's lease (heartbeat and takeover).
+
+use std::sync::OnceLock;
+
+use postern_core::{EventKind, ExecutionId, Timestamp};
+use serde_json::Value;
+
+use super::Writer;
+use crate::db::{params, WriteConn};
+use crate::error::LedgerError;
+use crate::model::{Run, RunDecision, RunEnd, ToolPin};
+use crate::streams::StreamWrite;
+
+impl<C: WriteConn> Writer<C> {
+    /// A run seen again is marked seen; one that ended only because it idled or its gateway
+    /// stopped is resumed (its start stays). Only by its own actor.
+    pub(super) async fn start_run(&mut self, run: &Run) -> Result<(), LedgerError> {
+        self.conn
+            .exec(
+                start_run_sql(),
+                params![
+                    &run.id,
+                    &run.actor,
+                    &run.client_name,
+                    &run.client_version,
+                    &run.protocol_version,
+                    &run.transport,
+                    run.started_at.0
+                ],
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether this decision was recorded. Set once: the condition makes the first decision
+    /// the only one.
+    pub(super) async fn decide_run(
+        &mut self,
+        id: &str,
+        decision: RunDecision,
+        by: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        let sql = match decision {
+            RunDecision::Authorize => "UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL",
+            RunDecision::Revoke => "UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL",
+        };
+        self.conn
+            .exec(sql, params![by, at.0, id])
+            .await
+            .map(|n| n == 1)
+    }
+
+    pub(super) async fn end_run(
+        &mut self,
+        id: &str,
+        at: Timestamp,
+        reason: RunEnd,
+    ) -> Result<(), LedgerError> {
+        self.conn
+            .exec(
+                "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+                params![at.0, reason.as_str(), id],
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Sets the tool's pin (if any) and chains the notice, in the same transaction.
+    pub(super) async fn notice(
+        &mut self,
+        pin: Option<&ToolPin>,
+        detail: Value,
+        at: Timestamp,
+    ) -> Result<(), LedgerError> {
+        if let Some(p) = pin {
+            self.conn.exec("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
+        }
+        // A notice has an id of its own: it is no execution's event.
+        let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
+        self.append_event(id, 1, EventKind::Notice, at, detail)
+    }
+
+    /// Writes the stream records in order, stopping at the first that fails.
+    pub(super) async fn write_streams(
+        &mut self,
+        writes: &[StreamWrite],
+    ) -> Result<(), LedgerError> {
+        for write in writes {
+            let (sql, values) = write.sql();
+            self.conn.exec(sql, &values).await?;
+        }
+        Ok(())
+    }
+
+    /// Renews this instance's lease. A taken-over instance renews nothing: it learns it was
+    /// fenced.
+    pub(super) async fn heartbeat(&mut self, now: Timestamp) -> Result<(), LedgerError> {
+        match self
+            .conn
+            .exec(
+                "UPDATE instances SET heartbeat_at = $1 WHERE id = $2 AND taken_over_by IS NULL",
+                params![now.0, &self.cfg.instance],
+            )
+            .await
+        {
+            Ok(0) => Err(self.fenced().await),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether this instance took `owner` over. Claimed once: the first survivor whose update
+    /// finds the lease expired.
+    pub(super) async fn take_over(
+        &mut self,
+        owner: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        self.conn
+            .exec(
+                "UPDATE instances SET taken_over_by = $1, taken_over_at = $2 WHERE id = $3 AND taken_over_by IS NULL AND heartbeat_at < $4",
+                params![&self.cfg.instance, now.0, owner, cutoff.0],
+            )
+            .await
+            .map(|n| n == 1)
+    }
+}
+
+/// Records a run, or resumes it when it ended in a way [`RunEnd::resumable`] says a later call
+/// resumes (its end is cleared); the rule lives there, this SQL only spells it.
+fn start_run_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let resumable: Vec<String> = RunEnd::ALL
+            .iter()
+            .filter(|e| e.resumable())
+            .map(|e| format!("'{}'", e.as_str()))
+            .collect();
+        let resumable = resumable.join(", ");
+        format!("INSERT INTO runs (id, actor, client_name, client_version, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor")
+    })
+}

@@ -1,0 +1,58 @@
+//! The running gateway at a glance ([`Status`]: `GET /ops/status`, `postern status`, the
+//! gauges of `/metrics`).
+
+use crate::telemetry::{CheckpointView, Status, UpstreamHealth};
+
+use super::{now, Gateway};
+
+impl Gateway {
+    /// Reads the store's waiting executions and the process's own state; a store that cannot
+    /// be read is said in `store_state`, never an error (the rest is still worth seeing).
+    pub async fn status(&self) -> Status {
+        let at = now();
+        let started = std::time::Instant::now();
+        let (store_state, health) = match self.ledger().health(at).await {
+            Ok(h) => ("ok".to_string(), h),
+            Err(e) => (e.to_string(), Default::default()),
+        };
+        let age = |t: postern_core::Timestamp| (at.0 - t.0).max(0) as f64 / 1000.0;
+        Status {
+            instance: self.ledger().instance().to_string(),
+            store: match self.ledger().dialect() {
+                postern_ledger::Dialect::Sqlite => "sqlite",
+                postern_ledger::Dialect::Postgres => "postgres",
+            },
+            store_state,
+            store_read_seconds: started.elapsed().as_secs_f64(),
+            ledger_queue: self.ledger().queue_depth(),
+            upstreams: self
+                .upstream_views()
+                .into_iter()
+                .map(|u| UpstreamHealth {
+                    up: u.down.is_none(),
+                    why: u.down,
+                    withheld_tools: u.tools.iter().filter(|t| t.state == "withheld").count(),
+                    name: u.name,
+                })
+                .collect(),
+            vault: match self.vault() {
+                None => "none",
+                Some(v) if v.is_locked() => "locked",
+                Some(_) => "unlocked",
+            },
+            approvals_pending: health.awaiting_approval,
+            oldest_approval_age_seconds: health.oldest_approval_since.map(age),
+            reviews_pending: health.needs_review,
+            outcome_unknown: health.outcome_unknown,
+            outcome_unknown_last_hour: health.unknown_last_hour,
+            dispatched: health.dispatched,
+            runs_open: self.open_run_count(),
+            last_checkpoint: health.last_checkpoint.map(|c| CheckpointView {
+                age_seconds: age(c.at),
+                at: c.at.to_string(),
+                seq: c.seq,
+                chain: c.chain,
+            }),
+        }
+    }
+}

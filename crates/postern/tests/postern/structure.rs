@@ -1,0 +1,290 @@
+//! Issue 34: the workspace's structure rules, checked so that they stay true. The crate graph
+//! (from `cargo tree`): which crates may name which dependencies. Each crate's top-level
+//! modules: no import cycle. Stderr: only the binary's `messages` module writes to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Each workspace crate's direct normal (non-dev, non-build) dependencies, by package name,
+/// as `cargo tree` resolves them for this platform.
+fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--workspace",
+            "-e",
+            "normal",
+            "--depth",
+            "1",
+        ])
+        .args(["--prefix", "depth", "--format", "{p}"])
+        .current_dir(workspace())
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = String::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = |l: &str| l.split_whitespace().next().unwrap_or("").to_string();
+        if let Some(root) = line.strip_prefix('0') {
+            current = name(root);
+            graph.entry(current.clone()).or_default();
+        } else if let Some(dep) = line.strip_prefix('1') {
+            graph.entry(current.clone()).or_default().insert(name(dep));
+        }
+    }
+    graph
+}
+
+#[test]
+fn every_crate_depends_only_on_what_its_job_needs() {
+    let graph = normal_dependencies();
+    let deps = |krate: &str| {
+        graph
+            .get(krate)
+            .unwrap_or_else(|| panic!("no crate {krate}"))
+    };
+    let libraries = [
+        "postern-core",
+        "postern-audit",
+        "postern-ledger",
+        "postern-channels",
+        "postern-vault",
+        "postern-pipeline",
+        "postern-front",
+        "postern-console",
+        "postern-demo",
+    ];
+    // The graph was read (a parse that found nothing would pass every rule below).
+    assert!(deps("postern-front").contains("rmcp") && deps("postern-ledger").contains("sqlx"));
+    for (krate, its) in &graph {
+        assert!(
+            !its.is_empty(),
+            "{krate}: no dependencies read (a tree cut short?)"
+        );
+    }
+    let mut broken = Vec::new();
+    let mut forbid = |krate: &str, dep: &str, why: &str| {
+        if deps(krate).contains(dep) {
+            broken.push(format!("{krate} depends on {dep}: {why}"));
+        }
+    };
+    for krate in libraries.iter().chain(&["postern"]) {
+        forbid(
+            krate,
+            "postern-testkit",
+            "shipped code depends on no test code",
+        );
+    }
+    // Only the front serves MCP; the channels (upstream client), the demo (its stand-in
+    // upstream) and the binary (`postern connect`, a client bridge) speak it on their edges.
+    for krate in [
+        "postern-core",
+        "postern-audit",
+        "postern-ledger",
+        "postern-vault",
+        "postern-pipeline",
+        "postern-console",
+    ] {
+        forbid(krate, "rmcp", "only the front knows MCP");
+    }
+    for krate in [
+        "postern-core",
+        "postern-pipeline",
+        "postern-ledger",
+        "postern-audit",
+    ] {
+        for server in ["axum", "hyper", "hyper-util", "tower"] {
+            forbid(
+                krate,
+                server,
+                "no HTTP server below the front and the console",
+            );
+        }
+    }
+    for krate in libraries.iter().filter(|k| **k != "postern-ledger") {
+        forbid(krate, "sqlx", "SQL lives only in the ledger");
+    }
+    for dep in ["tokio", "sqlx", "reqwest", "tracing"] {
+        forbid("postern-core", dep, "the core is pure: no I/O, no runtime");
+    }
+    forbid(
+        "postern-console",
+        "postern-front",
+        "the console decides through the pipeline, not the MCP front",
+    );
+    forbid(
+        "postern-console",
+        "postern-channels",
+        "the console never dials a target",
+    );
+    for krate in libraries.iter().filter(|k| **k != "postern-demo") {
+        forbid(krate, "postern-demo", "only the binary links the demo");
+    }
+    for krate in [
+        "postern-core",
+        "postern-ledger",
+        "postern-audit",
+        "postern-channels",
+        "postern-vault",
+    ] {
+        forbid(krate, "postern-pipeline", "the pipeline is above them");
+        forbid(krate, "postern-front", "the front is above them");
+    }
+    forbid(
+        "postern-pipeline",
+        "postern-front",
+        "the front is above the pipeline",
+    );
+    for dep in deps("postern-demo")
+        .iter()
+        .filter(|d| d.starts_with("postern-"))
+    {
+        broken.push(format!(
+            "postern-demo depends on {dep}: it stands for the world outside the gateway"
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The `.rs` files under `dir`, recursively.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The top-level module a file under `src` belongs to (`None`: the crate root).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
+    match first.as_str() {
+        "lib.rs" | "main.rs" | "bin" => None,
+        f => Some(f.trim_end_matches(".rs").to_string()),
+    }
+}
+
+/// A cycle in `edges`, if there is one.
+fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let mut cycles = Vec::new();
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let files = sources(&src);
+        let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(&src, f)).collect();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in &files {
+            let Some(from) = module_of(&src, file) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(file).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("crate::") {
+                    let before = line[..at].chars().last();
+                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    let rest = &line[at + "crate::".len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if name != from && modules.contains(&name) {
+                        edges.entry(from.clone()).or_default().insert(name);
+                    }
+                }
+            }
+        }
+        if let Some(c) = cycle(&edges) {
+            cycles.push(format!("{}: {}", src.display(), c.join(" → ")));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn only_the_binarys_messages_module_writes_to_stderr() {
+    let mut found = Vec::new();
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in sources(&src) {
+            // The binary's messages module; helper binaries (`src/bin/`) whose stderr is their
+            // usage line.
+            let rel = file.strip_prefix(workspace().join("crates")).unwrap();
+            if rel == Path::new("postern/src/messages.rs")
+                || rel.components().any(|c| c.as_os_str() == "bin")
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains("eprintln!") || line.contains("eprint!") {
+                    found.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "stderr outside messages.rs (use tracing, or messages::say):\n{}",
+        found.join("\n")
+    );
+}
