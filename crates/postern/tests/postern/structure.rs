@@ -18,6 +18,7 @@ fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
             "tree",
             "--offline",
             "--workspace",
+            "--no-dedupe",
             "-e",
             "normal",
             "--depth",
