@@ -1,8 +1,8 @@
 //! `--replicas [--pg URL] [--rounds N]`: durable calls per second at concurrency 64 through one
-//! replica on SQLite (the baseline), one replica on PostgreSQL, and two replicas on the same
-//! PostgreSQL behind a real HAProxy (round-robin), sessionless protocol (no session to carry
-//! between replicas). Each configuration gets a new database. Issue 19's figure is the
-//! two-replica rate over the one-replica rate on PostgreSQL.
+//! replica on SQLite (the baseline), one replica on PostgreSQL, and two and three replicas on
+//! the same PostgreSQL behind a real HAProxy (round-robin), sessionless protocol (no session to
+//! carry between replicas). Each configuration gets a new database. Issue 37's goals: one
+//! PostgreSQL replica at ≥ 0.8 of SQLite, two at ≥ 1.8 of one, three at ≥ 2.5 of one.
 
 use std::path::Path;
 use std::process::Command;
@@ -25,10 +25,53 @@ fn fresh_database(pg: &str, tag: &str) -> String {
     format!("{pg}/{name}")
 }
 
+/// Durable calls/s through `n` replicas on one PostgreSQL database behind HAProxy.
+async fn balanced(
+    postern: &Path,
+    api: &InvoiceApi,
+    config_text: String,
+    n: usize,
+    sub: &dyn Fn(&str) -> std::path::PathBuf,
+    seconds: f64,
+) -> f64 {
+    let replicas: Vec<Served> = (0..n)
+        .map(|i| {
+            Served::start_with(
+                postern,
+                &sub(&format!("pg{n}-{i}")),
+                config_text.clone(),
+                &[],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = replicas
+        .iter()
+        .map(|s| {
+            s.url
+                .trim_start_matches("http://")
+                .trim_end_matches("/mcp")
+                .to_string()
+        })
+        .collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let lb = Haproxy::start(&addrs, Balance::RoundRobin);
+    let url = format!("http://{}/mcp", lb.addr);
+    run(
+        api,
+        Some(SESSIONLESS),
+        &url,
+        64,
+        Budget::Seconds(seconds),
+        &format!("pg{n}"),
+    )
+    .await
+    .rate
+}
+
 pub async fn compare(postern: &Path, dir: &Path, seconds: f64, pg: &str, rounds: usize) {
     let api = InvoiceApi::start().await.unwrap();
     let target = format!("http://{}", api.addr);
-    println!("replicas: durable calls/s at c=64, sessionless, {seconds} s per measurement; SQLite 1 replica, PostgreSQL 1 replica, PostgreSQL 2 replicas behind HAProxy (round-robin)");
+    println!("replicas: durable calls/s at c=64, sessionless, {seconds} s per measurement; SQLite 1 replica, PostgreSQL 1 replica, PostgreSQL 2 and 3 replicas behind HAProxy (round-robin)");
     let mut rows = Vec::new();
     for round in 0..rounds {
         let sub = |name: &str| {
@@ -66,37 +109,17 @@ pub async fn compare(postern: &Path, dir: &Path, seconds: f64, pg: &str, rounds:
             .await
             .rate
         };
-        let two = {
-            let text = on_pg("two");
-            let a = Served::start_with(postern, &sub("pg2a"), text.clone(), &[]);
-            let b = Served::start_with(postern, &sub("pg2b"), text, &[]);
-            let addr = |s: &Served| {
-                s.url
-                    .trim_start_matches("http://")
-                    .trim_end_matches("/mcp")
-                    .to_string()
-            };
-            let lb = Haproxy::start(&[&addr(&a), &addr(&b)], Balance::RoundRobin);
-            let url = format!("http://{}/mcp", lb.addr);
-            run(
-                &api.state,
-                Some(SESSIONLESS),
-                &url,
-                64,
-                Budget::Seconds(seconds),
-                "pg2",
-            )
-            .await
-            .rate
-        };
-        println!("  round {round}: SQLite ×1 {sqlite:.0}/s, PostgreSQL ×1 {one:.0}/s, PostgreSQL ×2 {two:.0}/s");
-        rows.push((sqlite, one, two));
+        let two = balanced(postern, &api.state, on_pg("two"), 2, &sub, seconds).await;
+        let three = balanced(postern, &api.state, on_pg("three"), 3, &sub, seconds).await;
+        println!("  round {round}: SQLite ×1 {sqlite:.0}/s, PostgreSQL ×1 {one:.0}/s, ×2 {two:.0}/s, ×3 {three:.0}/s");
+        rows.push([sqlite, one, two, three]);
     }
-    let mean = |f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>() / rows.len() as f64;
-    let (sqlite, one, two) = (mean(|r| r.0), mean(|r| r.1), mean(|r| r.2));
+    let mean = |i: usize| rows.iter().map(|r| r[i]).sum::<f64>() / rows.len() as f64;
+    let (sqlite, one, two, three) = (mean(0), mean(1), mean(2), mean(3));
     println!(
-        "  mean: SQLite ×1 {sqlite:.0}/s, PostgreSQL ×1 {one:.0}/s ({:.2} of SQLite), PostgreSQL ×2 {two:.0}/s: ×2/×1 = {:.2} (goal ≥ 1.6)",
+        "  mean: SQLite ×1 {sqlite:.0}/s, PostgreSQL ×1 {one:.0}/s ({:.2} of SQLite, goal ≥ 0.8), ×2 {two:.0}/s: ×2/×1 = {:.2} (goal ≥ 1.8), ×3 {three:.0}/s: ×3/×1 = {:.2} (goal ≥ 2.5)",
         one / sqlite,
-        two / one
+        two / one,
+        three / one
     );
 }

@@ -8,11 +8,15 @@
 //! The lifecycle rules it checks are core's one table, not a copy.
 
 mod breaks;
+mod canonical;
 mod chain;
 mod export;
+mod fold;
 mod pruned;
 mod results;
 mod rows;
+mod seqs;
+mod stored;
 mod verify;
 
 pub use chain::{
@@ -26,4 +30,5 @@ pub use export::{
 pub use pruned::PrunedRange;
 pub use results::ResultCheck;
 pub use rows::{ExecutionRow, RowCheck};
+pub use stored::{EventChunk, EventColumns};
 pub use verify::{Break, BreakReason, ChainRange, EventMeta, Report, UnsignedTail, Verifier};

@@ -8,13 +8,14 @@
 //! row says "after my first N events, state S", and events are only ever appended, so the first
 //! N events read later must lead to S.
 
-use std::collections::BTreeMap;
+use std::ops::Range;
 
 use postern_core::lifecycle::{EventKind, Lifecycle};
 use postern_core::ExecutionId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::ChainedEvent;
+use crate::fold::FoldMap;
 use crate::verify::{Break, BreakReason};
 
 /// One execution's row as stored.
@@ -29,16 +30,20 @@ pub struct ExecutionRow<'a> {
     pub tool: &'a str,
 }
 
-/// A row as it claims, kept small (the record as its digest).
+/// A row as it claims, kept small: its texts in the check's one buffer, the record as its
+/// digest (a million rows were a few million allocations).
 struct Claim {
-    state: String,
+    state: Range<u32>,
+    fingerprint: Range<u32>,
+    actor: Range<u32>,
+    tool: Range<u32>,
     events: u32,
     dispatches: u32,
-    record_sha256: String,
-    fingerprint: String,
-    actor: String,
-    tool: String,
+    record_sha256: [u8; 32],
 }
+
+/// What an `accepted` event said that its row does not: (field, chained, stored).
+type Contradictions = Vec<(&'static str, String, String)>;
 
 /// One execution: what its row claims and what its events are.
 #[derive(Default)]
@@ -47,14 +52,28 @@ struct Execution {
     /// Its events by number (an execution taken over by another replica has events on two
     /// chains, which a scan may read in either order).
     events: Vec<(u32, EventKind)>,
-    /// The `accepted` event's detail: record digest, fingerprint, actor, tool.
-    accepted: Option<serde_json::Value>,
+    /// The last `accepted` event's members that contradict the row (compared as the event
+    /// is read: the row was read before it).
+    accepted: Option<Contradictions>,
 }
+
+/// The members of an `accepted` event's detail held to its row, in [`ACCEPTED_FIELDS`] order.
+pub(crate) type AcceptedFields<'a> = [Option<&'a str>; 4];
+
+/// (report name, detail member) of what an `accepted` event vouches for.
+const ACCEPTED_FIELDS: [(&str, &str); 4] = [
+    ("record (sha256)", "record_sha256"),
+    ("fingerprint", "fingerprint"),
+    ("actor", "actor"),
+    ("tool", "tool"),
+];
 
 /// Holds every stored row to the events chained for its execution.
 #[derive(Default)]
 pub struct RowCheck {
-    executions: BTreeMap<ExecutionId, Execution>,
+    executions: FoldMap<ExecutionId, Execution>,
+    /// Every claim's texts.
+    text: String,
 }
 
 impl RowCheck {
@@ -64,43 +83,92 @@ impl RowCheck {
 
     /// One stored row (read before the events).
     pub fn row(&mut self, row: &ExecutionRow<'_>) {
-        self.executions.entry(row.id).or_default().claim = Some(Claim {
-            state: row.state.to_string(),
+        self.row_digested(row, Sha256::digest(row.record.as_bytes()).into());
+    }
+
+    /// One stored row whose record's SHA-256 the caller took (e.g. on its reading thread).
+    pub fn row_digested(&mut self, row: &ExecutionRow<'_>, record_sha256: [u8; 32]) {
+        let mut keep = |s: &str| {
+            let start = self.text.len() as u32;
+            self.text.push_str(s);
+            start..self.text.len() as u32
+        };
+        let claim = Claim {
+            state: keep(row.state),
+            fingerprint: keep(row.fingerprint),
+            actor: keep(row.actor),
+            tool: keep(row.tool),
             events: row.events,
             dispatches: row.dispatches,
-            record_sha256: hex::encode(Sha256::digest(row.record.as_bytes())),
-            fingerprint: row.fingerprint.to_string(),
-            actor: row.actor.to_string(),
-            tool: row.tool.to_string(),
-        });
+            record_sha256,
+        };
+        self.executions.entry(row.id).or_default().claim = Some(claim);
     }
 
     /// One event of the chain. Only executions with a row are followed.
     pub fn event(&mut self, e: &ChainedEvent) {
-        if e.body.event == EventKind::Notice {
+        let d = &e.body.detail;
+        let fields = ACCEPTED_FIELDS.map(|(_, key)| d.get(key).and_then(|v| v.as_str()));
+        self.event_parts(e.body.execution_id, e.body.n, e.body.event, &fields);
+    }
+
+    /// [`RowCheck::event`] from an event's parts; `accepted` is read only of an `accepted`
+    /// event.
+    pub(crate) fn event_parts(
+        &mut self,
+        id: ExecutionId,
+        n: u32,
+        event: EventKind,
+        accepted: &AcceptedFields<'_>,
+    ) {
+        if event == EventKind::Notice {
             return;
         }
-        let Some(ex) = self.executions.get_mut(&e.body.execution_id) else {
+        let Some(ex) = self.executions.get_mut(&id) else {
             return;
         };
-        ex.events.push((e.body.n, e.body.event));
-        if e.body.event == EventKind::Accepted {
-            ex.accepted = Some(e.body.detail.clone());
+        ex.events.push((n, event));
+        if event != EventKind::Accepted {
+            return;
         }
+        // Only `row` adds an execution, so its claim is here.
+        let Some(claim) = &ex.claim else {
+            return;
+        };
+        let text = |r: &Range<u32>| &self.text[r.start as usize..r.end as usize];
+        let mut found = Vec::new();
+        for ((name, _), chained) in ACCEPTED_FIELDS.iter().zip(accepted) {
+            let Some(chained) = chained else { continue };
+            let stored = match *name {
+                "record (sha256)" if is_lower_hex_of(chained, &claim.record_sha256) => continue,
+                "record (sha256)" => postern_core::hexdigits::encode(claim.record_sha256),
+                "fingerprint" => text(&claim.fingerprint).to_string(),
+                "actor" => text(&claim.actor).to_string(),
+                _ => text(&claim.tool).to_string(),
+            };
+            if *chained != stored {
+                found.push((*name, chained.to_string(), stored));
+            }
+        }
+        ex.accepted = Some(found);
     }
 
     /// The breaks: each row that says other than its events. A row whose events are all gone
     /// (removed by retention, under a signed statement the verifier checks) is left alone.
     pub fn finish(self) -> Vec<Break> {
         let mut breaks = Vec::new();
-        for (id, mut ex) in self.executions {
+        let mut executions: Vec<_> = self.executions.into_iter().collect();
+        // In id order, as the report always gave them.
+        executions.sort_unstable_by_key(|(id, _)| *id);
+        for (id, mut ex) in executions {
             let Some(claim) = ex.claim.take() else {
                 continue;
             };
             if ex.events.is_empty() {
                 continue;
             }
-            for (field, chained, stored) in compare(&claim, &mut ex) {
+            let state = &self.text[claim.state.start as usize..claim.state.end as usize];
+            for (field, chained, stored) in compare(&claim, state, &mut ex) {
                 breaks.push(Break {
                     chain: None,
                     seq: None,
@@ -117,8 +185,19 @@ impl RowCheck {
     }
 }
 
-/// (field, chained, stored) for every field of `claim` its events contradict.
-fn compare(claim: &Claim, ex: &mut Execution) -> Vec<(&'static str, String, String)> {
+/// Whether `text` is `digest` in lower-case hex (the form a row's record digest is chained in).
+fn is_lower_hex_of(text: &str, digest: &[u8; 32]) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let t = text.as_bytes();
+    t.len() == 64
+        && digest.iter().enumerate().all(|(i, b)| {
+            t[2 * i] == DIGITS[usize::from(b >> 4)] && t[2 * i + 1] == DIGITS[usize::from(b & 15)]
+        })
+}
+
+/// (field, chained, stored) for every field of `claim` (whose state is `state`) its events
+/// contradict.
+fn compare(claim: &Claim, state: &str, ex: &mut Execution) -> Vec<(&'static str, String, String)> {
     ex.events.sort_unstable_by_key(|(n, _)| *n);
     let seen = ex.events.len() as u32;
     // The lifecycle after the row's first N events (a refused step is the verifier's break).
@@ -144,32 +223,25 @@ fn compare(claim: &Claim, ex: &mut Execution) -> Vec<(&'static str, String, Stri
         found.push(("event count", seen.to_string(), claim.events.to_string()));
         return found;
     }
+    // Texts only for what differs (this runs for every execution).
     if let Some(l) = lifecycle {
-        found.push(("state", l.state.to_string(), claim.state.clone()));
-        found.push((
-            "dispatch count",
-            l.dispatches.to_string(),
-            claim.dispatches.to_string(),
-        ));
-    }
-    if let Some(a) = &ex.accepted {
-        let field = |name: &str| a.get(name).and_then(|v| v.as_str()).map(str::to_string);
-        for (name, stored) in [
-            ("record (sha256)", &claim.record_sha256),
-            ("fingerprint", &claim.fingerprint),
-            ("actor", &claim.actor),
-            ("tool", &claim.tool),
-        ] {
-            let key = if name == "record (sha256)" {
-                "record_sha256"
-            } else {
-                name
-            };
-            if let Some(chained) = field(key) {
-                found.push((name, chained, stored.clone()));
-            }
+        if l.state.name() != state {
+            found.push(("state", l.state.to_string(), state.to_string()));
+        }
+        if l.dispatches != claim.dispatches {
+            found.push((
+                "dispatch count",
+                l.dispatches.to_string(),
+                claim.dispatches.to_string(),
+            ));
         }
     }
-    found.retain(|(_, chained, stored)| chained != stored);
+    found.extend(ex.accepted.take().unwrap_or_default());
     found
+}
+
+/// A record's digest as an `accepted` event chains it (for tests elsewhere in the crate).
+#[cfg(test)]
+pub(crate) fn tests_digest_hex(record: &str) -> String {
+    postern_core::hexdigits::encode(Sha256::digest(record.as_bytes()))
 }

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::breaks::{Break, BreakReason};
 use crate::chain::ChainHead;
 use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
+use crate::fold::FoldMap;
 use crate::pruned::PrunedRange;
+use crate::seqs::SeqHashes;
 
 /// A contiguous run of one chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +31,7 @@ struct ChainState {
     last_hash: Option<[u8; 32]>,
     /// A skip that a later, lower seq may still explain as a reorder.
     pending_gap: Option<(u64, u64)>,
-    hashes: HashMap<u64, [u8; 32]>,
+    hashes: SeqHashes,
     events: u64,
 }
 
@@ -210,7 +212,7 @@ pub struct Verifier {
     key: VerifyingKey,
     requested: Vec<ChainRange>,
     chains: BTreeMap<String, ChainState>,
-    executions: HashMap<ExecutionId, ExecutionState>,
+    executions: FoldMap<ExecutionId, ExecutionState>,
     checkpoints: Vec<Checkpoint>,
     breaks: Vec<Break>,
     /// Heads recorded outside the log (chain, seq, hash) it must still contain.
@@ -231,7 +233,7 @@ impl Verifier {
             key,
             requested: Vec::new(),
             chains: BTreeMap::new(),
-            executions: HashMap::new(),
+            executions: FoldMap::default(),
             checkpoints: Vec::new(),
             breaks: Vec::new(),
             anchors: Vec::new(),
@@ -332,9 +334,10 @@ impl Verifier {
         let after = chain.last.map_or((0, GENESIS_HASH), |l| {
             (l, chain.last_hash.unwrap_or(GENESIS_HASH))
         });
-        let bridge = self
-            .pruned
-            .get(&(b.chain.to_string(), after.0 + 1))
+        // (Most stores have no pruned range: no key is built for them.)
+        let bridge = (!self.pruned.is_empty())
+            .then(|| self.pruned.get(&(b.chain.to_string(), after.0 + 1)))
+            .flatten()
             .filter(|r| r.to + 1 == b.seq && r.before_hash == after.1 && r.to_hash == e.prev_hash)
             .map(PrunedRange::len);
         match chain.last {
@@ -374,7 +377,7 @@ impl Verifier {
                 }
                 linked_in_order = false;
             }
-            Some(last) if b.seq == last || chain.hashes.contains_key(&b.seq) => {
+            Some(last) if b.seq == last || chain.hashes.contains(b.seq) => {
                 self.breaks.push(brk(BreakReason::Duplicate));
                 return;
             }
@@ -556,7 +559,7 @@ impl Verifier {
     /// its seq, or no event there at all.
     fn checkpoint_head(&self, c: &Checkpoint) -> Option<BreakReason> {
         let chain = self.chains.get(&c.chain);
-        match chain.and_then(|ch| ch.hashes.get(&c.seq)) {
+        match chain.and_then(|ch| ch.hashes.get(c.seq)) {
             Some(h) if *h == c.head_hash => None,
             Some(_) => Some(BreakReason::CheckpointMismatch),
             // Inside a pruned range only its last hash is left to compare with.
@@ -604,7 +607,7 @@ impl Verifier {
             let found = self
                 .chains
                 .get(&chain)
-                .and_then(|c| c.hashes.get(&seq))
+                .and_then(|c| c.hashes.get(seq))
                 .copied();
             if found != Some(hash) {
                 self.breaks.push(Break {
@@ -656,7 +659,7 @@ impl Verifier {
             .filter_map(|(name, c)| {
                 let signed_to = signed.get(name).copied();
                 let events = match signed_to {
-                    Some(s) => c.hashes.keys().filter(|&&seq| seq > s).count() as u64,
+                    Some(s) => c.hashes.seqs().filter(|&seq| seq > s).count() as u64,
                     None => c.hashes.len() as u64,
                 };
                 (events > 0).then(|| UnsignedTail {
@@ -683,7 +686,7 @@ impl Verifier {
             };
             let chain = self.chains.get(&h.chain);
             let last = chain.and_then(|c| c.last);
-            match chain.and_then(|c| c.hashes.get(&h.seq)) {
+            match chain.and_then(|c| c.hashes.get(h.seq)) {
                 Some(found) if *found == h.hash => {
                     let entry = signed.entry(h.chain.clone()).or_insert(0);
                     *entry = (*entry).max(h.seq);
@@ -701,16 +704,14 @@ impl Verifier {
                     BreakReason::EndsBeforeSignedHead { last_seq: last },
                 )),
             }
-            if let Some(past) = chain.and_then(|c| c.hashes.keys().filter(|s| **s > h.seq).min()) {
-                self.breaks.push(brk(
-                    *past,
-                    BreakReason::PastSignedHead { head: Some(h.seq) },
-                ));
+            if let Some(past) = chain.and_then(|c| c.hashes.seqs().filter(|s| *s > h.seq).min()) {
+                self.breaks
+                    .push(brk(past, BreakReason::PastSignedHead { head: Some(h.seq) }));
             }
         }
         for (name, chain) in &self.chains {
             if !heads.iter().any(|h| h.chain == *name) {
-                let first = chain.hashes.keys().min().copied();
+                let first = chain.hashes.seqs().min();
                 self.breaks.push(Break {
                     chain: Some(name.clone()),
                     seq: first,

@@ -209,6 +209,53 @@ pub(crate) trait WriteConn: Send {
     fn ensure_connected(&mut self) -> impl Future<Output = Result<(), LedgerError>> + Send {
         std::future::ready(Ok(()))
     }
+
+    /// Whether statements whose answer nobody reads can be held back and sent with the next
+    /// round trip ([`WriteConn::defer`]). PostgreSQL: yes (each statement is a round trip to
+    /// a server); SQLite: no (a call costs microseconds, and the writer never asks).
+    fn can_defer(&self) -> bool {
+        false
+    }
+
+    /// Holds a statement back until the next round trip: the next `exec`, `query_opt`,
+    /// `query_all` or `flush` sends it first, in the same message, so a statement that fails
+    /// makes that call fail. Only called where [`WriteConn::can_defer`].
+    fn defer(&mut self, _sql: &str, _params: &[SqlValue]) -> Result<(), LedgerError> {
+        Err(LedgerError::Corrupt(
+            "this connection sends every statement as it comes".into(),
+        ))
+    }
+
+    /// How much is held back (a mark for [`WriteConn::discard_deferred`]).
+    fn deferred_len(&self) -> usize {
+        0
+    }
+
+    /// Forgets what was held back after the `mark` [`WriteConn::deferred_len`] gave.
+    fn discard_deferred(&mut self, _mark: usize) {}
+
+    /// Round trips made so far: a statement held back has reached the server only once this
+    /// has moved.
+    fn round_trips(&self) -> u64 {
+        0
+    }
+
+    /// Sends what is held back, and `sql` (which may be several statements), in one round
+    /// trip; every row any of them returns, in order.
+    fn query_all(
+        &mut self,
+        _sql: &str,
+        _params: &[SqlValue],
+    ) -> impl Future<Output = Result<Vec<OwnedRow>, LedgerError>> + Send {
+        std::future::ready(Err(LedgerError::Corrupt(
+            "this connection sends one statement at a time".into(),
+        )))
+    }
+
+    /// Sends what is held back, in one round trip.
+    fn flush(&mut self) -> impl Future<Output = Result<(), LedgerError>> + Send {
+        std::future::ready(Ok(()))
+    }
 }
 
 fn bind_all<'q>(
@@ -235,6 +282,9 @@ pub(crate) struct PgWriteConn {
     options: sqlx::any::AnyConnectOptions,
     backoff: Duration,
     next_attempt: Option<Instant>,
+    /// Statements held back ([`WriteConn::defer`]), rendered with their values inline.
+    deferred: String,
+    round_trips: u64,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -247,6 +297,8 @@ impl PgWriteConn {
             options,
             backoff: FIRST_BACKOFF,
             next_attempt: None,
+            deferred: String::new(),
+            round_trips: 0,
         }
     }
 
@@ -272,6 +324,9 @@ impl PgWriteConn {
 
 impl WriteConn for PgWriteConn {
     async fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError> {
+        // The count must be this statement's alone: what is held back goes first, on its own.
+        self.flush().await?;
+        self.round_trips += 1;
         let r = self.connection()?.exec_any(sql, params).await;
         self.watch(r)
     }
@@ -281,6 +336,11 @@ impl WriteConn for PgWriteConn {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<Option<OwnedRow>, LedgerError> {
+        if !self.deferred.is_empty() {
+            // Held-back statements return no rows: the first row is this query's.
+            return Ok(self.query_all(sql, params).await?.into_iter().next());
+        }
+        self.round_trips += 1;
         let r = self.connection()?.query_opt_any(sql, params).await;
         self.watch(r)
     }
@@ -319,6 +379,108 @@ impl WriteConn for PgWriteConn {
             }
         }
     }
+
+    fn can_defer(&self) -> bool {
+        true
+    }
+
+    fn defer(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), LedgerError> {
+        let statement = inline(sql, params)?;
+        if !self.deferred.is_empty() {
+            self.deferred.push_str(";\n");
+        }
+        self.deferred.push_str(&statement);
+        Ok(())
+    }
+
+    fn deferred_len(&self) -> usize {
+        self.deferred.len()
+    }
+
+    fn discard_deferred(&mut self, mark: usize) {
+        self.deferred.truncate(mark);
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips
+    }
+
+    async fn query_all(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<OwnedRow>, LedgerError> {
+        self.defer(sql, params)?;
+        let text = std::mem::take(&mut self.deferred);
+        self.round_trips += 1;
+        let r = self.connection()?.simple_rows(&text).await;
+        self.watch(r)
+    }
+
+    async fn flush(&mut self) -> Result<(), LedgerError> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        let text = std::mem::take(&mut self.deferred);
+        self.round_trips += 1;
+        let r = self.connection()?.simple_exec(&text).await;
+        self.watch(r)
+    }
+}
+
+/// A statement with its `$N` placeholders replaced by literals, for a simple query (which
+/// takes no parameters). The statement text is the ledger's own; only the values come from
+/// elsewhere, and each becomes a literal that cannot end early: an escape string (`E'…'`,
+/// read the same whatever `standard_conforming_strings` says) with its quotes and backslashes
+/// doubled, an integer, or `decode('<hex>', 'hex')`.
+pub(crate) fn inline(sql: &str, params: &[SqlValue]) -> Result<String, LedgerError> {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(sql.len() + 16 * params.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len() - at - 1);
+        let n: usize = rest[at + 1..at + 1 + digits]
+            .parse()
+            .map_err(|_| LedgerError::Corrupt(format!("a bare $ in a statement: {sql}")))?;
+        let value = n
+            .checked_sub(1)
+            .and_then(|i| params.get(i))
+            .ok_or_else(|| LedgerError::Corrupt(format!("no value for ${n} in {sql}")))?;
+        match value {
+            SqlValue::Null => out.push_str("NULL"),
+            SqlValue::NullInt => out.push_str("NULL::bigint"),
+            // In parentheses: `- -1` would begin a comment.
+            SqlValue::Int(i) => drop(write!(out, "({i})")),
+            SqlValue::Text(t) => {
+                if t.contains('\0') {
+                    // PostgreSQL's text cannot hold it either; a parameter would fail too.
+                    return Err(LedgerError::Corrupt(
+                        "a text value holds a NUL character".into(),
+                    ));
+                }
+                out.push_str("E'");
+                for c in t.chars() {
+                    match c {
+                        '\'' => out.push_str("''"),
+                        '\\' => out.push_str("\\\\"),
+                        c => out.push(c),
+                    }
+                }
+                out.push('\'');
+            }
+            SqlValue::Blob(b) => {
+                out.push_str("decode('");
+                out.push_str(&postern_core::hexdigits::encode(b));
+                out.push_str("', 'hex')");
+            }
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Statements on a plain sqlx connection (what [`PgWriteConn`] holds).
@@ -329,6 +491,11 @@ trait AnyConnectionExt {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<Option<OwnedRow>, LedgerError>;
+    /// Runs several statements as one simple query (one round trip, no parameters: the values
+    /// are inline, see [`inline`]).
+    async fn simple_exec(&mut self, text: &str) -> Result<(), LedgerError>;
+    /// The same, with the rows all of them returned.
+    async fn simple_rows(&mut self, text: &str) -> Result<Vec<OwnedRow>, LedgerError>;
 }
 
 impl AnyConnectionExt for AnyConnection {
@@ -350,13 +517,29 @@ impl AnyConnectionExt for AnyConnection {
         else {
             return Ok(None);
         };
-        let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
-        let values = names
-            .iter()
-            .map(|n| row.value(n))
-            .collect::<Result<_, _>>()?;
-        Ok(Some(OwnedRow { names, values }))
+        owned(&row).map(Some)
     }
+
+    async fn simple_exec(&mut self, text: &str) -> Result<(), LedgerError> {
+        // Through `Executor` (a boxed future): `RawSql::execute` is an `async fn` whose future
+        // the compiler cannot prove `Send` for every lifetime.
+        sqlx::Executor::execute(&mut *self, sqlx::raw_sql(text)).await?;
+        Ok(())
+    }
+
+    async fn simple_rows(&mut self, text: &str) -> Result<Vec<OwnedRow>, LedgerError> {
+        let rows = sqlx::Executor::fetch_all(&mut *self, sqlx::raw_sql(text)).await?;
+        rows.iter().map(owned).collect()
+    }
+}
+
+fn owned(row: &AnyRow) -> Result<OwnedRow, LedgerError> {
+    let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
+    let values = names
+        .iter()
+        .map(|n| row.value(n))
+        .collect::<Result<_, _>>()?;
+    Ok(OwnedRow { names, values })
 }
 
 /// SQLite, called directly. Lives on the writer's own thread (each call blocks for its
@@ -436,5 +619,53 @@ impl WriteConn for SqliteWriteConn {
         params: &[SqlValue],
     ) -> Result<Option<OwnedRow>, LedgerError> {
         self.query_now(sql, params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{inline, SqlValue};
+    use sqlx::{Connection, Row};
+
+    /// Every literal [`inline`] writes is read back by the real PostgreSQL as exactly the value
+    /// (a wrong escape would be a syntax error the batched way silently falls back from, or
+    /// worse, SQL of the value's own).
+    #[tokio::test]
+    async fn inline_literals_read_back_as_written() {
+        let url = std::env::var("POSTERN_TEST_PG")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut conn = sqlx::PgConnection::connect(&url)
+            .await
+            .expect("PostgreSQL must be running (see .ci/run)");
+        let texts = [
+            "it's",
+            r"back\slash\'",
+            "$1 $2 $$ E'x'",
+            "'); SELECT 1; --",
+            "/* open comment",
+            "line\nbreak\ttab",
+            "ünïcødé ✓ 𝄞",
+            r"\x00\\'\\",
+            "",
+        ];
+        for text in texts {
+            let sql = inline(
+                "SELECT $1::text AS t, $2::bigint AS i, $3::bytea AS b",
+                &[
+                    SqlValue::Text(text.to_string()),
+                    SqlValue::Int(-1),
+                    SqlValue::Blob(text.as_bytes().to_vec()),
+                ],
+            )
+            .unwrap();
+            let row = sqlx::query(sql.as_str())
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert_eq!(row.get::<String, _>("t"), text, "{sql}");
+            assert_eq!(row.get::<i64, _>("i"), -1, "{sql}");
+            assert_eq!(row.get::<Vec<u8>, _>("b"), text.as_bytes(), "{sql}");
+        }
+        assert!(inline("SELECT $1", &[SqlValue::Text("a\0b".into())]).is_err());
     }
 }

@@ -123,7 +123,70 @@ impl Deferral {
     }
 }
 
+/// What running an op came to, before it is paired with its reply ([`Op::answer`]): the op
+/// itself stays whole, so a batch can be run again (see `writer/optimistic.rs`).
+pub(crate) enum Outcome {
+    Accept(Result<AcceptOutcome, LedgerError>),
+    Append(Result<ExecutionSummary, LedgerError>),
+    Bool(Result<bool, LedgerError>),
+    Checkpoint(Result<Option<Checkpoint>, LedgerError>),
+    Unit(Result<(), LedgerError>),
+    Prune(Result<Pruned, LedgerError>),
+}
+
+impl Outcome {
+    pub fn is_ok(&self) -> bool {
+        match self {
+            Outcome::Accept(r) => r.is_ok(),
+            Outcome::Append(r) => r.is_ok(),
+            Outcome::Bool(r) => r.is_ok(),
+            Outcome::Checkpoint(r) => r.is_ok(),
+            Outcome::Unit(r) => r.is_ok(),
+            Outcome::Prune(r) => r.is_ok(),
+        }
+    }
+}
+
+impl Op {
+    /// Pairs the op's reply with what running it came to (`Writer::process` gives each op its
+    /// own kind of outcome; a mismatch would be a writer bug, answered as one).
+    pub fn answer(self, outcome: Outcome) -> Done {
+        use Outcome as O;
+        match (self, outcome) {
+            (Op::Accept(_, tx), O::Accept(r)) => Done::Accept(tx, r),
+            (Op::Append(_, _, _, tx), O::Append(r)) => Done::Append(tx, r),
+            (
+                Op::Abandoned(_, _, _, tx)
+                | Op::DecideRun(_, _, _, _, tx)
+                | Op::TakeOver(_, _, _, tx),
+                O::Bool(r),
+            ) => Done::Abandoned(tx, r),
+            (Op::Checkpoint(_, tx), O::Checkpoint(r)) => Done::Checkpoint(tx, r),
+            (Op::Prune(_, _, tx), O::Prune(r)) => Done::Prune(tx, r),
+            (
+                Op::StartRun(_, tx)
+                | Op::Notice(_, _, _, tx)
+                | Op::EndRun(_, _, _, tx)
+                | Op::Stream(_, tx)
+                | Op::Flush(tx)
+                | Op::Heartbeat(_, tx),
+                O::Unit(r),
+            ) => Done::Unit(tx, r),
+            (op, _) => {
+                let why = (
+                    StorageFault::Corrupt,
+                    "the writer paired a request with another kind of answer".to_string(),
+                );
+                op.refuse(&why);
+                Done::Nothing
+            }
+        }
+    }
+}
+
 pub(crate) enum Done {
+    /// Already answered.
+    Nothing,
     Accept(Reply<AcceptOutcome>, Result<AcceptOutcome, LedgerError>),
     Append(
         Reply<ExecutionSummary>,
@@ -141,6 +204,7 @@ pub(crate) enum Done {
 impl Done {
     pub fn is_ok(&self) -> bool {
         match self {
+            Done::Nothing => false,
             Done::Accept(_, r) => r.is_ok(),
             Done::Append(_, r) => r.is_ok(),
             Done::Abandoned(_, r) => r.is_ok(),
@@ -165,6 +229,7 @@ impl Done {
             }};
         }
         match self {
+            Done::Nothing => {}
             Done::Accept(tx, r) => reply!(tx, r),
             Done::Append(tx, r) => reply!(tx, r),
             Done::Abandoned(tx, r) => reply!(tx, r),

@@ -19,6 +19,8 @@ use crate::error::LedgerError;
 use crate::rows;
 use crate::schema;
 
+mod scan;
+
 /// A store's audit record (chain heads, checkpoints, events), read-only.
 pub struct StoreReader {
     pool: AnyPool,
@@ -199,6 +201,18 @@ impl StoreReader {
         let mut results = postern_audit::ResultCheck::new();
         // Rows first: events are only appended, so rows read before them can be judged.
         let mut executions = postern_audit::RowCheck::new();
+        if let Some(file) = &self.sqlite_file {
+            let checks = scan::Checks {
+                verifier: &mut verifier,
+                results: &mut results,
+                rows: &mut executions,
+            };
+            scan::verify_sqlite(file, checks, &mut |events| tick(events, total))?;
+            for c in self.checkpoints().await? {
+                verifier.checkpoint(&c);
+            }
+            return Ok(finish(verifier, results, executions));
+        }
         self.check_rows(&mut executions).await?;
         self.scan_events(|row| match row {
             Ok(e) => {
@@ -218,10 +232,7 @@ impl StoreReader {
         }
         self.scan_results(|reference, body| results.stored(reference, body))
             .await?;
-        let mut report = verifier.finish();
-        report.add_breaks(results.finish());
-        report.add_breaks(executions.finish());
-        Ok(report)
+        Ok(finish(verifier, results, executions))
     }
 
     /// A run (the Sessions log).
@@ -480,6 +491,18 @@ impl StoreReader {
             }
         }
     }
+}
+
+/// The report: the chain's, then what the stored results and rows add.
+fn finish(
+    verifier: postern_audit::Verifier,
+    results: postern_audit::ResultCheck,
+    executions: postern_audit::RowCheck,
+) -> postern_audit::Report {
+    let mut report = verifier.finish();
+    report.add_breaks(results.finish());
+    report.add_breaks(executions.finish());
+    report
 }
 
 /// The file a `sqlite:` URL names.

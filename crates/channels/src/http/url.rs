@@ -38,6 +38,16 @@ pub fn render_url(
         percent_encode_into(&text, out);
         Ok(())
     })?;
+    // No placeholder before the query: the origin and path are the template's own text, and a
+    // query value is percent-encoded, so nothing can move the request (no URL to parse).
+    if !template
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(template)
+        .contains('{')
+    {
+        return Ok(rendered);
+    }
     let shape = render(template, &mut |_: &str, out: &mut String| {
         out.push('x');
         Ok(())

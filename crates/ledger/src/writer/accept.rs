@@ -19,7 +19,7 @@ impl<C: WriteConn> Writer<C> {
     /// find it (PostgreSQL makes them wait for the first's commit) and are matched.
     pub(super) async fn accept(
         &mut self,
-        req: AcceptRequest,
+        req: &AcceptRequest,
     ) -> Result<AcceptOutcome, LedgerError> {
         let new_id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
         let new_id_text = new_id.to_string();
@@ -95,9 +95,9 @@ impl<C: WriteConn> Writer<C> {
         match decide(Some(&prior.prior()), &incoming, &req.contract) {
             RecoveryDecision::New { .. } => {
                 if let Some(key) = &key {
-                    self.conn.exec("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
+                    self.later("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
                 }
-                self.point_reissue_key(&actor, &req, &new_id_text).await?;
+                self.point_reissue_key(&actor, req, &new_id_text).await?;
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
                     .await?;
                 self.create(new_id, req).await.map(AcceptOutcome::Created)
@@ -106,7 +106,7 @@ impl<C: WriteConn> Writer<C> {
                 // Later attempts of this request find the execution it was matched to (a
                 // conflict matched nothing: its key keeps pointing where it did).
                 if !matches!(decision, RecoveryDecision::Conflict { .. }) {
-                    self.point_reissue_key(&actor, &req, &prior.id.to_string())
+                    self.point_reissue_key(&actor, req, &prior.id.to_string())
                         .await?;
                 }
                 Ok(AcceptOutcome::Existing {
@@ -125,12 +125,11 @@ impl<C: WriteConn> Writer<C> {
         id: &str,
     ) -> Result<(), LedgerError> {
         if let (None, Some(rkey)) = (&req.operation_key, &req.reissue_key) {
-            self.conn
-                .exec(
-                    "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
-                    params![id, actor, rkey],
-                )
-                .await?;
+            self.later(
+                "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
+                params![id, actor, rkey],
+            )
+            .await?;
         }
         Ok(())
     }
@@ -142,18 +141,18 @@ impl<C: WriteConn> Writer<C> {
         fingerprint: &str,
         id: &str,
     ) -> Result<(), LedgerError> {
-        self.conn.exec("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await?;
-        Ok(())
+        self.later("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await
     }
 
     async fn create(
         &mut self,
         id: ExecutionId,
-        mut req: AcceptRequest,
+        req: &AcceptRequest,
     ) -> Result<ExecutionSummary, LedgerError> {
         let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
-        let record_text = String::from_utf8(std::mem::take(&mut req.record_bytes))
-            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let record_text = std::str::from_utf8(&req.record_bytes)
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?
+            .to_owned();
         let mut s = ExecutionSummary {
             id,
             actor: req.record.actor.clone(),
@@ -189,17 +188,17 @@ impl<C: WriteConn> Writer<C> {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
             self.advance(
                 &mut s,
-                NewEvent::new(EventKind::Cancelled).with_detail(note),
+                &NewEvent::new(EventKind::Cancelled).with_detail(note),
                 req.now,
             )
             .await?;
         } else {
-            for ev in req.then {
+            for ev in &req.then {
                 self.advance(&mut s, ev, req.now).await?;
             }
         }
         // One row with the final projection: the `then` events cost no extra statement.
-        self.conn.exec("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
+        self.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
         self.remember(&s);
         Ok(s)
     }

@@ -1,5 +1,7 @@
 //! Group commit: a batch of ops written into one transaction, each inside its own savepoint
 //! (so one op's failure never undoes another's), then committed and answered together.
+//! PostgreSQL first tries a batch without savepoints (`optimistic.rs`) and comes here with
+//! what that could not keep apart.
 
 use std::time::Instant;
 
@@ -11,7 +13,7 @@ use crate::error::{LedgerError, StorageFault};
 use crate::ops::{Done, Op};
 
 /// The chain head (sequence number, hash).
-type Head = (u64, [u8; 32]);
+pub(super) type Head = (u64, [u8; 32]);
 
 /// How one op of a batch went.
 enum Step {
@@ -52,6 +54,7 @@ impl<C: WriteConn> Writer<C> {
         self.head = head_before;
         self.pending.clear();
         self.lease_checked = false;
+        self.lease_row = None;
         match self.write_batch(head_before, batch).await {
             Written::Kept(done) => {
                 self.commit_written(head_before, done, requests, started)
@@ -105,7 +108,8 @@ impl<C: WriteConn> Writer<C> {
             }
         }
         self.touched.clear();
-        let d = self.process(op).await;
+        let outcome = self.process(&op).await;
+        let d = op.answer(outcome);
         if savepoints {
             // On failure, the failed request's writes may still be in the transaction.
             if let Err(e) = self.end_savepoint(d.is_ok()).await {
@@ -178,6 +182,21 @@ impl<C: WriteConn> Writer<C> {
         }
     }
 
+    /// Writes the batch's events, head and due checkpoint (held back too while the batch is
+    /// tried without savepoints: they then go with the `COMMIT`).
+    pub(super) async fn write_tail(&mut self, head_before: Head) -> Result<(), LedgerError> {
+        if self.head != head_before {
+            self.flush_events().await?;
+            self.store_head().await?;
+            if self.cfg.checkpoint_every > 0
+                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+            {
+                self.checkpoint(Timestamp(now_millis())).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the batch's events, head and due checkpoint, and commits. The error says whether
     /// anything may have been recorded: a connection lost during `COMMIT` leaves that unknown.
     async fn finish_commit(
@@ -191,17 +210,7 @@ impl<C: WriteConn> Writer<C> {
                 format!("the commit failed, nothing of this request was recorded: {msg}"),
             )
         };
-        if self.head != head_before {
-            self.flush_events().await.map_err(nothing)?;
-            self.store_head().await.map_err(nothing)?;
-            if self.cfg.checkpoint_every > 0
-                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
-            {
-                self.checkpoint(Timestamp(now_millis()))
-                    .await
-                    .map_err(nothing)?;
-            }
-        }
+        self.write_tail(head_before).await.map_err(nothing)?;
         let commit = std::time::Instant::now();
         match self.conn.exec("COMMIT", &[]).await {
             Ok(_) => Ok(commit.elapsed()),

@@ -16,21 +16,19 @@ impl<C: WriteConn> Writer<C> {
     /// A run seen again is marked seen; one that ended only because it idled or its gateway
     /// stopped is resumed (its start stays). Only by its own actor.
     pub(super) async fn start_run(&mut self, run: &Run) -> Result<(), LedgerError> {
-        self.conn
-            .exec(
-                start_run_sql(),
-                params![
-                    &run.id,
-                    &run.actor,
-                    &run.client_name,
-                    &run.client_version,
-                    &run.protocol_version,
-                    &run.transport,
-                    run.started_at.0
-                ],
-            )
-            .await
-            .map(|_| ())
+        self.later(
+            start_run_sql(),
+            params![
+                &run.id,
+                &run.actor,
+                &run.client_name,
+                &run.client_version,
+                &run.protocol_version,
+                &run.transport,
+                run.started_at.0
+            ],
+        )
+        .await
     }
 
     /// Whether this decision was recorded. Set once: the condition makes the first decision
@@ -58,13 +56,11 @@ impl<C: WriteConn> Writer<C> {
         at: Timestamp,
         reason: RunEnd,
     ) -> Result<(), LedgerError> {
-        self.conn
-            .exec(
-                "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
-                params![at.0, reason.as_str(), id],
-            )
-            .await
-            .map(|_| ())
+        self.later(
+            "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+            params![at.0, reason.as_str(), id],
+        )
+        .await
     }
 
     /// Sets the tool's pin (if any) and chains the notice, in the same transaction.
@@ -75,7 +71,7 @@ impl<C: WriteConn> Writer<C> {
         at: Timestamp,
     ) -> Result<(), LedgerError> {
         if let Some(p) = pin {
-            self.conn.exec("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
+            self.later("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
         }
         // A notice has an id of its own: it is no execution's event.
         let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
@@ -89,7 +85,7 @@ impl<C: WriteConn> Writer<C> {
     ) -> Result<(), LedgerError> {
         for write in writes {
             let (sql, values) = write.sql();
-            self.conn.exec(sql, &values).await?;
+            self.later(sql, &values).await?;
         }
         Ok(())
     }
@@ -97,6 +93,8 @@ impl<C: WriteConn> Writer<C> {
     /// Renews this instance's lease. A taken-over instance renews nothing: it learns it was
     /// fenced.
     pub(super) async fn heartbeat(&mut self, now: Timestamp) -> Result<(), LedgerError> {
+        // The lease row read at the start of the transaction no longer says what this one did.
+        self.lease_row = None;
         match self
             .conn
             .exec(

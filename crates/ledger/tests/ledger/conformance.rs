@@ -7,22 +7,11 @@ use std::time::Duration;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::recovery::RecoveryDecision;
 use postern_core::EventKind;
-use postern_ledger::{AcceptOutcome, Ledger, LedgerError, ListFilter, NewEvent, ResultBody};
+use postern_ledger::{AcceptOutcome, Ledger, LedgerError, NewEvent, ResultBody};
 
 use crate::support::{
-    dispatched_request, fresh_store, now, open, options, request, verify, Backend, BACKENDS,
+    count, dispatched_request, fresh_store, now, open, options, request, verify, Backend, BACKENDS,
 };
-
-async fn count(ledger: &Ledger) -> usize {
-    ledger
-        .list(&ListFilter {
-            limit: 10_000,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .len()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_identical_accepts_make_one_execution() {

@@ -5,6 +5,7 @@
 // A scenario test reads top to bottom; the bound on function length is for library code.
 #![allow(clippy::too_many_lines)]
 
+mod batches;
 mod conformance;
 mod crash;
 mod faults;

@@ -164,3 +164,15 @@ pub fn dispatched_request(tool: &str, actor: &str, arguments: &str) -> AcceptReq
         NewEvent::new(EventKind::Dispatched),
     ])
 }
+
+/// How many executions the ledger lists (up to 10,000).
+pub async fn count(ledger: &postern_ledger::Ledger) -> usize {
+    ledger
+        .list(&postern_ledger::ListFilter {
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .len()
+}

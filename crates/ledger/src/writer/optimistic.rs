@@ -1,0 +1,263 @@
+//! PostgreSQL's batch without savepoints. Every statement on the writer's connection is a round
+//! trip to the server, and the savepoint way spends four or five of them per op (`SAVEPOINT`,
+//! the op's statements, `RELEASE`): the writer waited on the network for most of a commit.
+//!
+//! So a batch is first tried whole, in one transaction and no savepoint:
+//! - one round trip opens it: `BEGIN`, this instance's row `FOR SHARE` (the fence, still read
+//!   inside the dispatching transaction, see `fence.rs`), the chain head `FOR UPDATE`, and the
+//!   summaries the batch's appends need, `FOR UPDATE`;
+//! - every write whose answer nothing reads is held back ([`Writer::later`]) and goes with the
+//!   next statement that needs an answer (an accept's intent slot) or with the `COMMIT`; an op
+//!   sees what earlier ops of the batch did through the summaries remembered for the
+//!   transaction (`Recall`), or through a read that carries the held-back writes before it;
+//! - one round trip writes the held-back rows, the events, the head, and commits.
+//!
+//! Per-op isolation holds because nothing is kept that the savepoint way would not keep: an op
+//! that fails before any of its statements reached the server (a refused transition, a fenced
+//! dispatch, an unknown execution found by the opening read) is undone in memory alone, its
+//! held-back statements dropped; any other failure (a statement the server refused, a lost
+//! connection, an op that failed after a round trip) rolls the transaction back, so nothing of
+//! the batch was recorded, and the batch runs again the savepoint way (`commit.rs`), which keeps
+//! each op apart. The ops are untouched by a try ([`Writer::process`] borrows them), so the
+//! second run is the first run of the savepoint way. Only a failed `COMMIT` round trip is
+//! different: a refusal by the server means nothing was recorded (run again), anything else
+//! (a lost connection) leaves it unknown, and every op is told so.
+
+use std::time::Instant;
+
+use super::commit::Head;
+use super::fence::{lease_row, LEASE_ROW};
+use super::Writer;
+use crate::db::{params, OwnedRow, RowAccess, WriteConn};
+use crate::error::{LedgerError, StorageFault};
+use crate::ops::{Op, Outcome};
+use crate::recall::Recall;
+use crate::rows;
+
+/// How a try ended.
+enum Tried {
+    /// Committed (or its commit's outcome is unknown: the failure says so): answer every op.
+    Answered(Vec<Outcome>, Option<(StorageFault, String)>),
+    /// Rolled back, nothing of it recorded: run it again the savepoint way.
+    Again,
+}
+
+/// What the opening round trip read.
+struct Opened {
+    head: Option<Head>,
+    lease: Option<(i64, Option<String>)>,
+    summaries: Vec<OwnedRow>,
+}
+
+impl<C: WriteConn> Writer<C> {
+    /// Tries the batch without savepoints. `None`: every op was answered; `Some`: nothing of
+    /// the batch was recorded, run it the savepoint way.
+    pub(super) async fn commit_optimistic(&mut self, batch: Vec<Op>) -> Option<Vec<Op>> {
+        let started = Instant::now();
+        let since_checkpoint = self.appended_since_checkpoint;
+        if self.conn.ensure_connected().await.is_err() {
+            // The savepoint way tries again and refuses the batch as it always did.
+            return Some(batch);
+        }
+        self.optimistic = true;
+        let tried = self.try_batch(&batch, started).await;
+        self.optimistic = false;
+        self.lease_row = None;
+        match tried {
+            Tried::Answered(outcomes, failure) => {
+                for (op, outcome) in batch.into_iter().zip(outcomes) {
+                    op.answer(outcome).send(failure.as_ref());
+                }
+                None
+            }
+            Tried::Again => {
+                self.appended_since_checkpoint = since_checkpoint;
+                Some(batch)
+            }
+        }
+    }
+
+    async fn try_batch(&mut self, batch: &[Op], started: Instant) -> Tried {
+        let opened = match self.open_optimistic(batch).await {
+            Ok(Opened {
+                head: Some(head),
+                lease,
+                summaries,
+            }) => (head, lease, summaries),
+            // No head row yet (this chain's first commit): the savepoint way creates it.
+            Ok(_) | Err(_) => return self.roll_back_try().await,
+        };
+        let (head_before, lease, summaries) = opened;
+        self.head = head_before;
+        self.pending.clear();
+        self.lease_checked = false;
+        self.lease_row = lease;
+        let mut recall = Recall::new(-1, head_before);
+        for row in &summaries {
+            match rows::summary(row) {
+                Ok(s) => recall.remember(&s),
+                Err(_) => return self.roll_back_try().await,
+            }
+        }
+        self.recall = Some(recall);
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for op in batch {
+            match self.try_op(op).await {
+                Ok(outcome) => outcomes.push(outcome),
+                // A lone op has no other to keep apart from: rolled back, its error is its
+                // answer (as the savepoint way answers a lone op).
+                Err(outcome) if batch.len() == 1 => {
+                    self.roll_back_try().await;
+                    return Tried::Answered(vec![outcome], None);
+                }
+                Err(_) => return self.roll_back_try().await,
+            }
+        }
+        self.commit_try(head_before, outcomes, batch.len(), started)
+            .await
+    }
+
+    /// The opening round trip: `BEGIN`, the lease row, the head, the appends' summaries.
+    async fn open_optimistic(&mut self, batch: &[Op]) -> Result<Opened, LedgerError> {
+        self.conn.discard_deferred(0);
+        let mut ids: Vec<String> = batch
+            .iter()
+            .filter_map(|op| match op {
+                Op::Append(id, ..) => Some(id.to_string()),
+                _ => None,
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let mut sql = String::new();
+        if self.cfg.lease.is_some() {
+            sql.push_str(LEASE_ROW);
+            sql.push_str(";\n");
+        }
+        sql.push_str("SELECT head_seq, head_hash FROM chains WHERE chain = $2 FOR UPDATE");
+        if !ids.is_empty() {
+            // In id order, so two writers locking the same rows take them in the same order.
+            sql.push_str(&format!(
+                ";\nSELECT {} FROM executions WHERE id = ANY(string_to_array($3, ',')) ORDER BY id FOR UPDATE",
+                rows::SUMMARY_COLUMNS
+            ));
+        }
+        self.conn.defer(self.cfg.dialect.begin(), &[])?;
+        let found = self
+            .conn
+            .query_all(
+                &sql,
+                params![&self.cfg.instance, &self.cfg.chain, ids.join(",")],
+            )
+            .await?;
+        let mut opened = Opened {
+            head: None,
+            lease: None,
+            summaries: Vec::new(),
+        };
+        for row in found {
+            if row.value("head_seq").is_ok() {
+                let seq = u64::try_from(rows::get_i64(&row, "head_seq")?)
+                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+                opened.head = Some((
+                    seq,
+                    rows::hash_from_hex(&rows::get_str(&row, "head_hash")?)?,
+                ));
+            } else if row.value("heartbeat_at").is_ok() {
+                opened.lease = Some(lease_row(&row)?);
+            } else {
+                opened.summaries.push(row);
+            }
+        }
+        Ok(opened)
+    }
+
+    /// Runs one op of the try. `Err`: it failed after some of its statements reached the
+    /// server, so it cannot be undone alone.
+    async fn try_op(&mut self, op: &Op) -> Result<Outcome, Outcome> {
+        let saved = (
+            self.head,
+            self.appended_since_checkpoint,
+            self.pending.len(),
+            self.conn.deferred_len(),
+            self.conn.round_trips(),
+        );
+        self.touched.clear();
+        let outcome = self.process(op).await;
+        if outcome.is_ok() {
+            return Ok(outcome);
+        }
+        if self.conn.round_trips() != saved.4 {
+            return Err(outcome);
+        }
+        // Nothing of it reached the server: dropping what it held back and what it linked
+        // undoes it, as rolling back its savepoint would.
+        self.conn.discard_deferred(saved.3);
+        (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
+        self.pending.truncate(saved.2);
+        if let Some(recall) = &mut self.recall {
+            for id in self.touched.drain(..) {
+                recall.forget(id);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The closing round trip: the held-back writes, the events, the head, `COMMIT`.
+    async fn commit_try(
+        &mut self,
+        head_before: Head,
+        outcomes: Vec<Outcome>,
+        requests: usize,
+        started: Instant,
+    ) -> Tried {
+        if self.write_tail(head_before).await.is_err() {
+            return self.roll_back_try().await;
+        }
+        let events: Vec<postern_core::EventKind> =
+            self.pending.iter().map(|(e, _)| e.body.event).collect();
+        let commit = Instant::now();
+        let sent = match self.conn.defer("COMMIT", &[]) {
+            Ok(()) => self.conn.flush().await,
+            Err(_) => return self.roll_back_try().await,
+        };
+        match sent {
+            Ok(()) => {
+                crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
+                self.recall = None;
+                Tried::Answered(outcomes, None)
+            }
+            // The server refused a statement: the transaction is aborted, nothing of it stays.
+            Err(LedgerError::Database(sqlx::Error::Database(_))) => self.roll_back_try().await,
+            Err(e) => {
+                let (fault, msg) = e.as_fault();
+                crate::telemetry::commit_failed(fault);
+                let _ = self.conn.exec("ROLLBACK", &[]).await;
+                self.forget_try(head_before);
+                Tried::Answered(
+                    outcomes,
+                    Some((
+                        fault,
+                        format!("the commit's answer was lost, so whether this request was recorded is unknown until the store is back: {msg}"),
+                    )),
+                )
+            }
+        }
+    }
+
+    /// Rolls the try back: nothing of it was recorded.
+    async fn roll_back_try(&mut self) -> Tried {
+        self.conn.discard_deferred(0);
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        self.forget_try(self.head);
+        Tried::Again
+    }
+
+    fn forget_try(&mut self, head: Head) {
+        self.head = head;
+        self.pending.clear();
+        self.recall = None;
+        self.lease_checked = false;
+        self.touched.clear();
+    }
+}
