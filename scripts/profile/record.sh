@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Profiles the `postern serve` a load generator run starts (issue 37's attribution):
-#   bench/profile/record.sh NAME [load generator arguments…]
+#   scripts/profile/record.sh NAME [load generator arguments…]
 # e.g. `record.sh c64 --calls 10,10 --seconds 8 --protocol 2026-07-28`, then
 #   perf script -i /tmp/perf-NAME.data -F comm,ip,sym --no-inline > /tmp/NAME.script
-#   python3 bench/profile/attribute.py /tmp/NAME.script
+#   python3 scripts/profile/attribute.py /tmp/NAME.script
 # Build first, with line tables so inlined frames keep their names:
 #   CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo build --release -p postern -p postern-gateway-load
 set -euo pipefail

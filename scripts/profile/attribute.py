@@ -2,7 +2,7 @@
 
 Each sample goes to the innermost frame that matches one of the groups below (the order breaks
 ties at one depth); the last column is the share whose leaf is in malloc/free.
-    python3 bench/profile/attribute.py /tmp/NAME.script
+    python3 scripts/profile/attribute.py /tmp/NAME.script
 """
 import sys,re,collections
 samples=[];cur=None
