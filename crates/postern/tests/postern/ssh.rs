@@ -196,7 +196,12 @@ async fn recovery_reads_the_marker_directory_the_record_names() {
         "{shown}"
     );
     served.kill9();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The command runs on after the gateway is gone (1.5 s from its start); a loaded machine
+    // may take longer, so wait for its line rather than a fixed time.
+    let ran = std::time::Instant::now();
+    while host.lines().is_empty() && ran.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(host.lines(), ["moved"]);
     let elsewhere = dir.0.join("markers-elsewhere");
     let text = host.config(&host.sshd.host_key).replace(
