@@ -10,6 +10,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Column, Row, ValueRef};
 
 use crate::error::{LedgerError, StorageFault};
+use crate::held::Held;
 
 /// A statement parameter or a column value.
 #[derive(Clone, Debug, PartialEq)]
@@ -283,7 +284,7 @@ pub(crate) struct PgWriteConn {
     backoff: Duration,
     next_attempt: Option<Instant>,
     /// Statements held back ([`WriteConn::defer`]), rendered with their values inline.
-    deferred: String,
+    deferred: Held,
     round_trips: u64,
 }
 
@@ -297,7 +298,7 @@ impl PgWriteConn {
             options,
             backoff: FIRST_BACKOFF,
             next_attempt: None,
-            deferred: String::new(),
+            deferred: Held::default(),
             round_trips: 0,
         }
     }
@@ -385,12 +386,7 @@ impl WriteConn for PgWriteConn {
     }
 
     fn defer(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), LedgerError> {
-        let statement = inline(sql, params)?;
-        if !self.deferred.is_empty() {
-            self.deferred.push_str(";\n");
-        }
-        self.deferred.push_str(&statement);
-        Ok(())
+        self.deferred.push(sql, params)
     }
 
     fn deferred_len(&self) -> usize {
@@ -398,7 +394,7 @@ impl WriteConn for PgWriteConn {
     }
 
     fn discard_deferred(&mut self, mark: usize) {
-        self.deferred.truncate(mark);
+        self.deferred.discard(mark);
     }
 
     fn round_trips(&self) -> u64 {
@@ -411,7 +407,7 @@ impl WriteConn for PgWriteConn {
         params: &[SqlValue],
     ) -> Result<Vec<OwnedRow>, LedgerError> {
         self.defer(sql, params)?;
-        let text = std::mem::take(&mut self.deferred);
+        let text = self.deferred.take();
         self.round_trips += 1;
         let r = self.connection()?.simple_rows(&text).await;
         self.watch(r)
@@ -421,7 +417,7 @@ impl WriteConn for PgWriteConn {
         if self.deferred.is_empty() {
             return Ok(());
         }
-        let text = std::mem::take(&mut self.deferred);
+        let text = self.deferred.take();
         self.round_trips += 1;
         let r = self.connection()?.simple_exec(&text).await;
         self.watch(r)

@@ -32,6 +32,7 @@ mod db;
 mod dialect;
 pub mod disk;
 mod error;
+mod held;
 mod lease;
 mod liveness;
 mod model;

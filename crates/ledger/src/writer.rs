@@ -24,6 +24,7 @@ use crate::recall::Recall;
 use crate::rows;
 
 mod accept;
+mod claims;
 mod commit;
 mod fence;
 mod optimistic;
@@ -62,6 +63,9 @@ pub(crate) struct Writer<C> {
     /// PostgreSQL: this instance's row (`heartbeat_at`, `taken_over_by`) as the open
     /// transaction read it `FOR SHARE`, before any op ran; `None` once an op may have changed it.
     lease_row: Option<(i64, Option<String>)>,
+    /// The accept being run claimed its intent slot in the batch's opening round trip
+    /// (`claims.rs`).
+    claim: Option<claims::Claim>,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -77,6 +81,7 @@ impl<C: WriteConn> Writer<C> {
             lease_checked: false,
             optimistic: false,
             lease_row: None,
+            claim: None,
         }
     }
 

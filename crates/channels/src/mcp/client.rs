@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, ErrorCode, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
@@ -27,15 +26,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{broadcast, Notify};
 
-use crate::channel::{ClientAsker, Progress, ProgressSink};
-
-/// Progress sinks of calls in flight, by the progress token their request carries, and how
-/// many progress notifications the link has handled.
-#[derive(Clone, Default)]
-pub(super) struct ProgressRoutes {
-    pub routes: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
-    pub handled: Arc<std::sync::atomic::AtomicU64>,
-}
+use super::progress::ProgressRoutes;
+use crate::channel::{ClientAsker, Progress};
 
 /// Waits until the progress notifications that came before an answer have been handled.
 ///
@@ -223,21 +215,17 @@ impl ClientHandler for LinkClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let sink = self
+        let route = self
             .progress
-            .routes
             .lock()
             .ok()
             .and_then(|routes| routes.get(&params.progress_token).cloned());
-        if let Some(sink) = sink {
-            sink(Progress {
+        if let Some(route) = route {
+            route.hand_on(Progress {
                 progress: params.progress,
                 total: params.total,
                 message: params.message,
             });
         }
-        self.progress
-            .handled
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 }

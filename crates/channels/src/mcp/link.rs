@@ -18,7 +18,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Askers, LinkClient, ProgressRoutes, UpstreamEvent};
+use super::client::{Askers, LinkClient, UpstreamEvent};
+use super::progress::{Counted, ProgressRoutes};
 use crate::http::TlsProfile;
 use crate::secret::{Credential, Secret};
 
@@ -393,11 +394,9 @@ async fn connect(
                 broken,
                 spec.name.clone(),
             );
-            let running = client
-                .serve((stdout, stdin))
-                .await
-                .map_err(|e| format!("initialize failed: {e}"))?;
-            Ok((running, Some(child)))
+            let transport =
+                rmcp::transport::IntoTransport::<RoleClient, _, _>::into_transport((stdout, stdin));
+            Ok((initialize(client, transport).await?, Some(child)))
         }
         UpstreamTransport::Http {
             url,
@@ -444,11 +443,22 @@ async fn connect(
                 super::session_guard::SessionGuard(http),
                 config,
             );
-            let running = client
-                .serve(transport)
-                .await
-                .map_err(|e| format!("initialize failed: {e}"))?;
-            Ok((running, None))
+            Ok((initialize(client, transport).await?, None))
         }
     }
+}
+
+/// Initialises the link over `transport`, counting each call's progress reports as read.
+async fn initialize<T>(
+    client: LinkClient,
+    transport: T,
+) -> Result<RunningService<RoleClient, LinkClient>, String>
+where
+    T: rmcp::transport::Transport<RoleClient> + 'static,
+{
+    let progress = client.progress.clone();
+    client
+        .serve(Counted::new(transport, progress))
+        .await
+        .map_err(|e| format!("initialize failed: {e}"))
 }

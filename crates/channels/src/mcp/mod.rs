@@ -36,6 +36,7 @@ mod environment;
 mod line_guard;
 mod link;
 mod passage;
+mod progress;
 mod session_guard;
 mod tool;
 

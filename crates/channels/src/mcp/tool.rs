@@ -12,6 +12,7 @@ use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{json, Map, Value};
 
+use super::progress::ProgressRoute;
 use super::{Upstream, EXECUTION_ID_META};
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
 use crate::secret::redact_answer;
@@ -115,10 +116,9 @@ impl McpTool {
             },
         };
         let token = handle.progress_token.clone();
-        if let (Some(sink), Ok(mut routes)) =
-            (&action.progress, self.upstream.progress.routes.lock())
-        {
-            routes.insert(token.clone(), sink.clone());
+        let route = action.progress.clone().map(ProgressRoute::new);
+        if let (Some(route), Ok(mut routes)) = (&route, self.upstream.progress.lock()) {
+            routes.insert(token.clone(), route.clone());
         }
         let answer = super::passage::answer(
             &peer,
@@ -128,10 +128,10 @@ impl McpTool {
             self.upstream.name(),
         )
         .await;
-        if action.progress.is_some() {
-            super::progress_settled(&self.upstream.progress.handled).await;
+        if let Some(route) = &route {
+            route.settled().await;
         }
-        if let Ok(mut routes) = self.upstream.progress.routes.lock() {
+        if let Ok(mut routes) = self.upstream.progress.lock() {
             routes.remove(&token);
         }
         drop(asking);

@@ -21,7 +21,12 @@ impl<C: WriteConn> Writer<C> {
         &mut self,
         req: &AcceptRequest,
     ) -> Result<AcceptOutcome, LedgerError> {
-        let new_id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
+        // Made ahead for a plain accept (`claims.rs`): its id and whether it got the slot.
+        let claim = self.claim.take();
+        let new_id = claim.as_ref().map_or_else(
+            || ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes()),
+            |c| c.id,
+        );
         let new_id_text = new_id.to_string();
         let fingerprint = req.fingerprint.to_string();
         let actor = req.record.actor.clone();
@@ -71,8 +76,11 @@ impl<C: WriteConn> Writer<C> {
             if let Some(prior_id) = reissue {
                 (prior_id, None, true)
             } else {
-                let inserted = self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?;
-                if inserted.is_some() {
+                let inserted = match claim {
+                    Some(c) => c.won,
+                    None => self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?.is_some(),
+                };
+                if inserted {
                     return self.create(new_id, req).await.map(AcceptOutcome::Created);
                 }
                 let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;

@@ -25,10 +25,15 @@
 
 use std::time::Instant;
 
+use std::collections::HashSet;
+
+use postern_core::ExecutionId;
+
+use super::claims::{self, Claim};
 use super::commit::Head;
 use super::fence::{lease_row, LEASE_ROW};
 use super::Writer;
-use crate::db::{params, OwnedRow, RowAccess, WriteConn};
+use crate::db::{IntoSql, OwnedRow, RowAccess, SqlValue, WriteConn};
 use crate::error::{LedgerError, StorageFault};
 use crate::ops::{Op, Outcome};
 use crate::recall::Recall;
@@ -47,6 +52,8 @@ struct Opened {
     head: Option<Head>,
     lease: Option<(i64, Option<String>)>,
     summaries: Vec<OwnedRow>,
+    /// The execution ids whose claims got their slots.
+    claimed: HashSet<String>,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -78,16 +85,18 @@ impl<C: WriteConn> Writer<C> {
     }
 
     async fn try_batch(&mut self, batch: &[Op], started: Instant) -> Tried {
-        let opened = match self.open_optimistic(batch).await {
+        let ahead = claims::ahead(batch);
+        let opened = match self.open_optimistic(batch, &ahead).await {
             Ok(Opened {
                 head: Some(head),
                 lease,
                 summaries,
-            }) => (head, lease, summaries),
+                claimed,
+            }) => (head, lease, summaries, claimed),
             // No head row yet (this chain's first commit): the savepoint way creates it.
             Ok(_) | Err(_) => return self.roll_back_try().await,
         };
-        let (head_before, lease, summaries) = opened;
+        let (head_before, lease, summaries, claimed) = opened;
         self.head = head_before;
         self.pending.clear();
         self.lease_checked = false;
@@ -101,7 +110,11 @@ impl<C: WriteConn> Writer<C> {
         }
         self.recall = Some(recall);
         let mut outcomes = Vec::with_capacity(batch.len());
-        for op in batch {
+        for (op, id) in batch.iter().zip(ahead) {
+            self.claim = id.map(|id| Claim {
+                id,
+                won: claimed.contains(&id.to_string()),
+            });
             match self.try_op(op).await {
                 Ok(outcome) => outcomes.push(outcome),
                 // A lone op has no other to keep apart from: rolled back, its error is its
@@ -117,8 +130,13 @@ impl<C: WriteConn> Writer<C> {
             .await
     }
 
-    /// The opening round trip: `BEGIN`, the lease row, the head, the appends' summaries.
-    async fn open_optimistic(&mut self, batch: &[Op]) -> Result<Opened, LedgerError> {
+    /// The opening round trip: `BEGIN`, the lease row, the head, the appends' summaries, and
+    /// the claims of the accepts that claim `ahead` (`claims.rs`).
+    async fn open_optimistic(
+        &mut self,
+        batch: &[Op],
+        ahead: &[Option<ExecutionId>],
+    ) -> Result<Opened, LedgerError> {
         self.conn.discard_deferred(0);
         let mut ids: Vec<String> = batch
             .iter()
@@ -129,31 +147,40 @@ impl<C: WriteConn> Writer<C> {
             .collect();
         ids.sort();
         ids.dedup();
-        let mut sql = String::new();
+        // Each statement is held back with its own values; the last one sends them all.
+        let mut statements: Vec<(String, Vec<SqlValue>)> = Vec::new();
         if self.cfg.lease.is_some() {
-            sql.push_str(LEASE_ROW);
-            sql.push_str(";\n");
-        }
-        sql.push_str("SELECT head_seq, head_hash FROM chains WHERE chain = $2 FOR UPDATE");
-        if !ids.is_empty() {
-            // In id order, so two writers locking the same rows take them in the same order.
-            sql.push_str(&format!(
-                ";\nSELECT {} FROM executions WHERE id = ANY(string_to_array($3, ',')) ORDER BY id FOR UPDATE",
-                rows::SUMMARY_COLUMNS
+            statements.push((
+                LEASE_ROW.into(),
+                vec![self.cfg.instance.as_str().into_sql()],
             ));
         }
+        statements.push((
+            "SELECT head_seq, head_hash FROM chains WHERE chain = $1 FOR UPDATE".into(),
+            vec![self.cfg.chain.as_str().into_sql()],
+        ));
+        if !ids.is_empty() {
+            // In id order, so two writers locking the same rows take them in the same order.
+            statements.push((
+                format!(
+                    "SELECT {} FROM executions WHERE id = ANY(string_to_array($1, ',')) ORDER BY id FOR UPDATE",
+                    rows::SUMMARY_COLUMNS
+                ),
+                vec![ids.join(",").into_sql()],
+            ));
+        }
+        statements.extend(claims::statement(batch, ahead));
         self.conn.defer(self.cfg.dialect.begin(), &[])?;
-        let found = self
-            .conn
-            .query_all(
-                &sql,
-                params![&self.cfg.instance, &self.cfg.chain, ids.join(",")],
-            )
-            .await?;
+        let (last_sql, last_params) = statements.pop().expect("the head is always read");
+        for (sql, params) in &statements {
+            self.conn.defer(sql, params)?;
+        }
+        let found = self.conn.query_all(&last_sql, &last_params).await?;
         let mut opened = Opened {
             head: None,
             lease: None,
             summaries: Vec::new(),
+            claimed: HashSet::new(),
         };
         for row in found {
             if row.value("head_seq").is_ok() {
@@ -165,6 +192,8 @@ impl<C: WriteConn> Writer<C> {
                 ));
             } else if row.value("heartbeat_at").is_ok() {
                 opened.lease = Some(lease_row(&row)?);
+            } else if let Ok(id) = rows::get_str(&row, claims::CLAIMED) {
+                opened.claimed.insert(id);
             } else {
                 opened.summaries.push(row);
             }
@@ -183,11 +212,14 @@ impl<C: WriteConn> Writer<C> {
             self.conn.round_trips(),
         );
         self.touched.clear();
+        // A claim made ahead is a write that reached the server.
+        let claimed = self.claim.as_ref().is_some_and(|c| c.won);
         let outcome = self.process(op).await;
+        self.claim = None;
         if outcome.is_ok() {
             return Ok(outcome);
         }
-        if self.conn.round_trips() != saved.4 {
+        if claimed || self.conn.round_trips() != saved.4 {
             return Err(outcome);
         }
         // Nothing of it reached the server: dropping what it held back and what it linked
@@ -259,5 +291,6 @@ impl<C: WriteConn> Writer<C> {
         self.recall = None;
         self.lease_checked = false;
         self.touched.clear();
+        self.claim = None;
     }
 }

@@ -242,3 +242,47 @@ async fn values_that_look_like_sql_are_stored_as_written() {
         assert!(report.is_valid(), "{backend:?}: {report:?}");
     }
 }
+
+/// Identical requests that arrive together meet in one execution: on PostgreSQL their intent
+/// slots are claimed in one statement at the start of the batch (`writer/claims.rs`), where a
+/// row the same statement inserted first is a conflict like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_in_one_batch_meet_in_one_execution() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = Arc::new(open(&url).await);
+        let held = stall(backend, &url, &ledger).await;
+        // Eight copies each of three requests, interleaved.
+        let tasks: Vec<_> = (0..24)
+            .map(|i| {
+                let l = ledger.clone();
+                let args = format!(r#"{{"customer":"same-{}","amount":3}}"#, i % 3);
+                tokio::spawn(async move {
+                    l.accept(dispatched_request("create_invoice", "billing", &args))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        release(held).await;
+        let mut created = std::collections::HashMap::new();
+        let mut outcomes = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let outcome = task.await.unwrap();
+            if let AcceptOutcome::Created(s) = &outcome {
+                assert!(
+                    created.insert(i % 3, s.id).is_none(),
+                    "{backend:?}: a second execution for request {}",
+                    i % 3
+                );
+            }
+            outcomes.push((i % 3, outcome.execution().id));
+        }
+        assert_eq!(created.len(), 3, "{backend:?}");
+        for (which, id) in outcomes {
+            assert_eq!(id, created[&which], "{backend:?}: request {which}");
+        }
+        assert_eq!(count(&ledger).await, 3, "{backend:?}");
+        assert!(verify(&ledger).await.is_valid(), "{backend:?}");
+    }
+}
