@@ -10,7 +10,9 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Column, Row, ValueRef};
 
 use crate::error::{LedgerError, StorageFault};
-use crate::held::Held;
+use held::Held;
+
+mod held;
 
 /// A statement parameter or a column value.
 #[derive(Clone, Debug, PartialEq)]

@@ -32,7 +32,6 @@ mod db;
 mod dialect;
 pub mod disk;
 mod error;
-mod held;
 mod lease;
 mod liveness;
 mod model;

@@ -14,7 +14,7 @@
 //! ("cannot affect row a second time"): the batch is rolled back and run again the savepoint
 //! way, one statement at a time, so a wrong merge costs time, never a record.
 
-use crate::db::{inline, SqlValue};
+use super::{inline, SqlValue};
 use crate::error::LedgerError;
 
 /// `ON CONFLICT … DO UPDATE` inserts whose key is new in every transaction: a result's key is
