@@ -502,6 +502,8 @@ async fn connect(
         .reinit_on_expired_session(true);
     config.retry_config = Arc::new(NeverRetry::default());
     let transport = StreamableHttpClientTransport::with_client(remote.http.clone(), config);
+    let transport =
+        postern_channels::mcp::CountedProgress::new(transport, client.count_progress_read());
     client.clone().serve(transport).await
 }
 

@@ -29,28 +29,6 @@ use tokio::sync::{broadcast, Notify};
 use super::progress::ProgressRoutes;
 use crate::channel::{ClientAsker, Progress};
 
-/// Waits until the progress notifications that came before an answer have been handled.
-///
-/// rmcp hands each notification to a task of its own, spawned before the answer that follows
-/// it is delivered: the call's answer can overtake its last progress report. Once the answer is
-/// in, this waits for `handled` to stand still for a moment (bounded), so no report of the call
-/// is dropped or sent after its answer.
-pub async fn progress_settled(handled: &std::sync::atomic::AtomicU64) {
-    use std::sync::atomic::Ordering;
-    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
-    const MOST: u32 = 10;
-    let mut last = handled.load(Ordering::Acquire);
-    for _ in 0..MOST {
-        tokio::task::yield_now().await;
-        tokio::time::sleep(QUIET).await;
-        let now = handled.load(Ordering::Acquire);
-        if now == last {
-            return;
-        }
-        last = now;
-    }
-}
-
 /// The clients of the calls in flight on a link, by a number the call holds.
 pub(super) type Askers = Arc<Mutex<HashMap<u64, ClientAsker>>>;
 

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Askers, LinkClient, UpstreamEvent};
-use super::progress::{Counted, ProgressRoutes};
+use super::progress::{CountedProgress, ProgressRoutes};
 use crate::http::TlsProfile;
 use crate::secret::{Credential, Secret};
 
@@ -458,7 +458,7 @@ where
 {
     let progress = client.progress.clone();
     client
-        .serve(Counted::new(transport, progress))
+        .serve(CountedProgress::by_route(transport, progress))
         .await
         .map_err(|e| format!("initialize failed: {e}"))
 }

@@ -40,10 +40,11 @@ mod progress;
 mod session_guard;
 mod tool;
 
-pub use client::{forwarded_capabilities, progress_settled, UpstreamEvent};
+pub use client::{forwarded_capabilities, UpstreamEvent};
 pub use environment::{child_environment, environment_names, INHERITED_ENV};
 pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
 pub use passage::PassError;
+pub use progress::{handed_on, CountedProgress, OnProgressRead};
 pub use session_guard::not_taken;
 pub use tool::McpTool;
 

@@ -9,6 +9,7 @@
 #![allow(deprecated)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -35,12 +36,19 @@ use super::{Bridge, Failure, REFUSED_META};
 #[derive(Clone, Default)]
 pub(crate) struct BridgeClient {
     agent: Arc<Mutex<Option<Peer<RoleServer>>>>,
-    /// The gateway's progress token of a call in flight → the agent's.
-    progress: Arc<Mutex<HashMap<ProgressToken, ProgressToken>>>,
+    /// The gateway's progress token of a call in flight → the agent's, and its reports' counts.
+    progress: Arc<Mutex<HashMap<ProgressToken, PassedProgress>>>,
     /// Set when the gateway says its tools changed (the bridge lists them again).
     pub tools_changed: Arc<std::sync::atomic::AtomicBool>,
-    /// Progress notifications passed on so far (see `progress_settled`).
-    progress_handled: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// One call's progress on its way to the agent: the agent's token, and how many of the
+/// gateway's reports were read and passed on (see `postern_channels::mcp::handed_on`).
+#[derive(Clone)]
+struct PassedProgress {
+    agent_token: ProgressToken,
+    read: Arc<AtomicU64>,
+    passed: Arc<AtomicU64>,
 }
 
 impl BridgeClient {
@@ -51,6 +59,16 @@ impl BridgeClient {
                 *agent = Some(peer.clone());
             }
         }
+    }
+
+    /// What the transport calls as it reads each progress notification from the gateway.
+    pub(crate) fn count_progress_read(&self) -> postern_channels::mcp::OnProgressRead {
+        let routes = self.progress.clone();
+        Box::new(move |token| {
+            if let Some(route) = routes.lock().ok().and_then(|r| r.get(token).cloned()) {
+                route.read.fetch_add(1, Ordering::Release);
+            }
+        })
     }
 
     fn agent(&self) -> Option<Peer<RoleServer>> {
@@ -94,11 +112,16 @@ impl BridgeClient {
         let mut handle = peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await?;
-        let routed = agent_token.map(|token| {
+        let routed = agent_token.map(|agent_token| {
+            let route = PassedProgress {
+                agent_token,
+                read: Arc::default(),
+                passed: Arc::default(),
+            };
             if let Ok(mut routes) = self.progress.lock() {
-                routes.insert(handle.progress_token.clone(), token);
+                routes.insert(handle.progress_token.clone(), route.clone());
             }
-            handle.progress_token.clone()
+            (handle.progress_token.clone(), route)
         });
         let mut pending = Pending {
             peer: peer.clone(),
@@ -108,9 +131,9 @@ impl BridgeClient {
             .await
             .unwrap_or(Err(ServiceError::TransportClosed));
         pending.id = None;
-        if let Some(token) = routed {
+        if let Some((token, route)) = routed {
             // The last reports may still be on their way to the agent: they go first.
-            postern_channels::mcp::progress_settled(&self.progress_handled).await;
+            postern_channels::mcp::handed_on(&route.read, &route.passed).await;
             if let Ok(mut routes) = self.progress.lock() {
                 routes.remove(&token);
             }
@@ -186,20 +209,19 @@ impl ClientHandler for BridgeClient {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let token = self
+        let route = self
             .progress
             .lock()
             .ok()
             .and_then(|r| r.get(&params.progress_token).cloned());
-        if let Some(token) = token {
-            params.progress_token = token;
+        if let Some(route) = route {
+            params.progress_token = route.agent_token.clone();
             // In order, before the answer: awaited here, where notifications are handled in turn.
             if let Some(agent) = self.agent() {
                 let _ = agent.notify_progress(params).await;
             }
+            route.passed.fetch_add(1, Ordering::Release);
         }
-        self.progress_handled
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     async fn on_logging_message(
