@@ -69,11 +69,20 @@ pub(super) fn statement(
     let mut sql = String::from(
         "INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ",
     );
+    let mut claims: Vec<(&AcceptRequest, &ExecutionId)> = batch
+        .iter()
+        .zip(ahead)
+        .filter_map(|(op, id)| match (op, id) {
+            (Op::Accept(req, _), Some(id)) => Some((&**req, id)),
+            _ => None,
+        })
+        .collect();
+    // In slot order, so two replicas' batches claiming the same slots take them in the same
+    // order and never wait for each other in a circle; stable, so of two identical requests
+    // the earlier in the batch still claims first.
+    claims.sort_by(|a, b| slot(a.0).cmp(&slot(b.0)));
     let mut params = Vec::new();
-    for (op, id) in batch.iter().zip(ahead) {
-        let (Op::Accept(req, _), Some(id)) = (op, id) else {
-            continue;
-        };
+    for (req, id) in claims {
         let n = params.len();
         if n > 0 {
             sql.push_str(", ");
