@@ -53,15 +53,10 @@ impl ActorCredentials {
         }
         let presented = peer.and_then(|p| p.client_certificate);
         let by_certificate = presented.and_then(|f| self.certificates.get(&f));
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match token {
+        match bearer(headers) {
             Some(token) => {
-                let actor = self
-                    .actor_of(token)
+                let actor = holder_of(&self.tokens, token)
+                    .cloned()
                     .ok_or(Unauthenticated::MissingOrUnknown)?;
                 if let Some(pin) = self.pinned.get(&actor) {
                     if presented != Some(*pin) {
@@ -80,19 +75,31 @@ impl ActorCredentials {
             },
         }
     }
+}
 
-    /// The actor whose token this is, compared in constant time against every token (a hash-map
-    /// lookup would let response times hint at a token's prefix).
-    fn actor_of(&self, presented: &str) -> Option<String> {
-        use subtle::ConstantTimeEq;
-        let mut found = None;
-        for (token, actor) in &self.tokens {
-            if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
-                found = Some(actor.clone());
-            }
+/// The token of a request's `Authorization: Bearer` header, if it has one.
+pub(super) fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// Whose token `presented` is, of `tokens` (token, holder), compared in constant time against
+/// every token: a hash-map lookup would let response times hint at a token's prefix.
+pub(super) fn holder_of<'a, H>(
+    tokens: impl IntoIterator<Item = (&'a String, H)>,
+    presented: &str,
+) -> Option<H> {
+    use subtle::ConstantTimeEq;
+    let mut found = None;
+    for (token, holder) in tokens {
+        if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
+            found = Some(holder);
         }
-        found
     }
+    found
 }
 
 /// Why a request is not authenticated.

@@ -112,22 +112,12 @@ pub struct Tokens {
 /// or an operator (token): what a connection on a kept slot must prove ([`listener::probation`]).
 pub fn vouch(gateway: &Gateway, tokens: &Tokens) -> listener::Vouch {
     let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
-    let operators: Vec<String> = tokens.operators.keys().cloned().collect();
+    let operators = tokens.operators.clone();
     Arc::new(move |headers, peer| {
         if actors.authenticate(headers, Some(peer)).is_ok() {
             return true;
         }
-        let presented = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        presented.is_some_and(|p| {
-            use subtle::ConstantTimeEq;
-            operators.iter().fold(false, |found, t| {
-                found | bool::from(t.as_bytes().ct_eq(p.as_bytes()))
-            })
-        })
+        auth::bearer(headers).is_some_and(|p| auth::holder_of(&operators, p).is_some())
     })
 }
 

@@ -96,25 +96,10 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: Next) -> Response {
-    use subtle::ConstantTimeEq;
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
-    let matches = |token: &str| bool::from(token.as_bytes().ct_eq(presented.as_bytes()));
-    let mut operator = None;
-    for (token, name) in &st.operators {
-        if matches(token) {
-            operator = Some(name.clone());
-        }
-    }
-    let is_actor = st
-        .actor_tokens
-        .iter()
-        .fold(false, |seen, t| seen | matches(t));
+    let presented = crate::auth::bearer(req.headers()).unwrap_or("");
+    let operator = crate::auth::holder_of(&st.operators, presented).cloned();
+    let is_actor =
+        crate::auth::holder_of(st.actor_tokens.iter().map(|t| (t, ())), presented).is_some();
     match operator {
         Some(name) if !presented.is_empty() => {
             req.extensions_mut().insert(Operator(name));
