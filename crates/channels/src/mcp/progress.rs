@@ -28,7 +28,7 @@ const MOST: Duration = Duration::from_secs(2);
 /// Where one call's progress reports go, and how many of them the link has read and handed on.
 #[derive(Clone)]
 pub(super) struct ProgressRoute {
-    pub sink: ProgressSink,
+    sink: ProgressSink,
     read: Arc<AtomicU64>,
     handed_on: Arc<AtomicU64>,
 }

@@ -79,8 +79,8 @@ pub(super) fn statement(
         .collect();
     // In slot order, so two replicas' batches claiming the same slots take them in the same
     // order and never wait for each other in a circle; stable, so of two identical requests
-    // the earlier in the batch still claims first.
-    claims.sort_by(|a, b| slot(a.0).cmp(&slot(b.0)));
+    // the earlier in the batch still claims first. Each key is rendered once.
+    claims.sort_by_cached_key(|&(req, _)| slot(req));
     let mut params = Vec::new();
     for (req, id) in claims {
         let n = params.len();

@@ -53,7 +53,7 @@ struct Opened {
     lease: Option<(i64, Option<String>)>,
     summaries: Vec<OwnedRow>,
     /// The execution ids whose claims got their slots.
-    claimed: HashSet<String>,
+    claimed: HashSet<ExecutionId>,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -113,7 +113,7 @@ impl<C: WriteConn> Writer<C> {
         for (op, id) in batch.iter().zip(ahead) {
             self.claim = id.map(|id| Claim {
                 id,
-                won: claimed.contains(&id.to_string()),
+                won: claimed.contains(&id),
             });
             match self.try_op(op).await {
                 Ok(outcome) => outcomes.push(outcome),
@@ -193,7 +193,7 @@ impl<C: WriteConn> Writer<C> {
             } else if row.value("heartbeat_at").is_ok() {
                 opened.lease = Some(lease_row(&row)?);
             } else if let Ok(id) = rows::get_str(&row, claims::CLAIMED) {
-                opened.claimed.insert(id);
+                opened.claimed.insert(rows::parse_id(&id)?);
             } else {
                 opened.summaries.push(row);
             }
