@@ -259,6 +259,35 @@ pub(crate) trait WriteConn: Send {
     fn flush(&mut self) -> impl Future<Output = Result<(), LedgerError>> + Send {
         std::future::ready(Ok(()))
     }
+
+    /// How many statements what is held back sends ([`WriteConn::send_held`] counts them).
+    fn held_statements(&self) -> usize {
+        0
+    }
+
+    /// Sends what is held back in one round trip, and says how far the server got: a
+    /// message that commits one transaction and opens the next must tell a failure before
+    /// its `COMMIT` from one after.
+    fn send_held(&mut self) -> impl Future<Output = Sent> + Send {
+        std::future::ready(Sent {
+            rows: Vec::new(),
+            completed: 0,
+            failed: Some(LedgerError::Corrupt(
+                "this connection sends one statement at a time".into(),
+            )),
+        })
+    }
+}
+
+/// What one round trip of held-back statements came to ([`WriteConn::send_held`]).
+pub(crate) struct Sent {
+    /// Every row the statements returned, in order.
+    pub rows: Vec<OwnedRow>,
+    /// How many statements the server completed, in order, before it stopped.
+    pub completed: usize,
+    /// What stopped it, if anything did: the statement after the completed ones failed (the
+    /// server skips the rest of the message), or the connection was lost.
+    pub failed: Option<LedgerError>,
 }
 
 fn bind_all<'q>(
@@ -424,6 +453,27 @@ impl WriteConn for PgWriteConn {
         let r = self.connection()?.simple_exec(&text).await;
         self.watch(r)
     }
+
+    fn held_statements(&self) -> usize {
+        self.deferred.statements()
+    }
+
+    async fn send_held(&mut self) -> Sent {
+        let text = self.deferred.take();
+        self.round_trips += 1;
+        let mut sent = match self.connection() {
+            Ok(conn) => conn.simple_counted(&text).await,
+            Err(e) => Sent {
+                rows: Vec::new(),
+                completed: 0,
+                failed: Some(e),
+            },
+        };
+        if let Some(e) = sent.failed.take() {
+            sent.failed = self.watch::<()>(Err(e)).err();
+        }
+        sent
+    }
 }
 
 /// A statement with its `$N` placeholders replaced by literals, for a simple query (which
@@ -494,6 +544,8 @@ trait AnyConnectionExt {
     async fn simple_exec(&mut self, text: &str) -> Result<(), LedgerError>;
     /// The same, with the rows all of them returned.
     async fn simple_rows(&mut self, text: &str) -> Result<Vec<OwnedRow>, LedgerError>;
+    /// The same, counting the statements completed before a failure.
+    async fn simple_counted(&mut self, text: &str) -> Sent;
 }
 
 impl AnyConnectionExt for AnyConnection {
@@ -528,6 +580,32 @@ impl AnyConnectionExt for AnyConnection {
     async fn simple_rows(&mut self, text: &str) -> Result<Vec<OwnedRow>, LedgerError> {
         let rows = sqlx::Executor::fetch_all(&mut *self, sqlx::raw_sql(text)).await?;
         rows.iter().map(owned).collect()
+    }
+
+    async fn simple_counted(&mut self, text: &str) -> Sent {
+        use futures_util::TryStreamExt;
+        let mut sent = Sent {
+            rows: Vec::new(),
+            completed: 0,
+            failed: None,
+        };
+        // Each statement of a simple query ends with its own `CommandComplete`, which sqlx
+        // hands on as a query result; an `ErrorResponse` ends the stream.
+        let mut stream = sqlx::Executor::fetch_many(&mut *self, sqlx::raw_sql(text));
+        loop {
+            match stream.try_next().await {
+                Ok(Some(sqlx::Either::Left(_))) => sent.completed += 1,
+                Ok(Some(sqlx::Either::Right(row))) => match owned(&row) {
+                    Ok(row) => sent.rows.push(row),
+                    Err(e) => sent.failed = Some(e),
+                },
+                Ok(None) => return sent,
+                Err(e) => {
+                    sent.failed = Some(e.into());
+                    return sent;
+                }
+            }
+        }
     }
 }
 

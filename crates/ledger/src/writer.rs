@@ -3,8 +3,9 @@
 //! inside its own savepoint so one request's failure never undoes another's. PostgreSQL runs it
 //! as a task fed by a channel ([`Writer::run`]), and first tries a batch without savepoints,
 //! its writes held back and sent with the next statement that needs an answer
-//! (`optimistic.rs`); a batch that does not go through whole is rolled back and run again the
-//! savepoint way. SQLite's callers drive it themselves (`combiner.rs`).
+//! (`optimistic.rs`), its commit also opening the batch of what arrived meanwhile; a batch that
+//! does not go through whole is rolled back and run again the savepoint way. SQLite's callers
+//! drive it themselves (`combiner.rs`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,6 +31,16 @@ mod fence;
 mod optimistic;
 mod prune;
 mod records;
+
+/// Moves waiting ops into `batch`, up to `max` in all.
+fn drain(rx: &mut mpsc::Receiver<Op>, batch: &mut Vec<Op>, max: usize) {
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
+        }
+    }
+}
 
 pub(crate) struct WriterConfig {
     pub dialect: Dialect,
@@ -115,10 +126,17 @@ impl<C: WriteConn> Writer<C> {
             };
             let mut batch = Vec::with_capacity(self.cfg.max_batch);
             batch.push(op);
-            self.drain(&mut rx, &mut batch);
-            let commit = held.sort(batch, self.cfg.max_batch, false);
+            let max = self.cfg.max_batch;
+            drain(&mut rx, &mut batch, max);
+            let commit = held.sort(batch, max, false);
             if !commit.is_empty() {
-                self.commit_batch(commit).await;
+                // What arrives while a batch is written goes with its commit (`optimistic.rs`).
+                let mut waiting = || {
+                    let mut batch = Vec::new();
+                    drain(&mut rx, &mut batch, max);
+                    held.sort(batch, max, false)
+                };
+                self.commit_batch_with(commit, &mut waiting).await;
             }
         }
     }
@@ -127,18 +145,14 @@ impl<C: WriteConn> Writer<C> {
         self.cfg.max_batch
     }
 
-    fn drain(&self, rx: &mut mpsc::Receiver<Op>, batch: &mut Vec<Op>) {
-        while batch.len() < self.cfg.max_batch {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
-        }
+    pub async fn commit_batch(&mut self, batch: Vec<Op>) {
+        self.commit_batch_with(batch, &mut Vec::new).await
     }
 
-    pub async fn commit_batch(&mut self, batch: Vec<Op>) {
+    /// Commits `batch`; PostgreSQL's commit also opens the batch of the ops `waiting` then.
+    async fn commit_batch_with(&mut self, batch: Vec<Op>, waiting: &mut optimistic::Waiting<'_>) {
         let batch = if self.conn.can_defer() {
-            match self.commit_optimistic(batch).await {
+            match self.commit_optimistic(batch, waiting).await {
                 Some(again) => again,
                 None => return,
             }

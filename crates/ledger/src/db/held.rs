@@ -39,6 +39,9 @@ pub(crate) struct Held {
     statements: Vec<Statement>,
     /// Each statement as it was held back: where it went (for [`Held::discard`]).
     log: Vec<usize>,
+    /// The first statement a row may still join: none before a `COMMIT` (what follows it is
+    /// the next transaction's, see `writer/optimistic.rs`).
+    floor: usize,
 }
 
 impl Held {
@@ -51,19 +54,27 @@ impl Held {
         self.log.len()
     }
 
+    /// How many statements the held text holds (rows merged into one count once).
+    pub fn statements(&self) -> usize {
+        self.statements.len()
+    }
+
     /// Holds `sql` back with its values inline.
     pub fn push(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), LedgerError> {
         let Some((head, tuple, tail)) = insert_parts(sql) else {
             self.statements.push(Statement::Whole(inline(sql, params)?));
             self.log.push(self.statements.len() - 1);
+            if sql == "COMMIT" {
+                self.floor = self.statements.len();
+            }
             return Ok(());
         };
         let row = inline(tuple, params)?;
-        let at = self.statements.iter().position(
+        let at = self.statements[self.floor..].iter().position(
             |s| matches!(s, Statement::Rows { head: h, tail: t, .. } if h == head && t == tail),
         );
         let at = match at {
-            Some(at) => at,
+            Some(at) => self.floor + at,
             None => {
                 self.statements.push(Statement::Rows {
                     head: head.to_string(),
@@ -96,6 +107,7 @@ impl Held {
                 }
             }
         }
+        self.floor = self.floor.min(self.statements.len());
     }
 
     /// The held statements as one simple query's text, and nothing held any more.
@@ -112,6 +124,7 @@ impl Held {
             }
         }
         self.log.clear();
+        self.floor = 0;
         text
     }
 }
@@ -191,6 +204,28 @@ mod tests {
         ] {
             assert!(insert_parts(sql).is_none(), "{sql}");
         }
+    }
+
+    #[test]
+    fn no_row_joins_a_statement_before_a_commit() {
+        let mut held = Held::default();
+        held.push(CALLS, params!["a", 1i64]).unwrap();
+        held.push("COMMIT", &[]).unwrap();
+        held.push("BEGIN", &[]).unwrap();
+        held.push(CALLS, params!["b", 2i64]).unwrap();
+        held.push(CALLS, params!["c", 3i64]).unwrap();
+        assert_eq!(held.statements(), 4);
+        assert_eq!(
+            held.take(),
+            "INSERT INTO calls (id, at) VALUES (E'a', (1));\n\
+             COMMIT;\n\
+             BEGIN;\n\
+             INSERT INTO calls (id, at) VALUES (E'b', (2)), (E'c', (3))"
+        );
+        // Taken, the floor is gone with what it kept apart.
+        held.push(CALLS, params!["d", 4i64]).unwrap();
+        held.push(CALLS, params!["e", 5i64]).unwrap();
+        assert_eq!(held.statements(), 1);
     }
 
     #[test]

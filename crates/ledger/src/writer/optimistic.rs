@@ -10,7 +10,9 @@
 //!   next statement that needs an answer (an accept's intent slot) or with the `COMMIT`; an op
 //!   sees what earlier ops of the batch did through the summaries remembered for the
 //!   transaction (`Recall`), or through a read that carries the held-back writes before it;
-//! - one round trip writes the held-back rows, the events, the head, and commits.
+//! - one round trip writes the held-back rows, the events, the head, and commits; when more
+//!   ops are waiting, the same message opens their batch too (`COMMIT; BEGIN; …`), so under
+//!   load a batch costs one round trip and the writer's connection never idles between two.
 //!
 //! Per-op isolation holds because nothing is kept that the savepoint way would not keep: an op
 //! that fails before any of its statements reached the server (a refused transition, a fenced
@@ -21,11 +23,13 @@
 //! each op apart. The ops are untouched by a try ([`Writer::process`] borrows them), so the
 //! second run is the first run of the savepoint way. Only a failed `COMMIT` round trip is
 //! different: a refusal by the server means nothing was recorded (run again), anything else
-//! (a lost connection) leaves it unknown, and every op is told so.
-
-use std::time::Instant;
+//! (a lost connection) leaves it unknown, and every op is told so. The server completes a
+//! message's statements in order and skips the rest after one fails, so counting the completed
+//! ones tells a failure before the `COMMIT` (nothing recorded) from one in the next batch's
+//! opening (this batch recorded, the next one not begun: it is tried again on its own).
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use postern_core::ExecutionId;
 
@@ -33,18 +37,32 @@ use super::claims::{self, Claim};
 use super::commit::Head;
 use super::fence::{lease_row, LEASE_ROW};
 use super::Writer;
-use crate::db::{IntoSql, OwnedRow, RowAccess, SqlValue, WriteConn};
+use crate::db::{IntoSql, OwnedRow, RowAccess, WriteConn};
 use crate::error::{LedgerError, StorageFault};
 use crate::ops::{Op, Outcome};
 use crate::recall::Recall;
 use crate::rows;
 
+/// Takes the ops waiting to be written (possibly none), for the next batch.
+pub(crate) type Waiting<'a> = dyn FnMut() -> Vec<Op> + Send + 'a;
+
 /// How a try ended.
 enum Tried {
     /// Committed (or its commit's outcome is unknown: the failure says so): answer every op.
-    Answered(Vec<Outcome>, Option<(StorageFault, String)>),
-    /// Rolled back, nothing of it recorded: run it again the savepoint way.
-    Again,
+    Answered(Vec<Outcome>, Option<(StorageFault, String)>, Next),
+    /// Rolled back, nothing of it recorded: run it again the savepoint way, and then the ops
+    /// taken for the next batch (their opening was skipped with the failed commit).
+    Again(Vec<Op>),
+}
+
+/// The batch after a committed one.
+enum Next {
+    /// No op was waiting.
+    Nothing,
+    /// Opened in the commit's round trip.
+    Opened(Vec<Op>, Box<Opened>),
+    /// Taken, but not opened: tried on its own.
+    Unopened(Vec<Op>),
 }
 
 /// What the opening round trip read.
@@ -52,51 +70,78 @@ struct Opened {
     head: Option<Head>,
     lease: Option<(i64, Option<String>)>,
     summaries: Vec<OwnedRow>,
+    /// For each op, the execution id it claims ahead with (`claims.rs`).
+    ahead: Vec<Option<ExecutionId>>,
     /// The execution ids whose claims got their slots.
     claimed: HashSet<ExecutionId>,
 }
 
 impl<C: WriteConn> Writer<C> {
-    /// Tries the batch without savepoints. `None`: every op was answered; `Some`: nothing of
-    /// the batch was recorded, run it the savepoint way.
-    pub(super) async fn commit_optimistic(&mut self, batch: Vec<Op>) -> Option<Vec<Op>> {
-        let started = Instant::now();
-        let since_checkpoint = self.appended_since_checkpoint;
-        if self.conn.ensure_connected().await.is_err() {
-            // The savepoint way tries again and refuses the batch as it always did.
-            return Some(batch);
-        }
-        self.optimistic = true;
-        let tried = self.try_batch(&batch, started).await;
-        self.optimistic = false;
-        self.lease_row = None;
-        match tried {
-            Tried::Answered(outcomes, failure) => {
-                for (op, outcome) in batch.into_iter().zip(outcomes) {
-                    op.answer(outcome).send(failure.as_ref());
+    /// Tries the batch without savepoints, then each batch of `waiting` ops its commit opened.
+    /// `None`: every op was answered; `Some`: nothing of those ops was recorded, run them the
+    /// savepoint way.
+    pub(super) async fn commit_optimistic(
+        &mut self,
+        mut batch: Vec<Op>,
+        waiting: &mut Waiting<'_>,
+    ) -> Option<Vec<Op>> {
+        let mut opened = None;
+        loop {
+            let started = Instant::now();
+            let since_checkpoint = self.appended_since_checkpoint;
+            if opened.is_none() && self.conn.ensure_connected().await.is_err() {
+                // The savepoint way tries again and refuses the batch as it always did.
+                return Some(batch);
+            }
+            self.optimistic = true;
+            let tried = self
+                .try_batch(&batch, opened.take(), started, waiting)
+                .await;
+            self.optimistic = false;
+            self.lease_row = None;
+            let next = match tried {
+                Tried::Answered(outcomes, failure, next) => {
+                    for (op, outcome) in batch.into_iter().zip(outcomes) {
+                        op.answer(outcome).send(failure.as_ref());
+                    }
+                    next
                 }
-                None
-            }
-            Tried::Again => {
-                self.appended_since_checkpoint = since_checkpoint;
-                Some(batch)
-            }
+                Tried::Again(next) => {
+                    self.appended_since_checkpoint = since_checkpoint;
+                    batch.extend(next);
+                    return Some(batch);
+                }
+            };
+            (batch, opened) = match next {
+                Next::Nothing => return None,
+                Next::Opened(ops, o) => (ops, Some(*o)),
+                Next::Unopened(ops) => (ops, None),
+            };
         }
     }
 
-    async fn try_batch(&mut self, batch: &[Op], started: Instant) -> Tried {
-        let ahead = claims::ahead(batch);
-        let opened = match self.open_optimistic(batch, &ahead).await {
-            Ok(Opened {
-                head: Some(head),
-                lease,
-                summaries,
-                claimed,
-            }) => (head, lease, summaries, claimed),
-            // No head row yet (this chain's first commit): the savepoint way creates it.
-            Ok(_) | Err(_) => return self.roll_back_try().await,
+    async fn try_batch(
+        &mut self,
+        batch: &[Op],
+        opened: Option<Opened>,
+        started: Instant,
+        waiting: &mut Waiting<'_>,
+    ) -> Tried {
+        let opened = match opened {
+            Some(opened) => Ok(opened),
+            None => self.open_optimistic(batch).await,
         };
-        let (head_before, lease, summaries, claimed) = opened;
+        let Ok(Opened {
+            // No head row yet (this chain's first commit): the savepoint way creates it.
+            head: Some(head_before),
+            lease,
+            summaries,
+            ahead,
+            claimed,
+        }) = opened
+        else {
+            return self.roll_back_try(Vec::new()).await;
+        };
         self.head = head_before;
         self.pending.clear();
         self.lease_checked = false;
@@ -105,7 +150,7 @@ impl<C: WriteConn> Writer<C> {
         for row in &summaries {
             match rows::summary(row) {
                 Ok(s) => recall.remember(&s),
-                Err(_) => return self.roll_back_try().await,
+                Err(_) => return self.roll_back_try(Vec::new()).await,
             }
         }
         self.recall = Some(recall);
@@ -120,24 +165,35 @@ impl<C: WriteConn> Writer<C> {
                 // A lone op has no other to keep apart from: rolled back, its error is its
                 // answer (as the savepoint way answers a lone op).
                 Err(outcome) if batch.len() == 1 => {
-                    self.roll_back_try().await;
-                    return Tried::Answered(vec![outcome], None);
+                    self.roll_back_try(Vec::new()).await;
+                    return Tried::Answered(vec![outcome], None, Next::Nothing);
                 }
-                Err(_) => return self.roll_back_try().await,
+                Err(_) => return self.roll_back_try(Vec::new()).await,
             }
         }
-        self.commit_try(head_before, outcomes, batch.len(), started)
+        self.commit_try(head_before, outcomes, batch.len(), started, waiting)
             .await
     }
 
-    /// The opening round trip: `BEGIN`, the lease row, the head, the appends' summaries, and
-    /// the claims of the accepts that claim `ahead` (`claims.rs`).
-    async fn open_optimistic(
+    /// The opening round trip of a batch no commit opened.
+    async fn open_optimistic(&mut self, batch: &[Op]) -> Result<Opened, LedgerError> {
+        self.conn.discard_deferred(0);
+        let ahead = claims::ahead(batch);
+        self.defer_opening(batch, &ahead)?;
+        let sent = self.conn.send_held().await;
+        match sent.failed {
+            Some(e) => Err(e),
+            None => opened(sent.rows, ahead),
+        }
+    }
+
+    /// Holds back a batch's opening: `BEGIN`, the lease row, the head, the appends' summaries,
+    /// and the claims of the accepts that claim `ahead` (`claims.rs`).
+    fn defer_opening(
         &mut self,
         batch: &[Op],
         ahead: &[Option<ExecutionId>],
-    ) -> Result<Opened, LedgerError> {
-        self.conn.discard_deferred(0);
+    ) -> Result<(), LedgerError> {
         let mut ids: Vec<String> = batch
             .iter()
             .filter_map(|op| match op {
@@ -147,58 +203,29 @@ impl<C: WriteConn> Writer<C> {
             .collect();
         ids.sort();
         ids.dedup();
-        // Each statement is held back with its own values; the last one sends them all.
-        let mut statements: Vec<(String, Vec<SqlValue>)> = Vec::new();
+        self.conn.defer(self.cfg.dialect.begin(), &[])?;
         if self.cfg.lease.is_some() {
-            statements.push((
-                LEASE_ROW.into(),
-                vec![self.cfg.instance.as_str().into_sql()],
-            ));
+            self.conn
+                .defer(LEASE_ROW, &[self.cfg.instance.as_str().into_sql()])?;
         }
-        statements.push((
-            "SELECT head_seq, head_hash FROM chains WHERE chain = $1 FOR UPDATE".into(),
-            vec![self.cfg.chain.as_str().into_sql()],
-        ));
+        self.conn.defer(
+            "SELECT head_seq, head_hash FROM chains WHERE chain = $1 FOR UPDATE",
+            &[self.cfg.chain.as_str().into_sql()],
+        )?;
         if !ids.is_empty() {
             // In id order, so two writers locking the same rows take them in the same order.
-            statements.push((
-                format!(
+            self.conn.defer(
+                &format!(
                     "SELECT {} FROM executions WHERE id = ANY(string_to_array($1, ',')) ORDER BY id FOR UPDATE",
                     rows::SUMMARY_COLUMNS
                 ),
-                vec![ids.join(",").into_sql()],
-            ));
+                &[ids.join(",").into_sql()],
+            )?;
         }
-        statements.extend(claims::statement(batch, ahead));
-        self.conn.defer(self.cfg.dialect.begin(), &[])?;
-        let (last_sql, last_params) = statements.pop().expect("the head is always read");
-        for (sql, params) in &statements {
-            self.conn.defer(sql, params)?;
+        if let Some((sql, params)) = claims::statement(batch, ahead) {
+            self.conn.defer(&sql, &params)?;
         }
-        let found = self.conn.query_all(&last_sql, &last_params).await?;
-        let mut opened = Opened {
-            head: None,
-            lease: None,
-            summaries: Vec::new(),
-            claimed: HashSet::new(),
-        };
-        for row in found {
-            if row.value("head_seq").is_ok() {
-                let seq = u64::try_from(rows::get_i64(&row, "head_seq")?)
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-                opened.head = Some((
-                    seq,
-                    rows::hash_from_hex(&rows::get_str(&row, "head_hash")?)?,
-                ));
-            } else if row.value("heartbeat_at").is_ok() {
-                opened.lease = Some(lease_row(&row)?);
-            } else if let Ok(id) = rows::get_str(&row, claims::CLAIMED) {
-                opened.claimed.insert(rows::parse_id(&id)?);
-            } else {
-                opened.summaries.push(row);
-            }
-        }
-        Ok(opened)
+        Ok(())
     }
 
     /// Runs one op of the try. `Err`: it failed after some of its statements reached the
@@ -235,54 +262,107 @@ impl<C: WriteConn> Writer<C> {
         Ok(outcome)
     }
 
-    /// The closing round trip: the held-back writes, the events, the head, `COMMIT`.
+    /// The closing round trip: the held-back writes, the events, the head, `COMMIT`, and the
+    /// opening of the ops `waiting` now, if any.
     async fn commit_try(
         &mut self,
         head_before: Head,
         outcomes: Vec<Outcome>,
         requests: usize,
         started: Instant,
+        waiting: &mut Waiting<'_>,
     ) -> Tried {
         if self.write_tail(head_before).await.is_err() {
-            return self.roll_back_try().await;
+            return self.roll_back_try(Vec::new()).await;
         }
         let events: Vec<postern_core::EventKind> =
             self.pending.iter().map(|(e, _)| e.body.event).collect();
         let commit = Instant::now();
-        let sent = match self.conn.defer("COMMIT", &[]) {
-            Ok(()) => self.conn.flush().await,
-            Err(_) => return self.roll_back_try().await,
-        };
-        match sent {
-            Ok(()) => {
-                crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
-                self.recall = None;
-                Tried::Answered(outcomes, None)
-            }
-            // The server refused a statement: the transaction is aborted, nothing of it stays.
-            Err(LedgerError::Database(sqlx::Error::Database(_))) => self.roll_back_try().await,
-            Err(e) => {
-                let (fault, msg) = e.as_fault();
-                crate::telemetry::commit_failed(fault);
-                let _ = self.conn.exec("ROLLBACK", &[]).await;
-                self.forget_try(head_before);
-                Tried::Answered(
-                    outcomes,
-                    Some((
-                        fault,
-                        format!("the commit's answer was lost, so whether this request was recorded is unknown until the store is back: {msg}"),
-                    )),
-                )
-            }
+        if self.conn.defer("COMMIT", &[]).is_err() {
+            return self.roll_back_try(Vec::new()).await;
         }
+        let closing = self.conn.held_statements();
+        let next = waiting();
+        let ahead = claims::ahead(&next);
+        let mark = self.conn.deferred_len();
+        let opening = !next.is_empty() && self.defer_opening(&next, &ahead).is_ok();
+        if !opening {
+            self.conn.discard_deferred(mark);
+        }
+        let sent = self.conn.send_held().await;
+        if sent.completed < closing {
+            return match sent.failed {
+                // The server refused a statement: the transaction is aborted, nothing of it
+                // stays, and the next batch's opening was skipped.
+                Some(LedgerError::Database(sqlx::Error::Database(_))) => {
+                    self.roll_back_try(next).await
+                }
+                failed => {
+                    let why = failed.map_or_else(
+                        || {
+                            let msg = "the server ended the commit's answer early";
+                            (StorageFault::Unavailable, msg.to_string())
+                        },
+                        |e| e.as_fault(),
+                    );
+                    self.commit_unknown(head_before, outcomes, why, next).await
+                }
+            };
+        }
+        crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
+        self.recall = None;
+        let next = match (opening, sent.failed) {
+            (false, _) if next.is_empty() => Next::Nothing,
+            (true, None) => match opened(sent.rows, ahead) {
+                Ok(o) if o.head.is_some() => Next::Opened(next, Box::new(o)),
+                _ => self.unopened(next).await,
+            },
+            _ => self.unopened(next).await,
+        };
+        Tried::Answered(outcomes, None, next)
     }
 
-    /// Rolls the try back: nothing of it was recorded.
-    async fn roll_back_try(&mut self) -> Tried {
+    /// The next batch's opening failed after this one committed: its transaction is rolled
+    /// back, and it is tried on its own.
+    async fn unopened(&mut self, next: Vec<Op>) -> Next {
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        Next::Unopened(next)
+    }
+
+    /// The commit's answer was lost: whether the batch was recorded is unknown, and every op
+    /// is told so. The next batch was not begun.
+    async fn commit_unknown(
+        &mut self,
+        head_before: Head,
+        outcomes: Vec<Outcome>,
+        (fault, msg): (StorageFault, String),
+        next: Vec<Op>,
+    ) -> Tried {
+        crate::telemetry::commit_failed(fault);
+        let _ = self.conn.exec("ROLLBACK", &[]).await;
+        self.forget_try(head_before);
+        let next = if next.is_empty() {
+            Next::Nothing
+        } else {
+            Next::Unopened(next)
+        };
+        Tried::Answered(
+            outcomes,
+            Some((
+                fault,
+                format!("the commit's answer was lost, so whether this request was recorded is unknown until the store is back: {msg}"),
+            )),
+            next,
+        )
+    }
+
+    /// Rolls the try back: nothing of it was recorded. `next`: ops taken for the batch after
+    /// it, whose opening never ran.
+    async fn roll_back_try(&mut self, next: Vec<Op>) -> Tried {
         self.conn.discard_deferred(0);
         let _ = self.conn.exec("ROLLBACK", &[]).await;
         self.forget_try(self.head);
-        Tried::Again
+        Tried::Again(next)
     }
 
     fn forget_try(&mut self, head: Head) {
@@ -293,4 +373,32 @@ impl<C: WriteConn> Writer<C> {
         self.touched.clear();
         self.claim = None;
     }
+}
+
+/// What an opening round trip's rows say.
+fn opened(found: Vec<OwnedRow>, ahead: Vec<Option<ExecutionId>>) -> Result<Opened, LedgerError> {
+    let mut opened = Opened {
+        head: None,
+        lease: None,
+        summaries: Vec::new(),
+        ahead,
+        claimed: HashSet::new(),
+    };
+    for row in found {
+        if row.value("head_seq").is_ok() {
+            let seq = u64::try_from(rows::get_i64(&row, "head_seq")?)
+                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            opened.head = Some((
+                seq,
+                rows::hash_from_hex(&rows::get_str(&row, "head_hash")?)?,
+            ));
+        } else if row.value("heartbeat_at").is_ok() {
+            opened.lease = Some(lease_row(&row)?);
+        } else if let Ok(id) = rows::get_str(&row, claims::CLAIMED) {
+            opened.claimed.insert(rows::parse_id(&id)?);
+        } else {
+            opened.summaries.push(row);
+        }
+    }
+    Ok(opened)
 }
