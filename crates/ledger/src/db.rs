@@ -698,21 +698,28 @@ impl WriteConn for SqliteWriteConn {
     }
 }
 
+/// The tests' connection to the real PostgreSQL (`POSTERN_TEST_PG`, else the local one).
+#[cfg(test)]
+pub(crate) async fn test_postgres() -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let url = std::env::var("POSTERN_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    sqlx::PgConnection::connect(&url)
+        .await
+        .expect("PostgreSQL must be running (see .ci/run)")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{inline, SqlValue};
-    use sqlx::{Connection, Row};
+    use super::{inline, test_postgres, SqlValue};
+    use sqlx::Row;
 
     /// Every literal [`inline`] writes is read back by the real PostgreSQL as exactly the value
     /// (a wrong escape would be a syntax error the batched way silently falls back from, or
     /// worse, SQL of the value's own).
     #[tokio::test]
     async fn inline_literals_read_back_as_written() {
-        let url = std::env::var("POSTERN_TEST_PG")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let mut conn = sqlx::PgConnection::connect(&url)
-            .await
-            .expect("PostgreSQL must be running (see .ci/run)");
+        let mut conn = test_postgres().await;
         let texts = [
             "it's",
             r"back\slash\'",

@@ -13,6 +13,14 @@
 //! the [`NEW_KEYS`] shapes. Were that ever wrong, the server would refuse the statement
 //! ("cannot affect row a second time"): the batch is rolled back and run again the savepoint
 //! way, one statement at a time, so a wrong merge costs time, never a record.
+//!
+//! An execution's summary is rewritten whole by every request that moves it (one `UPDATE` of
+//! the same columns, [`MERGED_UPDATES`]), about one per request. Those go as one
+//! `UPDATE … FROM (VALUES …)`, a row per execution: the last one held for it, as the last of
+//! the single statements would have left it. Merged updates move the other way, *later*: they
+//! are sent where the next [`barrier`] is (or last), so an update always follows the insert of
+//! the row it names, and no statement that reads or deletes executions, and no `COMMIT`, is
+//! passed.
 
 use super::{inline, SqlValue};
 use crate::error::LedgerError;
@@ -21,7 +29,11 @@ use crate::error::LedgerError;
 /// its event's number, and one transaction links each event once.
 const NEW_KEYS: &[&str] = &["INSERT INTO results "];
 
-/// One statement to send, or one multi-row insert being gathered.
+/// Updates that rewrite the same columns of one row named by its key, merged into one
+/// statement (by their template's start).
+const MERGED_UPDATES: &[&str] = &["UPDATE executions SET "];
+
+/// One statement to send, or one multi-row insert or update being gathered.
 enum Statement {
     Whole(String),
     Rows {
@@ -30,6 +42,16 @@ enum Statement {
         /// What follows the values (an `ON CONFLICT` clause, or nothing).
         tail: String,
         rows: Vec<String>,
+    },
+    Updates {
+        /// The template it was made from (what a row must match to join).
+        template: String,
+        /// The statement up to its `VALUES ` (`UPDATE t AS t SET c = v.c, … FROM (VALUES `).
+        head: String,
+        /// What follows the rows (`) AS v (c, …, key) WHERE t.key = v.key`).
+        tail: String,
+        /// Each row's key literal and its values tuple (the key last), in the order held.
+        rows: Vec<(String, String)>,
     },
 }
 
@@ -42,6 +64,8 @@ pub(crate) struct Held {
     /// The first statement a row may still join: none before a `COMMIT` (what follows it is
     /// the next transaction's, see `writer/optimistic.rs`).
     floor: usize,
+    /// The first statement an update may still join: none before a [`barrier`].
+    update_floor: usize,
 }
 
 impl Held {
@@ -61,11 +85,17 @@ impl Held {
 
     /// Holds `sql` back with its values inline.
     pub fn push(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), LedgerError> {
+        if let Some(update) = update_parts(sql) {
+            return self.push_update(sql, update, params);
+        }
         let Some((head, tuple, tail)) = insert_parts(sql) else {
             self.statements.push(Statement::Whole(inline(sql, params)?));
             self.log.push(self.statements.len() - 1);
             if sql == "COMMIT" {
                 self.floor = self.statements.len();
+            }
+            if barrier(sql) {
+                self.update_floor = self.statements.len();
             }
             return Ok(());
         };
@@ -91,6 +121,37 @@ impl Held {
         Ok(())
     }
 
+    fn push_update(
+        &mut self,
+        sql: &str,
+        update: UpdateParts<'_>,
+        params: &[SqlValue],
+    ) -> Result<(), LedgerError> {
+        let key = inline(update.key.1, params)?;
+        let row = inline(&update.tuple, params)?;
+        let floor = self.update_floor.max(self.floor);
+        let at = self.statements[floor..]
+            .iter()
+            .position(|s| matches!(s, Statement::Updates { template, .. } if template == sql));
+        let at = match at {
+            Some(at) => floor + at,
+            None => {
+                self.statements.push(Statement::Updates {
+                    template: sql.to_string(),
+                    head: update.head,
+                    tail: update.tail,
+                    rows: Vec::new(),
+                });
+                self.statements.len() - 1
+            }
+        };
+        if let Statement::Updates { rows, .. } = &mut self.statements[at] {
+            rows.push((key, row));
+        }
+        self.log.push(at);
+        Ok(())
+    }
+
     /// Forgets what was held back after `mark` ([`Held::len`]).
     pub fn discard(&mut self, mark: usize) {
         while self.log.len() > mark {
@@ -105,28 +166,85 @@ impl Held {
                         self.statements.truncate(at);
                     }
                 }
-            }
-        }
-        self.floor = self.floor.min(self.statements.len());
-    }
-
-    /// The held statements as one simple query's text, and nothing held any more.
-    pub fn take(&mut self) -> String {
-        let mut text = String::new();
-        for s in self.statements.drain(..) {
-            match s {
-                Statement::Whole(sql) => push_statement(&mut text, &sql),
-                Statement::Rows { head, tail, rows } => {
-                    push_statement(&mut text, &head);
-                    text.push_str(&rows.join(", "));
-                    text.push_str(&tail);
+                Statement::Updates { rows, .. } => {
+                    rows.pop();
+                    if rows.is_empty() {
+                        self.statements.truncate(at);
+                    }
                 }
             }
         }
+        self.floor = self.floor.min(self.statements.len());
+        self.update_floor = self.update_floor.min(self.statements.len());
+    }
+
+    /// The held statements as one simple query's text, and nothing held any more. Merged
+    /// updates go just before the next barrier (or last).
+    pub fn take(&mut self) -> String {
+        let mut text = String::new();
+        let mut updates: Vec<Statement> = Vec::new();
+        for s in self.statements.drain(..) {
+            match s {
+                Statement::Whole(sql) => {
+                    if barrier(&sql) {
+                        for u in updates.drain(..) {
+                            render(&mut text, u);
+                        }
+                    }
+                    push_statement(&mut text, &sql);
+                }
+                Statement::Updates { .. } => updates.push(s),
+                rows => render(&mut text, rows),
+            }
+        }
+        for u in updates {
+            render(&mut text, u);
+        }
         self.log.clear();
         self.floor = 0;
+        self.update_floor = 0;
         text
     }
+}
+
+fn render(text: &mut String, statement: Statement) {
+    match statement {
+        Statement::Whole(sql) => push_statement(text, &sql),
+        Statement::Rows { head, tail, rows } => {
+            push_statement(text, &head);
+            text.push_str(&rows.join(", "));
+            text.push_str(&tail);
+        }
+        Statement::Updates {
+            head, tail, rows, ..
+        } => {
+            // One row per key: the last held, as the last single statement would have left it.
+            let last: std::collections::HashMap<&str, usize> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, (key, _))| (key.as_str(), i))
+                .collect();
+            push_statement(text, &head);
+            let mut first = true;
+            for (i, (key, row)) in rows.iter().enumerate() {
+                if last[key.as_str()] == i {
+                    if !first {
+                        text.push_str(", ");
+                    }
+                    text.push_str(row);
+                    first = false;
+                }
+            }
+            text.push_str(&tail);
+        }
+    }
+}
+
+/// A statement a merged update must not be moved past: one that may read or delete
+/// executions, or end or begin a transaction (anything but an insert or an update of another
+/// table).
+fn barrier(sql: &str) -> bool {
+    sql.contains("executions") || !(sql.starts_with("INSERT INTO ") || sql.starts_with("UPDATE "))
 }
 
 fn push_statement(text: &mut String, sql: &str) {
@@ -153,6 +271,55 @@ fn insert_parts(sql: &str) -> Option<(&str, &str, &str)> {
         || (tail.starts_with(" ON CONFLICT (") && NEW_KEYS.iter().any(|k| head.starts_with(k)));
     (only_placeholders && mergeable_tail && !head.contains('$') && !tail.contains('$'))
         .then_some((head, tuple, tail))
+}
+
+/// A [`MERGED_UPDATES`] statement taken apart: `UPDATE t SET c1 = $a, … WHERE k = $b`, every
+/// value one placeholder.
+struct UpdateParts<'a> {
+    head: String,
+    tail: String,
+    /// The values tuple's template, the key last: `($a, …, $b)`.
+    tuple: String,
+    /// The key column and its placeholder.
+    key: (&'a str, &'a str),
+}
+
+fn update_parts(sql: &str) -> Option<UpdateParts<'_>> {
+    if !MERGED_UPDATES.iter().any(|m| sql.starts_with(m)) {
+        return None;
+    }
+    let table = sql.strip_prefix("UPDATE ")?.split(' ').next()?;
+    let (sets, key) = sql[sql.find(" SET ")? + " SET ".len()..].split_once(" WHERE ")?;
+    let (key_column, key_value) = key.split_once(" = ")?;
+    let placeholder = |p: &str| p.strip_prefix('$').is_some_and(is_number);
+    if !placeholder(key_value) || key_column.contains(' ') {
+        return None;
+    }
+    let mut columns = Vec::new();
+    let mut values = Vec::new();
+    for set in sets.split(", ") {
+        let (column, value) = set.split_once(" = ")?;
+        if !placeholder(value) || column.contains(' ') {
+            return None;
+        }
+        columns.push(column);
+        values.push(value);
+    }
+    let assignments: Vec<String> = columns.iter().map(|c| format!("{c} = v.{c}")).collect();
+    values.push(key_value);
+    columns.push(key_column);
+    Some(UpdateParts {
+        head: format!(
+            "UPDATE {table} AS t SET {} FROM (VALUES ",
+            assignments.join(", ")
+        ),
+        tail: format!(
+            ") AS v ({}) WHERE t.{key_column} = v.{key_column}",
+            columns.join(", ")
+        ),
+        tuple: format!("({})", values.join(", ")),
+        key: (key_column, key_value),
+    })
 }
 
 fn is_number(s: &str) -> bool {
@@ -184,8 +351,8 @@ mod tests {
             held.take(),
             "BEGIN;\n\
              INSERT INTO calls (id, at) VALUES (E'a', (1)), (E'b''', (3));\n\
-             UPDATE executions SET n = (2) WHERE id = E'x';\n\
-             INSERT INTO results (execution_id, attempt) VALUES (E'x', (2)), (E'y', (2)) ON CONFLICT (execution_id, attempt) DO UPDATE SET attempt = excluded.attempt"
+             INSERT INTO results (execution_id, attempt) VALUES (E'x', (2)), (E'y', (2)) ON CONFLICT (execution_id, attempt) DO UPDATE SET attempt = excluded.attempt;\n\
+             UPDATE executions AS t SET n = v.n FROM (VALUES ((2), E'x')) AS v (n, id) WHERE t.id = v.id"
         );
         assert!(held.is_empty());
         assert_eq!(held.take(), "");
@@ -203,6 +370,48 @@ mod tests {
             "INSERT INTO chains (chain, head_seq) VALUES ($1, 0)",
         ] {
             assert!(insert_parts(sql).is_none(), "{sql}");
+        }
+    }
+
+    #[test]
+    fn updates_of_one_shape_go_last_one_row_per_key_and_never_past_a_barrier() {
+        const SUMMARY: &str = "UPDATE executions SET state = $1, first = $2 WHERE id = $3";
+        let mut held = Held::default();
+        held.push(SUMMARY, params!["a1", None::<i64>, "x"]).unwrap();
+        // Inserted after its first update was held: the merged update must follow it.
+        held.push(CALLS, params!["y", 1i64]).unwrap();
+        held.push(SUMMARY, params!["b1", 5i64, "y"]).unwrap();
+        held.push(SUMMARY, params!["a2", 6i64, "x"]).unwrap();
+        held.push("UPDATE chains SET head = $1", params![7i64])
+            .unwrap();
+        held.push("SELECT n FROM executions WHERE id = $1", params!["x"])
+            .unwrap();
+        held.push(SUMMARY, params!["a3", 8i64, "x"]).unwrap();
+        assert_eq!(held.statements(), 5);
+        assert_eq!(
+            held.take(),
+            "INSERT INTO calls (id, at) VALUES (E'y', (1));\n\
+             UPDATE chains SET head = (7);\n\
+             UPDATE executions AS t SET state = v.state, first = v.first FROM (VALUES (E'b1', (5), E'y'), (E'a2', (6), E'x')) AS v (state, first, id) WHERE t.id = v.id;\n\
+             SELECT n FROM executions WHERE id = E'x';\n\
+             UPDATE executions AS t SET state = v.state, first = v.first FROM (VALUES (E'a3', (8), E'x')) AS v (state, first, id) WHERE t.id = v.id"
+        );
+        // Taken back row by row, as held.
+        held.push(SUMMARY, params!["a1", 1i64, "x"]).unwrap();
+        let mark = held.len();
+        held.push(SUMMARY, params!["a2", 2i64, "x"]).unwrap();
+        held.discard(mark);
+        assert_eq!(
+            held.take(),
+            "UPDATE executions AS t SET state = v.state, first = v.first FROM (VALUES (E'a1', (1), E'x')) AS v (state, first, id) WHERE t.id = v.id"
+        );
+        // Only a plain `SET c = $n, … WHERE k = $m` is merged.
+        for sql in [
+            "UPDATE executions SET n = n + 1 WHERE id = $1",
+            "UPDATE executions SET n = $1 WHERE id = $2 AND n = $3",
+            "UPDATE runs SET n = $1 WHERE id = $2",
+        ] {
+            assert!(update_parts(sql).is_none(), "{sql}");
         }
     }
 
@@ -242,5 +451,54 @@ mod tests {
         held.discard(0);
         assert!(held.is_empty());
         assert_eq!(held.take(), "");
+    }
+
+    /// The real PostgreSQL takes a merged update with every kind of value the writer binds
+    /// (text, integers, a typed NULL, an untyped one) and leaves each row as its last update.
+    #[tokio::test]
+    async fn postgres_runs_a_merged_update_as_the_single_ones_would() {
+        use sqlx::Row;
+        let mut conn = crate::db::test_postgres().await;
+        let setup = "CREATE TEMP TABLE executions (id TEXT PRIMARY KEY, state TEXT NOT NULL, \
+                     since BIGINT, owner TEXT); \
+                     INSERT INTO executions VALUES ('x', 'accepted', 1, 'a')";
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+        const SUMMARY: &str =
+            "UPDATE executions SET state = $1, since = $2, owner = $3 WHERE id = $4";
+        let mut held = Held::default();
+        held.push(SUMMARY, params!["it's", None::<i64>, "b", "x"])
+            .unwrap();
+        held.push(
+            "INSERT INTO executions (id, state) VALUES ($1, $2)",
+            params!["y", "accepted"],
+        )
+        .unwrap();
+        held.push(
+            SUMMARY,
+            params!["dispatched", None::<i64>, None::<String>, "y"],
+        )
+        .unwrap();
+        held.push(SUMMARY, params!["completed", 3i64, "c", "x"])
+            .unwrap();
+        let text = held.take();
+        sqlx::raw_sql(&text)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        let rows = sqlx::query("SELECT id, state, since, owner FROM executions ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let got: Vec<(String, String, Option<i64>, Option<String>)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("x".into(), "completed".into(), Some(3), Some("c".into())),
+                ("y".into(), "dispatched".into(), None, None),
+            ]
+        );
     }
 }
