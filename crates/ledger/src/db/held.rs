@@ -35,7 +35,9 @@ const MERGED_UPDATES: &[&str] = &["UPDATE executions SET "];
 
 /// One statement to send, or one multi-row insert or update being gathered.
 enum Statement {
-    Whole(String),
+    /// A statement sent as it is, and whether it is a [`barrier`] (judged by its template:
+    /// a value may say anything).
+    Whole(String, bool),
     Rows {
         /// The template up to and including `VALUES `.
         head: String,
@@ -89,12 +91,14 @@ impl Held {
             return self.push_update(sql, update, params);
         }
         let Some((head, tuple, tail)) = insert_parts(sql) else {
-            self.statements.push(Statement::Whole(inline(sql, params)?));
+            let barrier = barrier(sql);
+            self.statements
+                .push(Statement::Whole(inline(sql, params)?, barrier));
             self.log.push(self.statements.len() - 1);
             if sql == "COMMIT" {
                 self.floor = self.statements.len();
             }
-            if barrier(sql) {
+            if barrier {
                 self.update_floor = self.statements.len();
             }
             return Ok(());
@@ -159,7 +163,7 @@ impl Held {
             // Statements are numbered as they were first held, so one whose first row (or
             // whole text) is being taken back is the last one left.
             match &mut self.statements[at] {
-                Statement::Whole(_) => self.statements.truncate(at),
+                Statement::Whole(..) => self.statements.truncate(at),
                 Statement::Rows { rows, .. } => {
                     rows.pop();
                     if rows.is_empty() {
@@ -185,8 +189,8 @@ impl Held {
         let mut updates: Vec<Statement> = Vec::new();
         for s in self.statements.drain(..) {
             match s {
-                Statement::Whole(sql) => {
-                    if barrier(&sql) {
+                Statement::Whole(sql, barrier) => {
+                    if barrier {
                         for u in updates.drain(..) {
                             render(&mut text, u);
                         }
@@ -209,7 +213,7 @@ impl Held {
 
 fn render(text: &mut String, statement: Statement) {
     match statement {
-        Statement::Whole(sql) => push_statement(text, &sql),
+        Statement::Whole(sql, _) => push_statement(text, &sql),
         Statement::Rows { head, tail, rows } => {
             push_statement(text, &head);
             text.push_str(&rows.join(", "));
@@ -404,6 +408,16 @@ mod tests {
         assert_eq!(
             held.take(),
             "UPDATE executions AS t SET state = v.state, first = v.first FROM (VALUES (E'a1', (1), E'x')) AS v (state, first, id) WHERE t.id = v.id"
+        );
+        // A barrier is told by the statement, never by a value.
+        held.push(SUMMARY, params!["a1", 1i64, "x"]).unwrap();
+        held.push("UPDATE runs SET note = $1", params!["DELETE executions"])
+            .unwrap();
+        held.push(SUMMARY, params!["b1", 2i64, "y"]).unwrap();
+        assert_eq!(
+            held.take(),
+            "UPDATE runs SET note = E'DELETE executions';\n\
+             UPDATE executions AS t SET state = v.state, first = v.first FROM (VALUES (E'a1', (1), E'x'), (E'b1', (2), E'y')) AS v (state, first, id) WHERE t.id = v.id"
         );
         // Only a plain `SET c = $n, … WHERE k = $m` is merged.
         for sql in [
