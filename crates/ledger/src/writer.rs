@@ -32,14 +32,21 @@ mod optimistic;
 mod prune;
 mod records;
 
-/// Moves waiting ops into `batch`, up to `max` in all.
-fn drain(rx: &mut mpsc::Receiver<Op>, batch: &mut Vec<Op>, max: usize) {
+/// `batch` and the ops waiting behind it, up to `max` in all, less those `held` keeps back for
+/// later (lazy ops not due yet).
+fn gather(
+    rx: &mut mpsc::Receiver<Op>,
+    held: &mut Deferral,
+    mut batch: Vec<Op>,
+    max: usize,
+) -> Vec<Op> {
     while batch.len() < max {
         match rx.try_recv() {
             Ok(op) => batch.push(op),
             Err(_) => break,
         }
     }
+    held.sort(batch, max, false)
 }
 
 pub(crate) struct WriterConfig {
@@ -124,18 +131,13 @@ impl<C: WriteConn> Writer<C> {
                 }
                 return;
             };
-            let mut batch = Vec::with_capacity(self.cfg.max_batch);
-            batch.push(op);
             let max = self.cfg.max_batch;
-            drain(&mut rx, &mut batch, max);
-            let commit = held.sort(batch, max, false);
+            let mut batch = Vec::with_capacity(max);
+            batch.push(op);
+            let commit = gather(&mut rx, &mut held, batch, max);
             if !commit.is_empty() {
                 // What arrives while a batch is written goes with its commit (`optimistic.rs`).
-                let mut waiting = || {
-                    let mut batch = Vec::new();
-                    drain(&mut rx, &mut batch, max);
-                    held.sort(batch, max, false)
-                };
+                let mut waiting = || gather(&mut rx, &mut held, Vec::new(), max);
                 self.commit_batch_with(commit, &mut waiting).await;
             }
         }

@@ -131,7 +131,8 @@ fn demo_upstream(a: &DemoUpstreamArgs) -> anyhow::Result<i32> {
     })
 }
 
-/// glibc's allocator spent ~12 % of the gateway's CPU under load (docs/performance.md).
+/// glibc's allocator took ~12 % of all CPU samples at c=64 on one PostgreSQL replica, most of
+/// them the gateway's (docs/performance.md, issue 37's third session).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

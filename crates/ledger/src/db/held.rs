@@ -104,25 +104,35 @@ impl Held {
             return Ok(());
         };
         let row = inline(tuple, params)?;
-        let at = self.statements[self.floor..].iter().position(
-            |s| matches!(s, Statement::Rows { head: h, tail: t, .. } if h == head && t == tail),
-        );
-        let at = match at {
-            Some(at) => self.floor + at,
+        let same = |s: &Statement| matches!(s, Statement::Rows { head: h, tail: t, .. } if h == head && t == tail);
+        let open = || Statement::Rows {
+            head: head.to_string(),
+            tail: tail.to_string(),
+            rows: Vec::new(),
+        };
+        if let Statement::Rows { rows, .. } = self.gathering(self.floor, same, open) {
+            rows.push(row);
+        }
+        Ok(())
+    }
+
+    /// The statement from `floor` on that a row of `same` shape joins, opened (`open`) if
+    /// there is none yet; the row is logged as held there.
+    fn gathering(
+        &mut self,
+        floor: usize,
+        same: impl Fn(&Statement) -> bool,
+        open: impl FnOnce() -> Statement,
+    ) -> &mut Statement {
+        let at = match self.statements[floor..].iter().position(same) {
+            Some(at) => floor + at,
             None => {
-                self.statements.push(Statement::Rows {
-                    head: head.to_string(),
-                    tail: tail.to_string(),
-                    rows: Vec::new(),
-                });
+                self.statements.push(open());
                 self.statements.len() - 1
             }
         };
-        if let Statement::Rows { rows, .. } = &mut self.statements[at] {
-            rows.push(row);
-        }
         self.log.push(at);
-        Ok(())
+        &mut self.statements[at]
     }
 
     fn push_update(
@@ -134,25 +144,17 @@ impl Held {
         let key = inline(update.key.1, params)?;
         let row = inline(&update.tuple, params)?;
         let floor = self.update_floor.max(self.floor);
-        let at = self.statements[floor..]
-            .iter()
-            .position(|s| matches!(s, Statement::Updates { template, .. } if template == sql));
-        let at = match at {
-            Some(at) => floor + at,
-            None => {
-                self.statements.push(Statement::Updates {
-                    template: sql.to_string(),
-                    head: update.head,
-                    tail: update.tail,
-                    rows: Vec::new(),
-                });
-                self.statements.len() - 1
-            }
+        let same =
+            |s: &Statement| matches!(s, Statement::Updates { template, .. } if template == sql);
+        let open = || Statement::Updates {
+            template: sql.to_string(),
+            head: update.head,
+            tail: update.tail,
+            rows: Vec::new(),
         };
-        if let Statement::Updates { rows, .. } = &mut self.statements[at] {
+        if let Statement::Updates { rows, .. } = self.gathering(floor, same, open) {
             rows.push((key, row));
         }
-        self.log.push(at);
         Ok(())
     }
 
@@ -162,20 +164,13 @@ impl Held {
             let Some(at) = self.log.pop() else { break };
             // Statements are numbered as they were first held, so one whose first row (or
             // whole text) is being taken back is the last one left.
-            match &mut self.statements[at] {
-                Statement::Whole(..) => self.statements.truncate(at),
-                Statement::Rows { rows, .. } => {
-                    rows.pop();
-                    if rows.is_empty() {
-                        self.statements.truncate(at);
-                    }
-                }
-                Statement::Updates { rows, .. } => {
-                    rows.pop();
-                    if rows.is_empty() {
-                        self.statements.truncate(at);
-                    }
-                }
+            let emptied = match &mut self.statements[at] {
+                Statement::Whole(..) => true,
+                Statement::Rows { rows, .. } => rows.pop().is_some() && rows.is_empty(),
+                Statement::Updates { rows, .. } => rows.pop().is_some() && rows.is_empty(),
+            };
+            if emptied {
+                self.statements.truncate(at);
             }
         }
         self.floor = self.floor.min(self.statements.len());
