@@ -1,29 +1,17 @@
 //! `--replicas [--pg URL] [--rounds N]`: durable calls per second at concurrency 64 through one
 //! replica on SQLite (the baseline), one replica on PostgreSQL, and two and three replicas on
 //! the same PostgreSQL behind a real HAProxy (round-robin), sessionless protocol (no session to
-//! carry between replicas). Each configuration gets a new database. Issue 37's goals: one
-//! PostgreSQL replica at ≥ 0.8 of SQLite, two at ≥ 1.8 of one, three at ≥ 2.5 of one.
+//! carry between replicas). Each configuration gets a new database, dropped after its
+//! measurement. Issue 37's goals: one PostgreSQL replica at ≥ 0.8 of SQLite, two at ≥ 1.8 of
+//! one, three at ≥ 2.5 of one.
 
 use std::path::Path;
-use std::process::Command;
 
 use postern_demo::target::InvoiceApi;
 use postern_testkit::balancer::{Balance, Haproxy};
+use postern_testkit::postgres::FreshDatabase;
 
 use super::{config, run, Budget, Served, SESSIONLESS};
-
-/// A new database on the PostgreSQL at `pg` (an admin URL without a database); its URL.
-fn fresh_database(pg: &str, tag: &str) -> String {
-    let name = format!("postern_replicas_{tag}_{}", std::process::id());
-    let ok = Command::new("psql")
-        .args([&format!("{pg}/postgres"), "-q", "-c"])
-        .arg(format!("DROP DATABASE IF EXISTS {name}"))
-        .args(["-c", &format!("CREATE DATABASE {name}")])
-        .status()
-        .expect("psql");
-    assert!(ok.success(), "creating {name} on {pg}");
-    format!("{pg}/{name}")
-}
 
 /// Durable calls/s through `n` replicas on one PostgreSQL database behind HAProxy.
 async fn balanced(
@@ -68,6 +56,11 @@ async fn balanced(
     .rate
 }
 
+/// A database of its own for one measurement, dropped when the measurement is over.
+fn fresh(pg: &str) -> FreshDatabase {
+    FreshDatabase::create(&format!("{pg}/postgres"), "postern_replicas")
+}
+
 pub async fn compare(postern: &Path, dir: &Path, seconds: f64, pg: &str, rounds: usize) {
     let api = InvoiceApi::start().await.unwrap();
     let target = format!("http://{}", api.addr);
@@ -92,12 +85,12 @@ pub async fn compare(postern: &Path, dir: &Path, seconds: f64, pg: &str, rounds:
             .await
             .rate
         };
-        let on_pg = |tag: &str| {
-            let store = fresh_database(pg, &format!("{tag}{round}"));
-            config(&target, "10m", None).replace("sqlite://ledger.db", &store)
+        let on_pg = |db: &FreshDatabase| {
+            config(&target, "10m", None).replace("sqlite://ledger.db", &db.url())
         };
         let one = {
-            let g = Served::start_with(postern, &sub("pg1"), on_pg("one"), &[]);
+            let db = fresh(pg);
+            let g = Served::start_with(postern, &sub("pg1"), on_pg(&db), &[]);
             run(
                 &api.state,
                 Some(SESSIONLESS),
@@ -109,8 +102,14 @@ pub async fn compare(postern: &Path, dir: &Path, seconds: f64, pg: &str, rounds:
             .await
             .rate
         };
-        let two = balanced(postern, &api.state, on_pg("two"), 2, &sub, seconds).await;
-        let three = balanced(postern, &api.state, on_pg("three"), 3, &sub, seconds).await;
+        let two = {
+            let db = fresh(pg);
+            balanced(postern, &api.state, on_pg(&db), 2, &sub, seconds).await
+        };
+        let three = {
+            let db = fresh(pg);
+            balanced(postern, &api.state, on_pg(&db), 3, &sub, seconds).await
+        };
         println!("  round {round}: SQLite ×1 {sqlite:.0}/s, PostgreSQL ×1 {one:.0}/s, ×2 {two:.0}/s, ×3 {three:.0}/s");
         rows.push([sqlite, one, two, three]);
     }

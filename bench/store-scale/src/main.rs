@@ -31,6 +31,7 @@ use postern_core::lifecycle::Verdict;
 use postern_core::record::{ActionRecord, Arguments};
 use postern_core::{EventKind, FingerprintKey, Timestamp};
 use postern_ledger::{AcceptRequest, CallRecord, Ledger, LedgerOptions, NewEvent, ResultBody, Run};
+use postern_testkit::postgres::FreshDatabase;
 
 const FP_KEY: &str = "4242424242424242424242424242424242424242424242424242424242424242";
 const OPERATOR_TOKEN: &str = "scale-operator-token-0123456789abcdef";
@@ -414,25 +415,17 @@ fn stop(child: &mut (std::process::Child, String)) {
     let _ = child.0.wait();
 }
 
-fn store_url(kind: &str, dir: &Path, pg: &str, tag: &str) -> String {
+/// The store for `tag`: a file in `dir`, or a database of its own on `pg`, dropped with the
+/// guard once measured.
+fn store_url(kind: &str, dir: &Path, pg: &str, tag: &str) -> (String, Option<FreshDatabase>) {
     match kind {
-        "sqlite" => format!("sqlite://{}", dir.join(format!("{tag}.db")).display()),
+        "sqlite" => (
+            format!("sqlite://{}", dir.join(format!("{tag}.db")).display()),
+            None,
+        ),
         _ => {
-            let name = format!("postern_scale_{tag}_{}", std::process::id());
-            let admin = format!("{pg}/postgres");
-            let ok = Command::new("psql")
-                .args([
-                    &admin,
-                    "-q",
-                    "-c",
-                    &format!("DROP DATABASE IF EXISTS {name}"),
-                    "-c",
-                    &format!("CREATE DATABASE {name}"),
-                ])
-                .status()
-                .unwrap();
-            assert!(ok.success(), "creating {name} on {pg}");
-            format!("{pg}/{name}")
+            let db = FreshDatabase::create(&format!("{pg}/postgres"), "postern_scale");
+            (db.url(), Some(db))
         }
     }
 }
@@ -491,7 +484,7 @@ fn main() {
         let mut rows = Vec::new();
         for (tag, count) in [("base", 1000), ("large", n)] {
             eprintln!("{kind}: filling {count} executions");
-            let url = store_url(kind, &dir, &pg, tag);
+            let (url, _database) = store_url(kind, &dir, &pg, tag);
             let execution = rt.block_on(fill(&url, count));
             let sub = dir.join(format!("{kind}-{tag}"));
             std::fs::create_dir_all(&sub).unwrap();

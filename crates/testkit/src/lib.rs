@@ -4,8 +4,9 @@
 //! and every test) and an axum listener that speaks TLS ([`TlsListener`]), so tests dial real
 //! TLS servers on 127.0.0.1. [`sshd`] starts a real OpenSSH server with a
 //! throw-away config and a proxy that cuts connections, for the SSH channel's tests;
-//! [`balancer`] a real HAProxy, [`postgres`] a private PostgreSQL cluster, and (feature
-//! `browser`) a headless Chromium over WebDriver.
+//! [`balancer`] a real HAProxy, [`postgres`] a private PostgreSQL cluster and fresh databases
+//! on the machine's cluster that no run leaves behind, and (feature `browser`) a headless
+//! Chromium over WebDriver.
 
 pub mod balancer;
 #[cfg(feature = "browser")]

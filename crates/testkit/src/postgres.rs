@@ -1,5 +1,6 @@
 //! A PostgreSQL cluster of a test's (or a chaos run's) own, on a free loopback port, so it can
-//! be restarted without touching the machine's shared cluster or other tests.
+//! be restarted without touching the machine's shared cluster or other tests; and fresh
+//! databases on the machine's shared cluster ([`FreshDatabase`]) that no run leaves behind.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -116,5 +117,143 @@ impl Drop for PrivatePostgres {
             .args(["-D", &self.data(), "-m", "immediate", "-w", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new, empty database on a shared PostgreSQL, named `{prefix}_{pid}_{n}_{nanos}` so it is
+/// told apart from every other test's and its creator can be found again. Dropped with the
+/// guard; what a process never dropped (a test that keeps its URL as a string, a run killed
+/// mid-way) is dropped by the next creation with the same prefix once that process is gone, so
+/// the machine's cluster does not fill up run after run.
+pub struct FreshDatabase {
+    /// The admin URL it was created through (database `postgres`).
+    admin: String,
+    name: String,
+}
+
+impl FreshDatabase {
+    /// Creates it through `admin`, a URL of the cluster's `postgres` database (psql's).
+    pub fn create(admin: &str, prefix: &str) -> FreshDatabase {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        reap(admin, prefix);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{prefix}_{}_{n}_{nanos}", std::process::id());
+        psql(admin, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| {
+            panic!("creating {name} (is PostgreSQL running? see .ci/run): {e}")
+        });
+        FreshDatabase {
+            admin: admin.to_string(),
+            name,
+        }
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        let base = self.admin.rsplit_once('/').map_or(&*self.admin, |(b, _)| b);
+        format!("{base}/{}", self.name)
+    }
+
+    /// Its URL, the database left for the next creation to drop once this process is gone
+    /// (for tests whose stores outlive any one value).
+    pub fn keep(self) -> String {
+        let url = self.url();
+        std::mem::forget(self);
+        url
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        // FORCE: a gateway that used it may still be closing its connections.
+        let _ = psql(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// Drops the databases of `prefix` whose creating process no longer runs.
+fn reap(admin: &str, prefix: &str) {
+    let pattern = format!("{}\\_%", prefix.replace('_', "\\_"));
+    let Ok(names) = psql(
+        admin,
+        &format!("SELECT datname FROM pg_database WHERE datname LIKE '{pattern}'"),
+    ) else {
+        return;
+    };
+    for name in names.lines() {
+        let pid = name[prefix.len() + 1..].split('_').next().unwrap_or("");
+        let gone = pid.parse::<u32>().is_ok_and(|pid| {
+            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if gone {
+            let _ = psql(
+                admin,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            );
+        }
+    }
+}
+
+/// Runs one statement through psql; its unaligned output, or what went wrong.
+fn psql(admin: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .args([admin, "-qAtc", sql])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{psql, FreshDatabase};
+
+    fn admin() -> String {
+        std::env::var("POSTERN_TEST_PG")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    }
+
+    fn exists(name: &str) -> bool {
+        let found = psql(
+            &admin(),
+            &format!("SELECT count(*) FROM pg_database WHERE datname = '{name}'"),
+        )
+        .expect("PostgreSQL must be running (see .ci/run)");
+        found.trim() == "1"
+    }
+
+    #[test]
+    fn a_fresh_database_is_dropped_with_its_guard_and_what_dead_processes_left_by_the_next() {
+        let prefix = "postern_testkit_reap";
+        // One a process that no longer runs left behind (no pid is 0), and one of a live
+        // process (ours, as another test thread's would be).
+        let dead = format!("{prefix}_0_0_1");
+        let live = format!("{prefix}_{}_999_1", std::process::id());
+        for name in [&dead, &live] {
+            psql(&admin(), &format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+            psql(&admin(), &format!("CREATE DATABASE {name}")).unwrap();
+        }
+
+        let db = FreshDatabase::create(&admin(), prefix);
+        let name = db.url().rsplit('/').next().unwrap().to_string();
+        assert!(exists(&name), "{name} was created");
+        assert!(!exists(&dead), "a dead process's database is dropped");
+        assert!(exists(&live), "a live process's database is kept");
+        drop(db);
+        assert!(!exists(&name), "{name} is dropped with its guard");
+
+        let kept = FreshDatabase::create(&admin(), prefix).keep();
+        let kept = kept.rsplit('/').next().unwrap().to_string();
+        assert!(exists(&kept), "a kept database outlives its guard");
+        psql(&admin(), &format!("DROP DATABASE {kept}")).unwrap();
+        psql(&admin(), &format!("DROP DATABASE {live}")).unwrap();
     }
 }

@@ -9,7 +9,6 @@ use postern_core::config::Config;
 use postern_core::EventKind;
 use postern_core::{ActionRecord, Arguments, FingerprintKey, Timestamp};
 use postern_ledger::{AcceptRequest, Ledger, NewEvent};
-use sqlx::Connection;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -53,16 +52,9 @@ pub async fn fresh_store(backend: Backend) -> (String, TempDir) {
             dir,
         ),
         Backend::Postgres => {
-            let admin = pg_admin_url();
-            let name = format!("postern_test_{}", uuid::Uuid::now_v7().simple());
-            let mut conn = sqlx::PgConnection::connect(&admin)
-                .await
-                .expect("PostgreSQL must be running (see .ci/run)");
-            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
-                .await
-                .unwrap();
-            let base = admin.rsplit_once('/').unwrap().0;
-            (format!("{base}/{name}"), dir)
+            let db =
+                postern_testkit::postgres::FreshDatabase::create(&pg_admin_url(), "postern_test");
+            (db.keep(), dir)
         }
     }
 }

@@ -433,29 +433,10 @@ pub fn posts(target: &postern_demo::target::InvoiceApi) -> usize {
 /// A new, empty database on the machine's PostgreSQL (`POSTERN_TEST_PG`, the admin URL the
 /// ledger's conformance suite uses); its URL.
 pub async fn fresh_postgres() -> String {
-    use sqlx::Connection;
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
     let admin = std::env::var("POSTERN_TEST_PG")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let name = format!(
-        "postern_test_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let mut conn = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("PostgreSQL must be running (see .ci/run)");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = admin.rsplit_once('/').unwrap().0;
-    format!("{base}/{name}")
+    // Kept for the whole test: dropped by a later run once this process is gone.
+    postern_testkit::postgres::FreshDatabase::create(&admin, "postern_test").keep()
 }
 
 /// `postern ARGS` as operator alice against the gateway; (exit code, stdout, stderr).
