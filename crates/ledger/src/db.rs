@@ -702,9 +702,7 @@ impl WriteConn for SqliteWriteConn {
 #[cfg(test)]
 pub(crate) async fn test_postgres() -> sqlx::PgConnection {
     use sqlx::Connection;
-    let url = std::env::var("POSTERN_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    sqlx::PgConnection::connect(&url)
+    sqlx::PgConnection::connect(&postern_testkit::postgres::test_admin_url())
         .await
         .expect("PostgreSQL must be running (see .ci/run)")
 }

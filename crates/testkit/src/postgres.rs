@@ -120,6 +120,13 @@ impl Drop for PrivatePostgres {
     }
 }
 
+/// The machine's PostgreSQL that tests use: `POSTERN_TEST_PG`, or the local cluster's
+/// `postgres` database (the admin URL [`FreshDatabase::create`] takes).
+pub fn test_admin_url() -> String {
+    std::env::var("POSTERN_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
 /// A new, empty database on a shared PostgreSQL, named `{prefix}_{pid}_{n}_{nanos}` so it is
 /// told apart from every other test's and its creator can be found again. Dropped with the
 /// guard; what a process never dropped (a test that keeps its URL as a string, a run killed
@@ -135,7 +142,15 @@ impl FreshDatabase {
     /// Creates it through `admin`, a URL of the cluster's `postgres` database (psql's).
     pub fn create(admin: &str, prefix: &str) -> FreshDatabase {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        reap(admin, prefix);
+        // Once per process and prefix: what finished processes left is gone after that.
+        static REAPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        {
+            let mut reaped = REAPED.lock().unwrap_or_else(|e| e.into_inner());
+            if !reaped.iter().any(|p| p == prefix) {
+                reap(admin, prefix);
+                reaped.push(prefix.to_string());
+            }
+        }
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -187,9 +202,9 @@ fn reap(admin: &str, prefix: &str) {
     };
     for name in names.lines() {
         let pid = name[prefix.len() + 1..].split('_').next().unwrap_or("");
-        let gone = pid.parse::<u32>().is_ok_and(|pid| {
-            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        });
+        let gone = pid
+            .parse::<u32>()
+            .is_ok_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
         if gone {
             let _ = psql(
                 admin,
@@ -214,12 +229,7 @@ fn psql(admin: &str, sql: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{psql, FreshDatabase};
-
-    fn admin() -> String {
-        std::env::var("POSTERN_TEST_PG")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-    }
+    use super::{psql, test_admin_url as admin, FreshDatabase};
 
     fn exists(name: &str) -> bool {
         let found = psql(

@@ -38,10 +38,7 @@ impl Drop for TempDir {
     }
 }
 
-pub fn pg_admin_url() -> String {
-    std::env::var("POSTERN_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
+pub use postern_testkit::postgres::test_admin_url as pg_admin_url;
 
 /// A store URL no other test uses. Keep the returned guard alive as long as the store.
 pub async fn fresh_store(backend: Backend) -> (String, TempDir) {

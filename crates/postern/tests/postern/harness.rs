@@ -433,10 +433,9 @@ pub fn posts(target: &postern_demo::target::InvoiceApi) -> usize {
 /// A new, empty database on the machine's PostgreSQL (`POSTERN_TEST_PG`, the admin URL the
 /// ledger's conformance suite uses); its URL.
 pub async fn fresh_postgres() -> String {
-    let admin = std::env::var("POSTERN_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    use postern_testkit::postgres::{test_admin_url, FreshDatabase};
     // Kept for the whole test: dropped by a later run once this process is gone.
-    postern_testkit::postgres::FreshDatabase::create(&admin, "postern_test").keep()
+    FreshDatabase::create(&test_admin_url(), "postern_test").keep()
 }
 
 /// `postern ARGS` as operator alice against the gateway; (exit code, stdout, stderr).
