@@ -104,6 +104,30 @@ pub enum BreakReason {
         line: u64,
         has_signature: bool,
     },
+    /// Events older than the time a checkpoint must have been signed by that no signature
+    /// covers: checkpoints were deleted, or the history was written without its gateway.
+    UnsignedHistory {
+        events: u64,
+        oldest_at: i64,
+    },
+    /// A signed checkpoint names a previous checkpoint (`named`) that is not there, or is not
+    /// the one before it (`found`: the seq of the one before it, if any): a checkpoint was
+    /// deleted or replaced.
+    CheckpointChainBroken {
+        named: Option<u64>,
+        found: Option<u64>,
+    },
+    /// A checkpoint the witness holds is missing from the store or export it was written
+    /// beside.
+    WitnessedCheckpointMissing,
+    /// A row an operator decision governs (a tool pin, a run's authorization, an intent
+    /// slot) says other than the chained decision: the row was edited.
+    DecisionMismatch {
+        row: String,
+        field: &'static str,
+        chained: String,
+        stored: String,
+    },
 }
 
 /// One break: where, and why.
@@ -221,6 +245,29 @@ impl fmt::Display for Break {
             HeaderNotSigned { line, has_signature } => {
                 write_header_not_signed(f, *line, *has_signature)
             }
+            UnsignedHistory { events, oldest_at } => write!(
+                f,
+                "unsigned history{at}: {events} event(s), the oldest written at {oldest_at} ms, are older than a checkpoint must follow them and no signature covers them (checkpoints deleted, or events written without the gateway)"
+            ),
+            CheckpointChainBroken { named, found } => write!(
+                f,
+                "checkpoint chain broken{at}: it names the previous checkpoint {} but the one before it is {} (a checkpoint was deleted or replaced)",
+                named.map_or("(none: a chain's first)".into(), |s| format!("at seq {s}")),
+                found.map_or("(none)".into(), |s| format!("at seq {s}"))
+            ),
+            DecisionMismatch {
+                row,
+                field,
+                chained,
+                stored,
+            } => write!(
+                f,
+                "row edited{at}: {row}: its {field} is {stored:?} but the chained decision says {chained:?}"
+            ),
+            WitnessedCheckpointMissing => write!(
+                f,
+                "witnessed checkpoint missing{at}: the witness holds a checkpoint the log does not (it was deleted)"
+            ),
         }
     }
 }

@@ -229,6 +229,8 @@ impl ChainedEvent {
 }
 
 /// A signed statement "chain C had head H at seq N": truncation behind it is detectable.
+/// Checkpoints form a chain of their own: each names the one its signer signed before it on
+/// the same chain (`prev`), so a deleted checkpoint is a gap, not a silence.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub chain: String,
@@ -236,10 +238,32 @@ pub struct Checkpoint {
     #[serde(with = "hex32")]
     pub head_hash: [u8; 32],
     pub at: Timestamp,
+    /// The previous checkpoint of this chain; `None` for a chain's first (and for checkpoints
+    /// signed before checkpoints were chained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<CheckpointLink>,
     /// The signer's key id (first 16 hex digits of SHA-256 of the public key).
     pub key_id: String,
-    /// Ed25519 signature over the JCS bytes of `{at, chain, head_hash, seq}`, hex.
+    /// Ed25519 signature over the JCS bytes of `{at, chain, head_hash, prev?, seq}`, hex.
     pub signature: String,
+}
+
+/// A checkpoint as a later one names it: its seq and head hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointLink {
+    pub seq: u64,
+    #[serde(with = "hex32")]
+    pub head_hash: [u8; 32],
+}
+
+impl Checkpoint {
+    /// How a later checkpoint names this one.
+    pub fn link(&self) -> CheckpointLink {
+        CheckpointLink {
+            seq: self.seq,
+            head_hash: self.head_hash,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -248,6 +272,16 @@ struct SignedPart<'a> {
     seq: u64,
     head_hash: String,
     at: Timestamp,
+    // Absent (not null) for a first checkpoint, so the bytes of those signed before
+    // checkpoints were chained are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prev: Option<SignedLink>,
+}
+
+#[derive(Serialize)]
+struct SignedLink {
+    seq: u64,
+    head_hash: String,
 }
 
 fn signed_bytes(
@@ -255,12 +289,17 @@ fn signed_bytes(
     seq: u64,
     head_hash: &[u8; 32],
     at: Timestamp,
+    prev: Option<&CheckpointLink>,
 ) -> Result<Vec<u8>, AuditError> {
     Ok(canon::canonical_bytes(&SignedPart {
         chain,
         seq,
         head_hash: hex::encode(head_hash),
         at,
+        prev: prev.map(|p| SignedLink {
+            seq: p.seq,
+            head_hash: hex::encode(p.head_hash),
+        }),
     })?)
 }
 
@@ -288,19 +327,23 @@ impl SigningKey {
         VerifyingKey(self.0.verifying_key())
     }
 
+    /// Signs "`chain` had `head_hash` at `seq`", naming the checkpoint signed before it.
     pub fn checkpoint(
         &self,
         chain: &str,
-        seq: u64,
-        head_hash: [u8; 32],
+        (seq, head_hash): (u64, [u8; 32]),
         at: Timestamp,
+        prev: Option<CheckpointLink>,
     ) -> Result<Checkpoint, AuditError> {
-        let signature = self.0.sign(&signed_bytes(chain, seq, &head_hash, at)?);
+        let signature = self
+            .0
+            .sign(&signed_bytes(chain, seq, &head_hash, at, prev.as_ref())?);
         Ok(Checkpoint {
             chain: chain.to_string(),
             seq,
             head_hash,
             at,
+            prev,
             key_id: self.verifying_key().key_id(),
             signature: hex::encode(signature.to_bytes()),
         })
@@ -347,7 +390,7 @@ impl VerifyingKey {
 
     /// True when the checkpoint's signature is this key's over its content.
     pub fn verifies(&self, c: &Checkpoint) -> bool {
-        let Ok(bytes) = signed_bytes(&c.chain, c.seq, &c.head_hash, c.at) else {
+        let Ok(bytes) = signed_bytes(&c.chain, c.seq, &c.head_hash, c.at, c.prev.as_ref()) else {
             return false;
         };
         let mut sig = [0u8; 64];

@@ -118,6 +118,7 @@ struct OwnedMeta {
     execution_id: ExecutionId,
     n: u32,
     event: EventKind,
+    at: Timestamp,
     prev_hash: [u8; 32],
     hash: [u8; 32],
 }
@@ -176,6 +177,7 @@ impl LineParser {
                     execution_id,
                     n: e.n,
                     event: e.event,
+                    at: e.at,
                     prev_hash: e.prev_hash,
                     hash: e.hash,
                 };
@@ -254,6 +256,8 @@ pub fn verify_export_with(
                     header = true;
                     let signed = h.is_signed_by(&verifier.key());
                     verifier.header(line_no, signed, h.signature.is_some());
+                    // An export is judged as of when it was made, not when it is read.
+                    verifier.reference_time(h.exported_at);
                     // Heads count only under a valid signature; an unsigned header is a break.
                     if signed {
                         verifier.signed_heads(h.heads.clone());
@@ -279,6 +283,7 @@ pub fn verify_export_with(
                         execution_id: m.execution_id,
                         n: m.n,
                         event: m.event,
+                        at: m.at,
                         prev_hash: m.prev_hash,
                         hash: m.hash,
                     };

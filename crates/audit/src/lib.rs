@@ -10,6 +10,7 @@
 mod breaks;
 mod canonical;
 mod chain;
+mod decisions;
 mod export;
 mod fold;
 mod pruned;
@@ -20,9 +21,10 @@ mod stored;
 mod verify;
 
 pub use chain::{
-    event_hash, AuditError, ChainedEvent, Checkpoint, EventBody, SigningKey, VerifyingKey,
-    GENESIS_HASH,
+    event_hash, AuditError, ChainedEvent, Checkpoint, CheckpointLink, EventBody, SigningKey,
+    VerifyingKey, GENESIS_HASH,
 };
+pub use decisions::{DecisionCheck, PinRow, RunRow};
 pub use export::{
     read_line, verify_export, verify_export_with, ChainHead, ExportHeader, ExportLine,
     EXPORT_FORMAT,

@@ -15,6 +15,7 @@ use postern_core::ExecutionId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::ChainedEvent;
+use crate::decisions::{DecisionCheck, PinRow, RunRow};
 use crate::fold::FoldMap;
 use crate::verify::{Break, BreakReason};
 
@@ -74,11 +75,35 @@ pub struct RowCheck {
     executions: FoldMap<ExecutionId, Execution>,
     /// Every claim's texts.
     text: String,
+    /// The rows operator decisions govern (pins, runs), held to their notices.
+    decisions: DecisionCheck,
 }
 
 impl RowCheck {
     pub fn new() -> RowCheck {
         RowCheck::default()
+    }
+
+    /// A notice's detail as stored (canonical JSON text): decisions are kept.
+    pub fn notice_text(&mut self, chain: &str, seq: u64, at: i64, detail: &str) {
+        if let Ok(detail) = serde_json::from_str::<serde_json::Value>(detail) {
+            self.decisions.notice(chain, seq, at, &detail);
+        }
+    }
+
+    /// An upstream tool's pin row (held to the last pin notice).
+    pub fn pin(&mut self, row: &PinRow<'_>) {
+        self.decisions.pin(row);
+    }
+
+    /// Run decisions are chained from this time on (ms).
+    pub fn runs_chained_since(&mut self, at: i64) {
+        self.decisions.runs_chained_since(at);
+    }
+
+    /// A run's row (its authorization and revocation held to their notices).
+    pub fn run(&mut self, row: &RunRow<'_>) {
+        self.decisions.run(row);
     }
 
     /// One stored row (read before the events).
@@ -108,6 +133,10 @@ impl RowCheck {
     /// One event of the chain. Only executions with a row are followed.
     pub fn event(&mut self, e: &ChainedEvent) {
         let d = &e.body.detail;
+        if e.body.event == EventKind::Notice {
+            self.decisions
+                .notice(&e.body.chain, e.body.seq, e.body.at.0, d);
+        }
         let fields = ACCEPTED_FIELDS.map(|(_, key)| d.get(key).and_then(|v| v.as_str()));
         self.event_parts(e.body.execution_id, e.body.n, e.body.event, &fields);
     }
@@ -155,8 +184,8 @@ impl RowCheck {
 
     /// The breaks: each row that says other than its events. A row whose events are all gone
     /// (removed by retention, under a signed statement the verifier checks) is left alone.
-    pub fn finish(self) -> Vec<Break> {
-        let mut breaks = Vec::new();
+    pub fn finish(mut self) -> Vec<Break> {
+        let mut breaks = std::mem::take(&mut self.decisions).finish();
         let mut executions: Vec<_> = self.executions.into_iter().collect();
         // In id order, as the report always gave them.
         executions.sort_unstable_by_key(|(id, _)| *id);

@@ -191,6 +191,7 @@ impl EventChunk {
                         execution_id: e.execution_id,
                         n: e.n,
                         event: e.event,
+                        at: e.at,
                         prev_hash: e.prev_hash,
                         hash: e.hash,
                     };
@@ -201,6 +202,10 @@ impl EventChunk {
                     }
                     let accepted = [record, fingerprint, actor, tool].map(pick);
                     rows.event_parts(e.execution_id, e.n, e.event, &accepted);
+                    if e.event == EventKind::Notice {
+                        let detail = &text[e.detail.start as usize..e.detail.end as usize];
+                        rows.notice_text(&e.chain, e.seq, e.at.0, detail);
+                    }
                     events += 1;
                 }
                 Row::Decoded(e) => {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use postern_core::lifecycle::{EventKind, Lifecycle};
-use postern_core::ExecutionId;
+use postern_core::{ExecutionId, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use crate::breaks::{Break, BreakReason};
@@ -33,6 +33,11 @@ struct ChainState {
     pending_gap: Option<(u64, u64)>,
     hashes: SeqHashes,
     events: u64,
+    /// The highest seq a checkpoint fed so far names (signature not yet checked).
+    checkpointed_to: u64,
+    /// When unsigned history is refused: each event past `checkpointed_to` as it came, with
+    /// its time (few: the young tail, unless checkpoints were deleted).
+    late: Vec<(u64, Timestamp)>,
 }
 
 #[derive(Default)]
@@ -189,6 +194,7 @@ pub struct EventMeta<'a> {
     pub execution_id: ExecutionId,
     pub n: u32,
     pub event: EventKind,
+    pub at: Timestamp,
     pub prev_hash: [u8; 32],
     pub hash: [u8; 32],
 }
@@ -201,6 +207,7 @@ impl<'a> EventMeta<'a> {
             execution_id: e.body.execution_id,
             n: e.body.n,
             event: e.body.event,
+            at: e.body.at,
             prev_hash: e.prev_hash,
             hash: e.hash,
         }
@@ -225,6 +232,20 @@ pub struct Verifier {
     /// The heads a validly signed export header names; `Some(None)`: a signed header that
     /// names none.
     signed_heads: Option<Option<Vec<ChainHead>>>,
+    /// Events older than `window` ms before `reference` must be covered by a valid signature.
+    signed_before: Option<(Timestamp, i64)>,
+    /// Per chain, the highest seq a fed checkpoint names.
+    checkpointed_to: HashMap<String, u64>,
+    /// Checkpoints a witness outside the store holds.
+    witnessed: Vec<Checkpoint>,
+}
+
+/// Sorts checkpoints by chain and seq and drops repeats (a witnessed one also in the log);
+/// how many are left.
+fn dedup_checkpoints(valid: &mut Vec<&Checkpoint>) -> usize {
+    valid.sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
+    valid.dedup_by(|a, b| a == b);
+    valid.len()
 }
 
 impl Verifier {
@@ -241,6 +262,40 @@ impl Verifier {
             pruned_events: 0,
             pruned_ranges: 0,
             signed_heads: None,
+            signed_before: None,
+            checkpointed_to: HashMap::new(),
+            witnessed: Vec::new(),
+        }
+    }
+
+    /// Refuses unsigned history: every event written more than `window_ms` before
+    /// `reference` (now, or an export's time) must be covered by a valid checkpoint or signed
+    /// head. A gateway signs its head every `checkpoint_every`, so older unsigned events mean
+    /// deleted checkpoints or events written without it.
+    pub fn require_signed_within(&mut self, window_ms: i64, reference: Timestamp) {
+        self.signed_before = Some((reference, window_ms));
+    }
+
+    /// The time the log is judged as of (an export's `exported_at`), when unsigned history
+    /// is refused.
+    pub fn reference_time(&mut self, at: Timestamp) {
+        if let Some((reference, _)) = &mut self.signed_before {
+            *reference = at;
+        }
+    }
+
+    /// A checkpoint kept by a witness outside the store: it counts as a checkpoint (its head
+    /// must be in the log), and the log must still hold it among its own checkpoints.
+    pub fn witnessed(&mut self, c: &Checkpoint) {
+        self.note_checkpoint(c);
+        self.witnessed.push(c.clone());
+    }
+
+    fn note_checkpoint(&mut self, c: &Checkpoint) {
+        let to = self.checkpointed_to.entry(c.chain.clone()).or_insert(0);
+        *to = (*to).max(c.seq);
+        if let Some(chain) = self.chains.get_mut(&c.chain) {
+            chain.checkpointed_to = chain.checkpointed_to.max(c.seq);
         }
     }
 
@@ -313,8 +368,14 @@ impl Verifier {
     pub fn event_checked(&mut self, e: &EventMeta<'_>, intact: bool) {
         let b = e;
         if !self.chains.contains_key(b.chain) {
-            self.chains
-                .insert(b.chain.to_string(), ChainState::default());
+            let checkpointed_to = self.checkpointed_to.get(b.chain).copied().unwrap_or(0);
+            self.chains.insert(
+                b.chain.to_string(),
+                ChainState {
+                    checkpointed_to,
+                    ..ChainState::default()
+                },
+            );
         }
         let Some(chain) = self.chains.get_mut(b.chain) else {
             return;
@@ -326,6 +387,9 @@ impl Verifier {
         };
         chain.events += 1;
         chain.first = Some(chain.first.map_or(b.seq, |f| f.min(b.seq)));
+        if self.signed_before.is_some() && b.seq > chain.checkpointed_to {
+            chain.late.push((b.seq, b.at));
+        }
         if !intact {
             self.breaks.push(brk(BreakReason::HashMismatch));
         }
@@ -452,6 +516,7 @@ impl Verifier {
 
     /// One signed checkpoint.
     pub fn checkpoint(&mut self, c: &Checkpoint) {
+        self.note_checkpoint(c);
         self.checkpoints.push(c.clone());
     }
 
@@ -506,6 +571,7 @@ impl Verifier {
             .cloned()
             .collect();
         let unsigned_tail = self.unsigned_tail(&signed);
+        self.check_unsigned_history(&signed);
         self.breaks
             .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
         Report {
@@ -529,7 +595,11 @@ impl Verifier {
     fn check_checkpoints(&mut self) -> (u64, BTreeMap<String, u64>) {
         let mut valid_signatures = 0;
         let mut signed: BTreeMap<String, u64> = BTreeMap::new();
-        for c in std::mem::take(&mut self.checkpoints).iter() {
+        let stored = std::mem::take(&mut self.checkpoints);
+        let mut valid: Vec<&Checkpoint> = Vec::with_capacity(stored.len());
+        self.check_witnessed(&stored);
+        let witnessed = std::mem::take(&mut self.witnessed);
+        for c in stored.iter().chain(&witnessed) {
             let brk = |reason| Break {
                 chain: Some(c.chain.clone()),
                 seq: Some(c.seq),
@@ -546,13 +616,115 @@ impl Verifier {
                 continue;
             }
             valid_signatures += 1;
+            valid.push(c);
             let entry = signed.entry(c.chain.clone()).or_insert(0);
             *entry = (*entry).max(c.seq);
             if let Some(reason) = self.checkpoint_head(c) {
                 self.breaks.push(brk(reason));
             }
         }
+        // A witnessed checkpoint that is also in the log counts once.
+        let with_repeats = valid.len();
+        valid_signatures -= (with_repeats - dedup_checkpoints(&mut valid)) as u64;
+        // Links are followed through every checkpoint there is: one with a bad signature is
+        // already a break of its own, not also a gap.
+        let mut all: Vec<&Checkpoint> = stored.iter().chain(&witnessed).collect();
+        dedup_checkpoints(&mut all);
+        self.check_checkpoint_links(&all);
         (valid_signatures, signed)
+    }
+
+    /// Each witnessed checkpoint must still be among the log's own checkpoints, unless the log
+    /// ends before it (an export made earlier) or retention pruned its place.
+    fn check_witnessed(&mut self, stored: &[Checkpoint]) {
+        for w in &self.witnessed {
+            let ends_before = self
+                .chains
+                .get(&w.chain)
+                .and_then(|c| c.last)
+                .is_none_or(|last| last < w.seq);
+            let kept = stored.iter().any(|c| c == w);
+            if !kept && !ends_before && self.checkpoint_in_pruned(w).is_none() {
+                self.breaks.push(Break {
+                    chain: Some(w.chain.clone()),
+                    seq: Some(w.seq),
+                    reason: BreakReason::WitnessedCheckpointMissing,
+                });
+            }
+        }
+    }
+
+    /// Checkpoints form one chain per audit chain: each names the one before it. A
+    /// named one that is missing is a deleted checkpoint, unless retention pruned its place
+    /// (pruning removes the checkpoints inside a range; the range's signature vouches).
+    fn check_checkpoint_links(&mut self, valid: &[&Checkpoint]) {
+        let mut previous: Option<&Checkpoint> = None;
+        for c in valid {
+            let before = previous.filter(|p| p.chain == c.chain);
+            previous = Some(c);
+            let linked = match (c.prev, before) {
+                (Some(p), Some(b)) => p == b.link(),
+                // Pruned with its range: the range's signed last hash vouches for it.
+                (Some(p), None) => self.pruned_link(&c.chain, p),
+                (None, None) => true,
+                // Signed before checkpoints were chained: nothing to hold it to, unless the
+                // one before it was chained (a chain never goes back to unchained).
+                (None, Some(b)) => b.prev.is_none(),
+            };
+            let pruned_between = match (c.prev, before) {
+                (Some(p), Some(b)) => p.seq > b.seq && self.pruned_link(&c.chain, p),
+                _ => false,
+            };
+            if !linked && !pruned_between {
+                self.breaks.push(Break {
+                    chain: Some(c.chain.clone()),
+                    seq: Some(c.seq),
+                    reason: BreakReason::CheckpointChainBroken {
+                        named: c.prev.map(|p| p.seq),
+                        found: before.map(|b| b.seq),
+                    },
+                });
+            }
+        }
+    }
+
+    /// Whether a checkpoint link names a place retention pruned (the range's signature
+    /// vouches for what was there).
+    fn pruned_link(&self, chain: &str, p: crate::chain::CheckpointLink) -> bool {
+        self.pruned.values().any(|r| {
+            r.chain == chain
+                && r.from <= p.seq
+                && p.seq <= r.to
+                && (p.seq != r.to || p.head_hash == r.to_hash)
+        })
+    }
+
+    /// Events older than the cutoff that no signature covers are a break, one per chain.
+    fn check_unsigned_history(&mut self, signed: &BTreeMap<String, u64>) {
+        let Some((reference, window)) = self.signed_before else {
+            return;
+        };
+        let cutoff = Timestamp(reference.0.saturating_sub(window));
+        for (name, chain) in &self.chains {
+            let signed_to = signed.get(name).copied().unwrap_or(0);
+            let old: Vec<&(u64, Timestamp)> = chain
+                .late
+                .iter()
+                .filter(|(seq, at)| *seq > signed_to && *at < cutoff)
+                .collect();
+            let Some(first) = old.iter().map(|(seq, _)| *seq).min() else {
+                continue;
+            };
+            let oldest_at = old.iter().map(|(_, at)| at.0).min().unwrap_or_default();
+            self.breaks.push(Break {
+                chain: Some(name.clone()),
+                seq: Some(first),
+                reason: BreakReason::UnsignedHistory {
+                    events: old.len() as u64,
+                    oldest_at,
+                },
+            });
+        }
     }
 
     /// What is wrong with a validly signed checkpoint's head, if anything: another hash at

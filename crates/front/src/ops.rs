@@ -198,6 +198,23 @@ async fn vault_unlock(
         tokio::task::spawn_blocking(move || gateway.vault().map(|v| v.unlock(&passphrase))).await;
     match unlocked {
         Ok(Some(Ok(names))) => {
+            // An operator decision that changes what the gateway will do: on the chain, or
+            // undone.
+            let detail = json!({"notice": "vault_unlocked", "by": operator, "names": names});
+            if let Err(e) = st
+                .gateway
+                .ledger()
+                .notice(None, detail, postern_pipeline::now())
+                .await
+            {
+                if let Some(v) = st.gateway.vault() {
+                    v.lock();
+                }
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the unlock could not be recorded, so the vault stays locked: {e}"),
+                );
+            }
             tracing::info!(operator = %operator, "the vault was unlocked");
             Json(json!({"locked": false, "names": names, "unlocked_by": operator})).into_response()
         }
@@ -221,6 +238,16 @@ async fn vault_lock(
         return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
     };
     vault.lock();
+    let detail = json!({"notice": "vault_locked", "by": operator});
+    if let Err(e) = st
+        .gateway
+        .ledger()
+        .notice(None, detail, postern_pipeline::now())
+        .await
+    {
+        // The lock took effect (it only takes power away); the record of it is what failed.
+        tracing::error!(operator = %operator, "the vault was locked, but the lock could not be chained: {e}");
+    }
     tracing::info!(operator = %operator, "the vault was locked");
     Json(json!({"locked": true, "locked_by": operator})).into_response()
 }

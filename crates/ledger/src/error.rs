@@ -34,6 +34,8 @@ pub enum LedgerError {
     Audit(#[from] postern_audit::AuditError),
     #[error("no signing key was given to the ledger: checkpoints cannot be signed")]
     NoSigningKey,
+    #[error("checkpoints are no longer signed: {0}")]
+    SigningRefused(String),
     #[error("the ledger's writer has stopped")]
     Closed,
     #[error("i/o: {0}")]

@@ -70,6 +70,7 @@ use liveness::Liveness;
 use ops::Op;
 use reader::sqlite_path;
 use writer::{now_millis, Writer, WriterConfig};
+pub use writer::{CheckpointSink, SigningTrust};
 
 /// How a ledger is opened.
 #[derive(Clone, Debug)]
@@ -86,6 +87,11 @@ pub struct LedgerOptions {
     /// SQLite: how long a commit waits for another process's write lock before it fails as
     /// [`StorageFault::Busy`].
     pub busy_patience: Duration,
+    /// The latest checkpoint of each chain a witness outside the store holds: the first
+    /// signature after start-up requires the store to still hold it.
+    pub witnessed: Vec<Checkpoint>,
+    /// Told of each checkpoint once it is committed (the witness).
+    pub checkpoint_sink: Option<CheckpointSink>,
 }
 
 impl Default for LedgerOptions {
@@ -96,6 +102,8 @@ impl Default for LedgerOptions {
             lease: Duration::from_secs(30),
             max_batch: 256,
             busy_patience: Duration::from_secs(30),
+            witnessed: Vec::new(),
+            checkpoint_sink: None,
         }
     }
 }
@@ -113,6 +121,8 @@ pub struct Ledger {
     heartbeat: Option<tokio::task::JoinHandle<()>>,
     /// This instance's hold on its lease (PostgreSQL), as its heartbeat last renewed it.
     lease: Arc<lease::LeaseState>,
+    /// Whether the writer still signs its chain (`writer/trust.rs`).
+    trust: Arc<SigningTrust>,
 }
 
 /// How durable changes reach the single writer.
@@ -121,6 +131,14 @@ enum WritePath {
     Channel(mpsc::Sender<Op>),
     /// SQLite: callers commit on their own thread, combining whatever is queued.
     Combining(Arc<combiner::Combiner>),
+}
+
+impl Ledger {
+    /// Why this gateway no longer signs checkpoints of its chain, if it does not (the store's
+    /// chain is not the one it wrote: `postern status`, a metric, the error log).
+    pub fn signing_refused(&self) -> Option<String> {
+        self.trust.refused()
+    }
 }
 
 impl Drop for Ledger {
@@ -191,7 +209,8 @@ impl Ledger {
                 });
         let pg_connect_options = connect_options.clone();
         let pool = pool_options.connect_with(connect_options).await?;
-        let writer_config = writer_config(dialect, &chain, &instance, &options);
+        let trust = Arc::new(SigningTrust::default());
+        let writer_config = writer_config(dialect, &chain, &instance, &options, trust.clone());
         let writes = match dialect {
             Dialect::Sqlite => {
                 drop(conn);
@@ -228,6 +247,7 @@ impl Ledger {
             liveness,
             heartbeat,
             lease,
+            trust,
         };
         let report = ledger.recover().await?;
         Ok((ledger, report))
@@ -636,6 +656,7 @@ fn writer_config(
     chain: &str,
     instance: &str,
     options: &LedgerOptions,
+    trust: Arc<SigningTrust>,
 ) -> WriterConfig {
     WriterConfig {
         dialect,
@@ -649,6 +670,14 @@ fn writer_config(
         },
         max_batch: options.max_batch.max(1),
         lease: (dialect == Dialect::Postgres).then_some(options.lease),
+        trust,
+        witnessed: options
+            .witnessed
+            .iter()
+            .filter(|c| c.chain == chain)
+            .max_by_key(|c| c.seq)
+            .cloned(),
+        sink: options.checkpoint_sink.clone(),
     }
 }
 

@@ -14,6 +14,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
 
 use crate::db;
+use crate::db::RowAccess;
 use crate::dialect::Dialect;
 use crate::error::LedgerError;
 use crate::rows;
@@ -201,6 +202,12 @@ impl StoreReader {
         let mut results = postern_audit::ResultCheck::new();
         // Rows first: events are only appended, so rows read before them can be judged.
         let mut executions = postern_audit::RowCheck::new();
+        // Checkpoints before events: the verifier then keeps the times of only the events
+        // after them (for the unsigned-history rule).
+        for c in self.checkpoints().await? {
+            verifier.checkpoint(&c);
+        }
+        self.check_decision_rows(&mut executions).await?;
         if let Some(file) = &self.sqlite_file {
             let checks = scan::Checks {
                 verifier: &mut verifier,
@@ -208,9 +215,6 @@ impl StoreReader {
                 rows: &mut executions,
             };
             scan::verify_sqlite(file, checks, &mut |events| tick(events, total))?;
-            for c in self.checkpoints().await? {
-                verifier.checkpoint(&c);
-            }
             return Ok(finish(verifier, results, executions));
         }
         self.check_rows(&mut executions).await?;
@@ -227,9 +231,6 @@ impl StoreReader {
             Err((pos, reason)) => verifier.malformed(pos as u64, reason),
         })
         .await?;
-        for c in self.checkpoints().await? {
-            verifier.checkpoint(&c);
-        }
         self.scan_results(|reference, body| results.stored(reference, body))
             .await?;
         Ok(finish(verifier, results, executions))
@@ -329,6 +330,45 @@ impl StoreReader {
                 fingerprint: &rows::get_str(row, "fingerprint")?,
                 actor: &rows::get_str(row, "actor")?,
                 tool: &rows::get_str(row, "tool")?,
+            });
+        }
+        Ok(())
+    }
+
+    /// The rows operator decisions govern: each tool pin, and each run an operator
+    /// authorized or revoked (few rows: read whole).
+    async fn check_decision_rows(
+        &self,
+        check: &mut postern_audit::RowCheck,
+    ) -> Result<(), LedgerError> {
+        let pins =
+            sqlx::query("SELECT upstream, tool, digest, accepted_by FROM upstream_tool_pins")
+                .fetch_all(&self.pool)
+                .await?;
+        for row in &pins {
+            check.pin(&postern_audit::PinRow {
+                upstream: &rows::get_str(row, "upstream")?,
+                tool: &rows::get_str(row, "tool")?,
+                digest: &rows::get_str(row, "digest")?,
+                accepted_by: row.opt_text("accepted_by")?.as_deref(),
+            });
+        }
+        let since = sqlx::query("SELECT applied_at FROM schema_migrations WHERE version = 12")
+            .fetch_optional(&self.pool)
+            .await?;
+        if let Some(row) = since {
+            check.runs_chained_since(rows::get_i64(&row, "applied_at")?);
+        }
+        let runs = sqlx::query("SELECT id, authorized_by, authorized_at, revoked_by, revoked_at FROM runs WHERE authorized_by IS NOT NULL OR revoked_by IS NOT NULL")
+            .fetch_all(&self.pool)
+            .await?;
+        for row in &runs {
+            check.run(&postern_audit::RunRow {
+                id: &rows::get_str(row, "id")?,
+                authorized_by: row.opt_text("authorized_by")?.as_deref(),
+                authorized_at: row.opt_int("authorized_at")?,
+                revoked_by: row.opt_text("revoked_by")?.as_deref(),
+                revoked_at: row.opt_int("revoked_at")?,
             });
         }
         Ok(())
@@ -437,9 +477,10 @@ impl StoreReader {
         .fetch_one(&self.pool)
         .await?;
         let oldest_approval_since = rows::get_opt_i64(&oldest_approval, "at")?.map(Timestamp);
-        let last_checkpoint = sqlx::query(
-            "SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY at DESC LIMIT 1",
-        )
+        let last_checkpoint = sqlx::query(&format!(
+            "SELECT {} FROM checkpoints ORDER BY at DESC LIMIT 1",
+            rows::CHECKPOINT_COLUMNS
+        ))
         .fetch_optional(&self.pool)
         .await?
         .as_ref()
@@ -458,12 +499,15 @@ impl StoreReader {
 
     /// Every signed checkpoint, by chain and position.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
-        sqlx::query("SELECT chain, seq, head_hash, at, key_id, signature FROM checkpoints ORDER BY chain, seq")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::checkpoint)
-            .collect()
+        sqlx::query(&format!(
+            "SELECT {} FROM checkpoints ORDER BY chain, seq",
+            rows::CHECKPOINT_COLUMNS
+        ))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::checkpoint)
+        .collect()
     }
 
     /// Streams every event in storage order, a page at a time. A row that cannot be decoded is

@@ -108,10 +108,21 @@ pub(crate) fn checkpoint(row: &impl RowAccess) -> Result<Checkpoint, LedgerError
         seq: u64::try_from(get_i64(row, "seq")?).map_err(|e| corrupt("seq", e))?,
         head_hash: hash_from_hex(&get_str(row, "head_hash")?)?,
         at: Timestamp(get_i64(row, "at")?),
+        prev: match (row.opt_int("prev_seq")?, get_opt_str(row, "prev_hash")?) {
+            (Some(seq), Some(hash)) => Some(postern_audit::CheckpointLink {
+                seq: u64::try_from(seq).map_err(|e| corrupt("prev_seq", e))?,
+                head_hash: hash_from_hex(&hash)?,
+            }),
+            _ => None,
+        },
         key_id: get_str(row, "key_id")?,
         signature: get_str(row, "signature")?,
     })
 }
+
+/// The columns [`checkpoint`] reads.
+pub(crate) const CHECKPOINT_COLUMNS: &str =
+    "chain, seq, head_hash, at, prev_seq, prev_hash, key_id, signature";
 
 pub(crate) fn pruned_range(
     row: &impl RowAccess,

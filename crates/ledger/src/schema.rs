@@ -86,6 +86,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0011_instance_takeover.sql"),
         postgres: include_str!("../migrations/postgres/0011_instance_takeover.sql"),
     },
+    Migration {
+        version: 12,
+        name: "checkpoint chain",
+        sqlite: include_str!("../migrations/sqlite/0012_checkpoint_chain.sql"),
+        postgres: include_str!("../migrations/postgres/0012_checkpoint_chain.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -31,6 +31,9 @@ mod fence;
 mod optimistic;
 mod prune;
 mod records;
+mod trust;
+
+pub use trust::{CheckpointSink, SigningTrust};
 
 /// `batch` and the ops waiting behind it, up to `max` in all, less those `held` keeps back for
 /// later (lazy ops not due yet).
@@ -58,6 +61,12 @@ pub(crate) struct WriterConfig {
     pub max_batch: usize,
     /// PostgreSQL: the instance lease a dispatching commit checks its own row against.
     pub lease: Option<std::time::Duration>,
+    /// Whether this writer may still sign (shared with the ledger's status).
+    pub trust: Arc<SigningTrust>,
+    /// The latest checkpoint of this chain a witness outside the store holds.
+    pub witnessed: Option<Checkpoint>,
+    /// Told of each checkpoint once committed.
+    pub sink: Option<CheckpointSink>,
 }
 
 pub(crate) struct Writer<C> {
@@ -84,11 +93,20 @@ pub(crate) struct Writer<C> {
     /// The accept being run claimed its intent slot in the batch's opening round trip
     /// (`claims.rs`).
     claim: Option<claims::Claim>,
+    /// The committed head and checkpoint this writer vouches for (`trust.rs`).
+    own: trust::OwnChain,
 }
 
 impl<C: WriteConn> Writer<C> {
     pub fn new(conn: C, cfg: WriterConfig) -> Writer<C> {
+        let own = trust::OwnChain {
+            trust: cfg.trust.clone(),
+            witnessed: cfg.witnessed.clone(),
+            sink: cfg.sink.clone(),
+            ..trust::OwnChain::default()
+        };
         Writer {
+            own,
             conn,
             cfg,
             head: (0, GENESIS_HASH),
@@ -324,12 +342,24 @@ impl<C: WriteConn> Writer<C> {
             .signing_key
             .clone()
             .ok_or(LedgerError::NoSigningKey)?;
-        if self.head.0 == 0 {
+        self.may_sign().await?;
+        let last = self
+            .own
+            .signing
+            .as_ref()
+            .map(Checkpoint::link)
+            .or(self.own.last_checkpoint);
+        if self.head.0 == 0 || last.is_some_and(|l| l.seq == self.head.0) {
+            // Nothing new to vouch for (the head is already signed).
             return Ok(None);
         }
-        let c = key.checkpoint(&self.cfg.chain, self.head.0, self.head.1, now)?;
-        self.later("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hexdigits::encode(c.head_hash), c.at.0, &c.key_id, &c.signature]).await?;
+        let c = key.checkpoint(&self.cfg.chain, self.head, now, last)?;
+        let prev = c
+            .prev
+            .map(|p| (p.seq as i64, hexdigits::encode(p.head_hash)));
+        self.later("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature, prev_seq, prev_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hexdigits::encode(c.head_hash), c.at.0, &c.key_id, &c.signature, prev.as_ref().map(|p| p.0), prev.map(|p| p.1)]).await?;
         self.appended_since_checkpoint = 0;
+        self.own.signing = Some(c.clone());
         Ok(Some(c))
     }
 

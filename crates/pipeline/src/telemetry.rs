@@ -211,6 +211,9 @@ pub struct Status {
     pub dispatched: u64,
     pub runs_open: usize,
     pub last_checkpoint: Option<CheckpointView>,
+    /// Why this gateway no longer signs checkpoints (the store's chain is not the one it
+    /// wrote), if it does not.
+    pub signing_refused: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -69,6 +69,22 @@ pub struct VerifyArgs {
     /// still hold that hash at that seq. Repeatable.
     #[arg(long, value_name = "CHAIN:SEQ:HASH")]
     expect_head: Vec<String>,
+    /// A witness file (`[audit.witness] file`): every checkpoint in it must be signed, its head
+    /// in the log, and (where the log reaches it) still among the log's checkpoints.
+    #[arg(long, value_name = "FILE")]
+    witness: Vec<PathBuf>,
+    /// The gateway's `[gateway] checkpoint_every`: events older than it plus `--grace` must be
+    /// covered by a signature (older unsigned history is a BREAK).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    checkpoint_every: std::time::Duration,
+    /// How long past `--checkpoint-every` an event may stay unsigned (a gateway stopped by
+    /// `kill -9` signs its tail when it starts again).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    grace: std::time::Duration,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    postern_core::duration::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// `CHAIN:SEQ:HASH` (the chain may itself contain `:`, so it is split from the right).
@@ -97,6 +113,16 @@ pub fn run(cmd: &AuditCommand) -> Result<i32> {
             for anchor in &a.expect_head {
                 let (chain, seq, hash) = parse_anchor(anchor)?;
                 verifier.expect_head(chain, seq, hash);
+            }
+            for file in &a.witness {
+                for c in crate::witness::read(file)? {
+                    verifier.witnessed(&c);
+                }
+            }
+            if !a.allow_unsigned_tail {
+                let window = (a.checkpoint_every + a.grace).as_millis();
+                verifier
+                    .require_signed_within(i64::try_from(window).unwrap_or(i64::MAX), crate::now());
             }
             let report = match (&a.file, &a.store) {
                 (Some(file), _) => verify_file(file, verifier)?,

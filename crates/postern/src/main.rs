@@ -22,6 +22,7 @@ mod terminal;
 mod trace;
 mod upstream;
 mod vault;
+mod witness;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

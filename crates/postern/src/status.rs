@@ -51,6 +51,12 @@ fn attention(s: &Value) -> Vec<String> {
     if s["vault"] == "locked" {
         needs.push("the vault is locked: postern vault unlock".into());
     }
+    if s["signing_refused"].is_string() {
+        needs.push(format!(
+            "checkpoints are no longer signed: {}; run postern audit verify --store on this store and find who wrote it",
+            text(&s["signing_refused"])
+        ));
+    }
     needs
 }
 
@@ -108,6 +114,9 @@ fn print(s: &Value) {
             c["age_seconds"].as_f64().unwrap_or(0.0)
         ),
         None => println!("checkpoint   none signed yet"),
+    }
+    if s["signing_refused"].is_string() {
+        println!("signing      REFUSED: {}", text(&s["signing_refused"]));
     }
     let needs = attention(s);
     if needs.is_empty() {

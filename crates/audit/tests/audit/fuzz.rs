@@ -39,7 +39,7 @@ fn export() -> Vec<u8> {
         lines.push(serde_json::to_string(&ExportLine::Event(e.clone())).unwrap());
     }
     let cp = k
-        .checkpoint("main", head.body.seq, head.hash, Timestamp(2))
+        .checkpoint("main", (head.body.seq, head.hash), Timestamp(2), None)
         .unwrap();
     lines.push(serde_json::to_string(&ExportLine::Checkpoint(cp)).unwrap());
     (lines.join("\n") + "\n").into_bytes()

@@ -72,7 +72,7 @@ fn verify(events: &[ChainedEvent], checkpoint_at: Option<usize>) -> postern_audi
     if let Some(i) = checkpoint_at {
         let e = &lifecycle_log()[i];
         v.checkpoint(
-            &k.checkpoint("main", e.body.seq, e.hash, Timestamp(1))
+            &k.checkpoint("main", (e.body.seq, e.hash), Timestamp(1), None)
                 .unwrap(),
         );
     }

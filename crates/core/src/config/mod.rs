@@ -2,6 +2,7 @@
 //! Unknown keys are refused with the file, line and key; secrets appear only as references;
 //! every tool becomes a validated [`ToolContract`].
 
+mod audit;
 mod console;
 mod gateway;
 mod people;
@@ -15,6 +16,7 @@ mod upstream;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+pub use audit::Audit;
 pub use console::{Console, Webhook};
 pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
@@ -48,6 +50,7 @@ pub struct Config {
     pub tools: Vec<ToolContract>,
     pub telemetry: Telemetry,
     pub console: Console,
+    pub audit: Audit,
 }
 
 #[derive(Clone, Debug)]
@@ -201,6 +204,7 @@ impl Config {
             .map_err(|(offset, m)| at(offset, m))?;
         let operators = people::operators(raw.operator).map_err(|(offset, m)| at(offset, m))?;
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
+        let audit = raw.audit.build().map_err(|e| at(0, e))?;
         let console =
             console::build(raw.console, raw.approver, operators.len()).map_err(|e| at(0, e))?;
         Ok(Config {
@@ -212,6 +216,7 @@ impl Config {
             tools,
             telemetry,
             console,
+            audit,
         })
     }
 

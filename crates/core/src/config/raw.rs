@@ -27,6 +27,8 @@ pub(super) struct RawConfig {
     pub console: super::console::RawConsole,
     #[serde(default)]
     pub approver: super::console::RawApprover,
+    #[serde(default)]
+    pub audit: super::audit::RawAudit,
 }
 
 #[derive(Deserialize)]

@@ -51,6 +51,14 @@ impl<C: WriteConn> Writer<C> {
                 return;
             }
         };
+        if let Err(e) = self.adopt_head(head_before).await {
+            let why = not_begun(e);
+            let _ = self.conn.exec("ROLLBACK", &[]).await;
+            for op in batch {
+                op.refuse(&why);
+            }
+            return;
+        }
         self.head = head_before;
         self.pending.clear();
         self.lease_checked = false;
@@ -141,6 +149,7 @@ impl<C: WriteConn> Writer<C> {
 
     /// Nothing of the lone failed request may stay; its reply is its own error.
     async fn roll_back_lone(&mut self, head_before: Head, done: Vec<Done>) {
+        self.not_committed(false);
         let _ = self.conn.exec("ROLLBACK", &[]).await;
         self.head = head_before;
         self.recall = None;
@@ -168,14 +177,18 @@ impl<C: WriteConn> Writer<C> {
                 Some(why)
             }
         };
-        if failure.is_some() {
+        if let Some((fault, _)) = &failure {
+            self.not_committed(*fault == StorageFault::Unavailable);
             let _ = self.conn.exec("ROLLBACK", &[]).await;
             self.head = head_before;
             self.pending.clear();
             self.recall = None;
-        } else if let Some(recall) = &mut self.recall {
-            // This connection's own commits leave `data_version` as it was.
-            recall.head = self.head;
+        } else {
+            self.committed();
+            if let Some(recall) = &mut self.recall {
+                // This connection's own commits leave `data_version` as it was.
+                recall.head = self.head;
+            }
         }
         for d in done {
             d.send(failure.as_ref());
@@ -188,10 +201,18 @@ impl<C: WriteConn> Writer<C> {
         if self.head != head_before {
             self.flush_events().await?;
             self.store_head().await?;
+            // Due by count, while the chain is trusted: a refusal to sign must never fail the
+            // commit of what the batch recorded.
             if self.cfg.checkpoint_every > 0
                 && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+                && self.own.trust.refused().is_none()
             {
-                self.checkpoint(Timestamp(now_millis())).await?;
+                match self.checkpoint(Timestamp(now_millis())).await {
+                    Err(LedgerError::SigningRefused(_)) => {}
+                    other => {
+                        other?;
+                    }
+                }
             }
         }
         Ok(())
@@ -236,6 +257,7 @@ impl<C: WriteConn> Writer<C> {
             fault,
             format!("the batch this request was in could not be kept apart from a failed one, so nothing of it was recorded: {msg}"),
         );
+        self.not_committed(false);
         let _ = self.conn.exec("ROLLBACK", &[]).await;
         self.head = head_before;
         self.pending.clear();

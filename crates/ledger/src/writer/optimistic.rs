@@ -142,6 +142,9 @@ impl<C: WriteConn> Writer<C> {
         else {
             return self.roll_back_try(Vec::new()).await;
         };
+        if self.adopt_head(head_before).await.is_err() {
+            return self.roll_back_try(Vec::new()).await;
+        }
         self.head = head_before;
         self.pending.clear();
         self.lease_checked = false;
@@ -310,6 +313,7 @@ impl<C: WriteConn> Writer<C> {
             };
         }
         crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
+        self.committed();
         self.recall = None;
         let next = match (opening, sent.failed) {
             (false, _) if next.is_empty() => Next::Nothing,
@@ -339,6 +343,7 @@ impl<C: WriteConn> Writer<C> {
         next: Vec<Op>,
     ) -> Tried {
         crate::telemetry::commit_failed(fault);
+        self.not_committed(true);
         let _ = self.conn.exec("ROLLBACK", &[]).await;
         self.forget_try(head_before);
         let next = if next.is_empty() {
@@ -366,6 +371,7 @@ impl<C: WriteConn> Writer<C> {
     }
 
     fn forget_try(&mut self, head: Head) {
+        self.not_committed(false);
         self.head = head;
         self.pending.clear();
         self.recall = None;

@@ -32,7 +32,8 @@ impl<C: WriteConn> Writer<C> {
     }
 
     /// Whether this decision was recorded. Set once: the condition makes the first decision
-    /// the only one.
+    /// the only one. A recorded decision is chained as a notice in the same transaction, so
+    /// `audit verify --store` holds the row to it (an edited `authorized_by` is a break).
     pub(super) async fn decide_run(
         &mut self,
         id: &str,
@@ -40,14 +41,16 @@ impl<C: WriteConn> Writer<C> {
         by: &str,
         at: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let sql = match decision {
-            RunDecision::Authorize => "UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL",
-            RunDecision::Revoke => "UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL",
+        let (sql, notice) = match decision {
+            RunDecision::Authorize => ("UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL", "run_authorized"),
+            RunDecision::Revoke => ("UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL", "run_revoked"),
         };
-        self.conn
-            .exec(sql, params![by, at.0, id])
-            .await
-            .map(|n| n == 1)
+        let recorded = self.conn.exec(sql, params![by, at.0, id]).await? == 1;
+        if recorded {
+            let detail = serde_json::json!({"notice": notice, "run": id, "by": by});
+            self.notice(None, detail, at).await?;
+        }
+        Ok(recorded)
     }
 
     pub(super) async fn end_run(

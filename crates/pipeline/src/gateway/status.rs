@@ -53,6 +53,7 @@ impl Gateway {
                 seq: c.seq,
                 chain: c.chain,
             }),
+            signing_refused: self.ledger().signing_refused(),
         }
     }
 }

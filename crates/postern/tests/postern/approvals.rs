@@ -433,7 +433,7 @@ fn an_approval_nobody_could_give_is_refused_at_start_up() {
     assert!(err.contains("no [[operator]] is declared"), "{err}");
 }
 
-const ROBOT_TOKEN: &str = "robot-actor-token-0123456789ab";
+pub(crate) const ROBOT_TOKEN: &str = "robot-actor-token-0123456789ab";
 
 /// The approval config plus actor robot, whose every run an operator (alice) authorizes.
 async fn with_robot(tag: &str) -> (postern_demo::target::InvoiceApiHandle, Dir, Served) {

@@ -25,6 +25,7 @@ mod onboarding;
 mod replicas;
 mod resume;
 mod serve;
+mod signer;
 mod session_cap;
 mod ssh;
 mod starter;
