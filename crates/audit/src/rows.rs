@@ -77,6 +77,9 @@ pub struct RowCheck {
     text: String,
     /// The rows operator decisions govern (pins, runs), held to their notices.
     decisions: DecisionCheck,
+    /// Intent slots: the execution each names (as stored), its actor and fingerprint, in
+    /// `text`.
+    intents: Vec<(Range<u32>, Range<u32>, Range<u32>)>,
 }
 
 impl RowCheck {
@@ -94,6 +97,55 @@ impl RowCheck {
     /// An upstream tool's pin row (held to the last pin notice).
     pub fn pin(&mut self, row: &PinRow<'_>) {
         self.decisions.pin(row);
+    }
+
+    /// An intent slot: which execution an identical retry meets. It must name an execution
+    /// of its own actor and fingerprint (whose row is held to its events).
+    pub fn intent(&mut self, execution_id: &str, actor: &str, fingerprint: &str) {
+        let mut keep = |s: &str| {
+            let start = self.text.len() as u32;
+            self.text.push_str(s);
+            start..self.text.len() as u32
+        };
+        let slot = (keep(execution_id), keep(actor), keep(fingerprint));
+        self.intents.push(slot);
+    }
+
+    /// The intent slots that name no execution of their actor and fingerprint.
+    fn check_intents(&self) -> Vec<Break> {
+        let text = |r: &Range<u32>| &self.text[r.start as usize..r.end as usize];
+        let mut breaks = Vec::new();
+        for (id, actor, fingerprint) in &self.intents {
+            let (id, actor, fingerprint) = (text(id), text(actor), text(fingerprint));
+            let claim = id
+                .parse::<ExecutionId>()
+                .ok()
+                .and_then(|i| self.executions.get(&i))
+                .and_then(|e| e.claim.as_ref());
+            let wrong = match claim {
+                None => Some(("execution_id", "(no such execution)".to_string(), id)),
+                Some(c) if text(&c.actor) != actor => {
+                    Some(("actor", text(&c.actor).to_string(), actor))
+                }
+                Some(c) if text(&c.fingerprint) != fingerprint => {
+                    Some(("fingerprint", text(&c.fingerprint).to_string(), fingerprint))
+                }
+                Some(_) => None,
+            };
+            if let Some((field, chained, stored)) = wrong {
+                breaks.push(Break {
+                    chain: None,
+                    seq: None,
+                    reason: BreakReason::DecisionMismatch {
+                        row: format!("intents slot naming {id}"),
+                        field,
+                        chained,
+                        stored: stored.to_string(),
+                    },
+                });
+            }
+        }
+        breaks
     }
 
     /// Run decisions are chained from this time on (ms).
@@ -185,7 +237,8 @@ impl RowCheck {
     /// The breaks: each row that says other than its events. A row whose events are all gone
     /// (removed by retention, under a signed statement the verifier checks) is left alone.
     pub fn finish(mut self) -> Vec<Break> {
-        let mut breaks = std::mem::take(&mut self.decisions).finish();
+        let mut breaks = self.check_intents();
+        breaks.extend(std::mem::take(&mut self.decisions).finish());
         let mut executions: Vec<_> = self.executions.into_iter().collect();
         // In id order, as the report always gave them.
         executions.sort_unstable_by_key(|(id, _)| *id);

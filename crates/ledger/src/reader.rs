@@ -309,6 +309,17 @@ impl StoreReader {
 
     /// Every execution row, for [`postern_audit::RowCheck`].
     async fn check_rows(&self, check: &mut postern_audit::RowCheck) -> Result<(), LedgerError> {
+        // Intent slots before the rows (as the SQLite scan reads them): see `scan::read_intents`.
+        let slots = sqlx::query("SELECT execution_id, actor, fingerprint FROM intents")
+            .fetch_all(&self.pool)
+            .await?;
+        for row in &slots {
+            check.intent(
+                &rows::get_str(row, "execution_id")?,
+                &rows::get_str(row, "actor")?,
+                &rows::get_str(row, "fingerprint")?,
+            );
+        }
         let found = sqlx::query(
             "SELECT id, state, n, dispatches, record, fingerprint, actor, tool FROM executions",
         )

@@ -37,6 +37,8 @@ pub(super) struct Checks<'a> {
 
 enum Message {
     Rows(RowBatch),
+    /// Intent slots: (execution id, actor, fingerprint).
+    Intents(Vec<[String; 3]>),
     Events(EventChunk),
     Results(ResultBatch),
 }
@@ -70,6 +72,11 @@ pub(super) fn verify_sqlite(
         for m in rx {
             match m {
                 Message::Rows(b) => b.apply(checks.rows),
+                Message::Intents(slots) => {
+                    for [id, actor, fingerprint] in &slots {
+                        checks.rows.intent(id, actor, fingerprint);
+                    }
+                }
                 Message::Events(mut c) => {
                     events += c.apply(checks.verifier, checks.results, checks.rows);
                     tick(events);
@@ -111,6 +118,7 @@ fn read_all(
         tx.send(m)
             .map_err(|_| LedgerError::Corrupt("the store's checking side stopped".into()))
     };
+    read_intents(&conn, &mut send)?;
     read_rows(&conn, &mut send)?;
     read_events(&conn, &mut send, spare)?;
     read_results(&conn, &mut send)
@@ -232,6 +240,27 @@ fn read_rows(conn: &rusqlite::Connection, send: &mut Send<'_>) -> Result<(), Led
         }
     }
     send(Message::Rows(batch))
+}
+
+/// Every intent slot, for [`RowCheck::intent`]. Read before the rows: a slot is written in
+/// the transaction that writes its execution's row, so every slot read names a row the row
+/// read then finds, however the store is written meanwhile.
+fn read_intents(conn: &rusqlite::Connection, send: &mut Send<'_>) -> Result<(), LedgerError> {
+    let mut stmt = conn
+        .prepare("SELECT execution_id, actor, fingerprint FROM intents")
+        .map_err(sqlite)?;
+    let names = column_names(&stmt);
+    let mut found = stmt.query([]).map_err(sqlite)?;
+    let mut batch = Vec::new();
+    while let Some(row) = found.next().map_err(sqlite)? {
+        let slot = [0, 1, 2].map(|i| text(row, &names, i).map(Cow::into_owned));
+        let [id, actor, fingerprint] = slot;
+        batch.push([id?, actor?, fingerprint?]);
+        if batch.len() == CHUNK {
+            send(Message::Intents(std::mem::take(&mut batch)))?;
+        }
+    }
+    send(Message::Intents(batch))
 }
 
 /// Every event in physical insertion order (rowid), so a moved row shows as a reorder.

@@ -374,3 +374,36 @@ async fn an_edited_run_authorization_is_a_break() {
         "{report}"
     );
 }
+
+/// An intent slot decides which execution an identical retry meets: pointed at another
+/// execution (a retry would be answered with someone else's result), or deleted with its
+/// execution's row (a retry would act again), it is a break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_slot_pointed_at_another_execution_is_a_break() {
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("signer-intents");
+    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+    let url = format!("sqlite://{}", dir.0.join("ledger.db").display());
+    let text = signing_config(&format!("http://{}", target.addr), "sqlite://ledger.db", "");
+    let served = Served::start(&dir.0, &text);
+    let first = approved_call(&served, "intent-co-1").await;
+    let second = approved_call(&served, "intent-co-2").await;
+    served.stop();
+    let (code, report) = verify(&dir.0, &url, &[]);
+    assert_eq!(code, 0, "{report}");
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let moved = sqlx::query("UPDATE intents SET execution_id = $1 WHERE execution_id = $2")
+        .bind(&first)
+        .bind(&second)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(moved.rows_affected(), 1);
+    conn.close().await.unwrap();
+    let (code, report) = verify(&dir.0, &url, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains(&format!("intents slot naming {first}: its fingerprint is")),
+        "{report}"
+    );
+}
