@@ -47,6 +47,9 @@ pub const LEDGER_QUEUE: &str = "postern_ledger_queue_depth";
 pub const RUNS_OPEN: &str = "postern_runs_open";
 pub const UPSTREAM_UP: &str = "postern_upstream_up";
 pub const VAULT_LOCKED: &str = "postern_vault_locked";
+/// 1 while this gateway refuses to sign its audit chain (the store's chain is not the one it
+/// wrote).
+pub const SIGNING_REFUSED: &str = "postern_audit_signing_refused";
 pub const SCRAPE_SECONDS: &str = "postern_scrape_store_seconds";
 /// Always 1, labelled with the version (joins other series to a build).
 pub const BUILD_INFO: &str = "postern_build_info";
@@ -157,6 +160,10 @@ fn describe() {
     describe_gauge!(UPSTREAM_UP, "1 when the upstream MCP server's link is up");
     describe_gauge!(VAULT_LOCKED, "1 when the vault is locked");
     describe_gauge!(
+        SIGNING_REFUSED,
+        "1 while the gateway refuses to sign its audit chain: the store's chain is not the one it wrote"
+    );
+    describe_gauge!(
         SCRAPE_SECONDS,
         Unit::Seconds,
         "time the last scrape spent reading the store"
@@ -180,6 +187,11 @@ pub fn render(status: &Status) -> Option<String> {
     metrics::gauge!(LEDGER_QUEUE).set(status.ledger_queue as f64);
     metrics::gauge!(RUNS_OPEN).set(status.runs_open as f64);
     metrics::gauge!(VAULT_LOCKED).set(if status.vault == "locked" { 1.0 } else { 0.0 });
+    metrics::gauge!(SIGNING_REFUSED).set(if status.signing_refused.is_some() {
+        1.0
+    } else {
+        0.0
+    });
     metrics::gauge!(SCRAPE_SECONDS).set(status.store_read_seconds);
     for u in &status.upstreams {
         metrics::gauge!(UPSTREAM_UP, "upstream" => u.name.clone()).set(if u.up {
@@ -311,7 +323,7 @@ pub(crate) fn traceparent_for(span: &tracing::Span, client: Option<&str>) -> Opt
 }
 
 /// Every metric name this process may export (the dashboard in `docs/` is held to it).
-pub const ALL_METRICS: [&str; 22] = [
+pub const ALL_METRICS: [&str; 23] = [
     CALLS,
     TARGET_SECONDS,
     STREAM_RESUMES,
@@ -327,6 +339,7 @@ pub const ALL_METRICS: [&str; 22] = [
     RUNS_OPEN,
     UPSTREAM_UP,
     VAULT_LOCKED,
+    SIGNING_REFUSED,
     SCRAPE_SECONDS,
     postern_ledger::telemetry::EVENTS,
     postern_ledger::telemetry::COMMIT_SECONDS,

@@ -44,7 +44,6 @@ impl SigningTrust {
             tracing::error!(
                 "postern: the audit chain in the store is not the one this gateway wrote, so it signs no checkpoint any more: {why}"
             );
-            metrics::gauge!("postern_audit_signing_refused").set(1.0);
             *refused = Some(why);
         }
     }
