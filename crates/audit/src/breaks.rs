@@ -245,30 +245,43 @@ impl fmt::Display for Break {
             HeaderNotSigned { line, has_signature } => {
                 write_header_not_signed(f, *line, *has_signature)
             }
-            UnsignedHistory { events, oldest_at } => write!(
-                f,
-                "unsigned history{at}: {events} event(s), the oldest written at {oldest_at} ms, are older than a checkpoint must follow them and no signature covers them (checkpoints deleted, or events written without the gateway)"
-            ),
-            CheckpointChainBroken { named, found } => write!(
-                f,
-                "checkpoint chain broken{at}: it names the previous checkpoint {} but the one before it is {} (a checkpoint was deleted or replaced)",
-                named.map_or("(none: a chain's first)".into(), |s| format!("at seq {s}")),
-                found.map_or("(none)".into(), |s| format!("at seq {s}"))
-            ),
-            DecisionMismatch {
-                row,
-                field,
-                chained,
-                stored,
-            } => write!(
-                f,
-                "row edited{at}: {row}: its {field} is {stored:?} but the chained decision says {chained:?}"
-            ),
-            WitnessedCheckpointMissing => write!(
-                f,
-                "witnessed checkpoint missing{at}: the witness holds a checkpoint the log does not (it was deleted)"
-            ),
+            UnsignedHistory { .. }
+            | CheckpointChainBroken { .. }
+            | WitnessedCheckpointMissing
+            | DecisionMismatch { .. } => write_signing(f, &at, &self.reason),
         }
+    }
+}
+
+/// The breaks of what the signer and its witness vouch for (issue 47).
+fn write_signing(f: &mut fmt::Formatter<'_>, at: &str, reason: &BreakReason) -> fmt::Result {
+    use BreakReason::*;
+    match reason {
+        UnsignedHistory { events, oldest_at } => write!(
+            f,
+            "unsigned history{at}: {events} event(s), the oldest written at {}, are older than a checkpoint must follow them and no signature covers them (checkpoints deleted, or events written without the gateway)",
+            postern_core::Timestamp(*oldest_at)
+        ),
+        CheckpointChainBroken { named, found } => write!(
+            f,
+            "checkpoint chain broken{at}: it names the previous checkpoint {} but the one before it is {} (a checkpoint was deleted or replaced)",
+            named.map_or("(none: a chain's first)".into(), |s| format!("at seq {s}")),
+            found.map_or("(none)".into(), |s| format!("at seq {s}"))
+        ),
+        DecisionMismatch {
+            row,
+            field,
+            chained,
+            stored,
+        } => write!(
+            f,
+            "row edited{at}: {row}: its {field} is {stored:?} but the chained decision says {chained:?}"
+        ),
+        WitnessedCheckpointMissing => write!(
+            f,
+            "witnessed checkpoint missing{at}: the witness holds a checkpoint the log does not (it was deleted)"
+        ),
+        _ => Ok(()),
     }
 }
 
