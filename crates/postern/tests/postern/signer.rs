@@ -30,6 +30,41 @@ fn signing_config(target: &str, store: &str, extra: &str) -> String {
         + extra
 }
 
+/// A gateway signing every second in front of a real invoice API, with alice's token in place.
+struct Signing {
+    _target: postern_demo::target::InvoiceApiHandle,
+    dir: Dir,
+    /// The store as the tests open it.
+    url: String,
+    served: Served,
+}
+
+impl Signing {
+    /// On `store` (`sqlite://ledger.db` in the test's directory, or a PostgreSQL URL), with
+    /// `extra` TOML after the config.
+    async fn start(tag: &str, store: &str, extra: &str) -> Signing {
+        let target = postern_demo::target::InvoiceApi::start().await.unwrap();
+        let dir = Dir::new(tag);
+        write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
+        write_private(&dir.0.join("robot.token"), crate::approvals::ROBOT_TOKEN);
+        let url = if store.starts_with("postgres") {
+            store.to_string()
+        } else {
+            format!("sqlite://{}", dir.0.join("ledger.db").display())
+        };
+        let text = signing_config(&format!("http://{}", target.addr), store, extra);
+        let served = Served::start(&dir.0, &text);
+        Signing {
+            _target: target,
+            dir,
+            url,
+            served,
+        }
+    }
+}
+
+const SQLITE: &str = "sqlite://ledger.db";
+
 /// A call approved by alice, completed; its execution id.
 async fn approved_call(served: &Served, customer: &str) -> String {
     let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
@@ -159,16 +194,12 @@ fn status(served: &Served) -> Value {
 }
 
 async fn the_running_gateway_never_signs_a_rewritten_history(tag: &str, store: &str) {
-    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
-    let dir = Dir::new(tag);
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let url = if store.starts_with("postgres") {
-        store.to_string()
-    } else {
-        format!("sqlite://{}", dir.0.join("ledger.db").display())
-    };
-    let text = signing_config(&format!("http://{}", target.addr), store, "");
-    let served = Served::start(&dir.0, &text);
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start(tag, store, "").await;
     let id = approved_call(&served, "rewrite-co").await;
     // Signed normally first: the store verifies with a signed tail.
     let mut signed = false;
@@ -225,8 +256,7 @@ async fn the_running_gateway_never_signs_a_rewritten_history(tag: &str, store: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_rewritten_under_a_running_gateway_is_never_signed_sqlite() {
-    the_running_gateway_never_signs_a_rewritten_history("signer-sqlite", "sqlite://ledger.db")
-        .await;
+    the_running_gateway_never_signs_a_rewritten_history("signer-sqlite", SQLITE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,16 +270,13 @@ async fn a_history_rewritten_under_a_running_gateway_is_never_signed_postgres() 
 /// `audit verify --witness` says so, and the restarted gateway refuses to sign.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_rewritten_while_the_gateway_was_down_is_caught_offline_and_by_the_witness() {
-    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("signer-witness");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let url = format!("sqlite://{}", dir.0.join("ledger.db").display());
-    let text = signing_config(
-        &format!("http://{}", target.addr),
-        "sqlite://ledger.db",
-        "\n[audit.witness]\nfile = \"witness.jsonl\"\n",
-    );
-    let served = Served::start(&dir.0, &text);
+    let witness_config = "\n[audit.witness]\nfile = \"witness.jsonl\"\n";
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-witness", SQLITE, witness_config).await;
     let id = approved_call(&served, "witness-co").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     approved_call(&served, "witness-co-2").await;
@@ -293,12 +320,12 @@ async fn a_history_rewritten_while_the_gateway_was_down_is_caught_offline_and_by
 /// Checkpoints form a chain: a deleted one in the middle is a break naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_checkpoint_is_a_break_in_the_checkpoint_chain() {
-    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("signer-chain");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let url = format!("sqlite://{}", dir.0.join("ledger.db").display());
-    let text = signing_config(&format!("http://{}", target.addr), "sqlite://ledger.db", "");
-    let served = Served::start(&dir.0, &text);
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-chain", SQLITE, "").await;
     for i in 0..3 {
         approved_call(&served, &format!("chain-co-{i}")).await;
         tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -333,16 +360,13 @@ async fn a_deleted_checkpoint_is_a_break_in_the_checkpoint_chain() {
 /// the store is a break naming the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_run_authorization_is_a_break() {
-    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("signer-runs");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    write_private(&dir.0.join("robot.token"), crate::approvals::ROBOT_TOKEN);
-    let url = format!("sqlite://{}", dir.0.join("ledger.db").display());
-    let text = format!(
-        "{}\n[[actor]]\nname = \"robot\"\ntoken = {{ file = \"robot.token\" }}\nsession_approval = \"required\"\n",
-        signing_config(&format!("http://{}", target.addr), "sqlite://ledger.db", "")
-    );
-    let served = Served::start(&dir.0, &text);
+    let robot = "\n[[actor]]\nname = \"robot\"\ntoken = { file = \"robot.token\" }\nsession_approval = \"required\"\n";
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-runs", SQLITE, robot).await;
     let run = Mcp::connect(&served.url, crate::approvals::ROBOT_TOKEN).await;
     let first = run
         .call(
@@ -380,12 +404,12 @@ async fn an_edited_run_authorization_is_a_break() {
 /// execution's row (a retry would act again), it is a break.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intent_slot_pointed_at_another_execution_is_a_break() {
-    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
-    let dir = Dir::new("signer-intents");
-    write_private(&dir.0.join("alice.token"), ALICE_TOKEN);
-    let url = format!("sqlite://{}", dir.0.join("ledger.db").display());
-    let text = signing_config(&format!("http://{}", target.addr), "sqlite://ledger.db", "");
-    let served = Served::start(&dir.0, &text);
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-intents", SQLITE, "").await;
     let first = approved_call(&served, "intent-co-1").await;
     let second = approved_call(&served, "intent-co-2").await;
     served.stop();
