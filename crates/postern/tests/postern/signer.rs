@@ -89,6 +89,11 @@ async fn approved_call(served: &Served, customer: &str) -> String {
 /// Rewrites the execution's `authorized` event to say mallory approved it, recomputes every
 /// later hash of its chain, sets the head row, and deletes every checkpoint: no key needed.
 async fn rewrite_approval(url: &str, execution: &str) {
+    rewrite(url, execution, true).await;
+}
+
+/// As [`rewrite_approval`], the checkpoints deleted or kept.
+async fn rewrite(url: &str, execution: &str, delete_checkpoints: bool) {
     macro_rules! rewrite {
         ($conn:ty) => {{
             let mut conn = <$conn>::connect(url).await.unwrap();
@@ -141,10 +146,12 @@ async fn rewrite_approval(url: &str, execution: &str) {
                 .execute(&mut conn)
                 .await
                 .unwrap();
-            sqlx::query("DELETE FROM checkpoints")
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            if delete_checkpoints {
+                sqlx::query("DELETE FROM checkpoints")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
             conn.close().await.unwrap();
         }};
     }
@@ -314,6 +321,40 @@ async fn a_history_rewritten_while_the_gateway_was_down_is_caught_offline_and_by
         .unwrap_or_else(|| panic!("{s}"));
     assert!(why.contains("witness"), "{why}");
     assert_eq!(checkpoints(&url).await, 0);
+    served.stop();
+}
+
+/// The same rewrite while the gateway is down, its checkpoints kept: the restarted gateway
+/// checks the chain from its last checkpoint before it signs, and refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_rewritten_while_the_gateway_was_down_is_not_signed_after_a_restart() {
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-restart", SQLITE, "").await;
+    let id = approved_call(&served, "restart-co").await;
+    served.stop();
+    let before = checkpoints(&url).await;
+    assert!(before > 0);
+    rewrite(&url, &id, false).await;
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let mut refused = None;
+    for _ in 0..50 {
+        refused = status(&served)["signing_refused"]
+            .as_str()
+            .map(str::to_string);
+        if refused.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let why = refused.expect("the restarted gateway did not refuse to sign");
+    assert!(why.contains("no longer has the hash"), "{why}");
+    approved_call(&served, "restart-co-2").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(checkpoints(&url).await, before, "a checkpoint was signed");
     served.stop();
 }
 
