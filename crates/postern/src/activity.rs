@@ -82,7 +82,7 @@ async fn open(s: &StoreChoice) -> Result<StoreReader> {
     let url = match &s.store {
         Some(u) => u.clone(),
         // A relative SQLite path is relative to the config file, as `serve` reads it.
-        None => crate::serve::resolve_store_path(
+        None => crate::resolve_store_path(
             &crate::load_config(&s.config)?.gateway.store,
             &crate::config_dir(&s.config),
         ),

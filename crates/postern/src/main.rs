@@ -14,6 +14,7 @@ mod keys;
 mod messages;
 mod operator;
 mod resolve;
+mod sandbox;
 mod secrets;
 mod serve;
 mod status;
@@ -138,7 +139,29 @@ fn demo_upstream(a: &DemoUpstreamArgs) -> anyhow::Result<i32> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // First, while this is the only thread: no other process of this uid (an upstream, say) may
+    // read this one's memory, environment or descriptors through /proc, nor attach to it.
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        messages::error(
+            &anyhow::Error::new(std::io::Error::from(e)).context("making the process non-dumpable"),
+        );
+        return ExitCode::from(2);
+    }
+    let mut raw = std::env::args_os();
+    if raw.nth(1).is_some_and(|verb| verb == sandbox::SUBCOMMAND) {
+        return sandbox::exec(raw.collect());
+    }
     let cli = Cli::parse();
+    // The config's `{ env = … }` secrets leave the environment before any thread or child
+    // exists (the runtime and the upstreams start later).
+    if let Command::Serve(a) = &cli.command {
+        if let Err(e) = secrets::take_from_environment(&a.config) {
+            messages::error(&e);
+            return ExitCode::from(2);
+        }
+    }
     // reqwest (`connect`'s and the demo's client) takes rustls' process-wide provider.
     postern_channels::http::install_default_provider();
     let result = match cli.command {
@@ -176,6 +199,16 @@ pub(crate) fn load_config(path: &Path) -> Result<Config> {
 
 pub(crate) fn config_dir(path: &Path) -> PathBuf {
     path.parent().map(PathBuf::from).unwrap_or_default()
+}
+
+/// A relative SQLite path is relative to the config file.
+pub(crate) fn resolve_store_path(store: &str, dir: &Path) -> String {
+    match store.strip_prefix("sqlite://") {
+        Some(path) if !path.starts_with('/') && !dir.as_os_str().is_empty() => {
+            format!("sqlite://{}", dir.join(path).display())
+        }
+        _ => store.to_string(),
+    }
 }
 
 pub(crate) fn now() -> Timestamp {

@@ -87,21 +87,35 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
 }
 
 /// How to reach each `[upstream.NAME]`: its credential and CA file resolved, a stdio
-/// upstream's `cwd` relative to the config file's directory.
+/// upstream's `cwd` relative to the config file's directory and its sandbox planned (an
+/// upstream that cannot be sandboxed as configured is a start-up error).
 pub fn upstream_specs(
     config: &Config,
     resolved: &Resolved,
     dir: &Path,
 ) -> Result<Vec<UpstreamSpec>> {
     let mut specs = Vec::new();
+    let sandboxes = crate::sandbox::Sandboxes::new(config, dir)?;
     for (name, upstream) in &config.upstreams {
         let transport = match &upstream.transport {
-            UpstreamTransport::Stdio { command, env, cwd } => ChannelTransport::Stdio {
-                program: command[0].clone(),
-                args: command[1..].to_vec(),
-                env: upstream_env(name, env, dir)?,
-                cwd: cwd.as_ref().map(|c| dir.join(c)),
-            },
+            UpstreamTransport::Stdio {
+                command,
+                env,
+                cwd,
+                sandbox,
+            } => {
+                let env = upstream_env(name, env, dir)?;
+                let cwd = cwd.as_ref().map(|c| dir.join(c));
+                let launcher =
+                    sandboxes.launcher(name, sandbox, &command[0], &env, cwd.as_deref(), dir)?;
+                ChannelTransport::Stdio {
+                    program: command[0].clone(),
+                    args: command[1..].to_vec(),
+                    env,
+                    cwd,
+                    launcher,
+                }
+            }
             UpstreamTransport::Http {
                 url,
                 credential,

@@ -19,7 +19,7 @@ use postern_pipeline::vault::VaultSlot;
 use postern_pipeline::{Dialers, Gateway, Registry};
 use postern_vault::VaultFile;
 
-use crate::secrets;
+use crate::{resolve_store_path, secrets};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -353,16 +353,6 @@ fn measuring_switch(var: &str, what: &str) -> Result<bool> {
             Ok(true)
         }
         Ok(other) => bail!("{var}={other:?}: expected 1 or 0"),
-    }
-}
-
-/// A relative SQLite path is relative to the config file.
-pub(crate) fn resolve_store_path(store: &str, dir: &Path) -> String {
-    match store.strip_prefix("sqlite://") {
-        Some(path) if !path.starts_with('/') && !dir.as_os_str().is_empty() => {
-            format!("sqlite://{}", dir.join(path).display())
-        }
-        _ => store.to_string(),
     }
 }
 

@@ -5,14 +5,16 @@
 //! TLS servers on 127.0.0.1. [`sshd`] starts a real OpenSSH server with a
 //! throw-away config and a proxy that cuts connections, for the SSH channel's tests;
 //! [`balancer`] a real HAProxy, [`postgres`] a private PostgreSQL cluster and fresh databases
-//! on the machine's cluster that no run leaves behind, and (feature `browser`) a headless
-//! Chromium over WebDriver.
+//! on the machine's cluster that no run leaves behind, (feature `browser`) a headless
+//! Chromium over WebDriver, and [`unprivileged`]: what the sandbox's user (`nobody`) may run
+//! and write.
 
 pub mod balancer;
 #[cfg(feature = "browser")]
 pub mod browser;
 pub mod postgres;
 pub mod sshd;
+pub mod unprivileged;
 
 use std::io;
 use std::net::SocketAddr;

@@ -42,12 +42,24 @@ pub enum UpstreamTransport {
         /// The upstream's own variables (secrets among them), over the inherited safe base.
         env: BTreeMap<String, Secret>,
         cwd: Option<PathBuf>,
+        /// What the program is started through (the gateway's sandbox); `None`: directly.
+        launcher: Option<Launcher>,
     },
     Http {
         url: String,
         credential: Option<Credential>,
         tls: Option<Arc<TlsProfile>>,
     },
+}
+
+/// A program a stdio upstream's command is started through, as `LAUNCHER ARGS… PROGRAM
+/// PROGRAM_ARGS…`: it confines itself and then executes the program, which inherits that (the
+/// gateway's own binary, `sandbox-exec SPEC --`). What it enforces is not this crate's
+/// business; the child is the program's process all the same (same pid, same pipes).
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    pub program: PathBuf,
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// One tool as the upstream lists it.
@@ -359,8 +371,16 @@ async fn connect(
             args,
             env,
             cwd,
+            launcher,
         } => {
-            let mut command = tokio::process::Command::new(program);
+            let mut command = match launcher {
+                Some(l) => {
+                    let mut command = tokio::process::Command::new(&l.program);
+                    command.args(&l.args).arg(program);
+                    command
+                }
+                None => tokio::process::Command::new(program),
+            };
             command
                 .args(args)
                 .env_clear()

@@ -9,7 +9,9 @@
 //! sends through (a [`Channel`](crate::Channel)).
 //!
 //! A stdio upstream's process gets a safe base of the gateway's environment and its own `env`
-//! table, nothing else (`environment`): the gateway's tokens and secrets never reach it.
+//! table, nothing else (`environment`): the gateway's tokens and secrets never reach it. It is
+//! started through the [`Launcher`] it is given (the binary's sandbox), which this crate runs
+//! without knowing what it enforces.
 //!
 //! Requests that are not side effects (resources, prompts, completions, the log level) pass
 //! through [`Upstream::pass`], sent once and never recorded as executions; the upstream's
@@ -42,7 +44,7 @@ mod tool;
 
 pub use client::{forwarded_capabilities, UpstreamEvent};
 pub use environment::{child_environment, environment_names, INHERITED_ENV};
-pub use link::{LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
+pub use link::{Launcher, LinkState, Upstream, UpstreamSpec, UpstreamTool, UpstreamTransport};
 pub use passage::PassError;
 pub use progress::{handed_on, CountedProgress, OnProgressRead};
 pub use session_guard::not_taken;

@@ -22,8 +22,8 @@ pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ClientCertificate, ListenerTls};
 pub use upstream::{
-    ExposeAll, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW, DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_STARTUP_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT,
+    ExposeAll, Sandbox, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT,
 };
 
 use crate::contract::{Approval, ToolContract};

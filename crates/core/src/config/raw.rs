@@ -114,6 +114,16 @@ pub(super) struct RawUpstream {
     pub read_only: Option<Vec<String>>,
     pub match_window: Option<String>,
     pub approval: Option<String>,
+    /// `"off"` or a [`RawSandbox`] table: read by `upstream::sandbox`, which names the key.
+    pub sandbox: Option<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSandbox {
+    pub read: Option<Vec<String>>,
+    pub write: Option<Vec<String>>,
+    pub user: Option<String>,
 }
 
 #[derive(Deserialize)]

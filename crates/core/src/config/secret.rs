@@ -100,3 +100,60 @@ impl<'de> serde::Deserialize<'de> for EnvValue {
         d.deserialize_any(EnvVisitor)
     }
 }
+
+impl super::Config {
+    /// Every secret reference of the configuration, with what it is for: the gateway takes the
+    /// variables they name out of its environment at start-up, and keeps the files they name
+    /// out of every upstream's sandbox.
+    pub fn secret_refs(&self) -> Vec<(String, &SecretRef)> {
+        let g = &self.gateway;
+        let mut refs = vec![("the fingerprint key".to_string(), &g.fingerprint_key)];
+        refs.extend(g.signing_key.iter().map(|r| ("the signing key".into(), r)));
+        refs.extend(
+            g.vault_passphrase
+                .iter()
+                .map(|r| ("the vault's passphrase".into(), r)),
+        );
+        for a in &self.actors {
+            refs.extend(
+                a.token
+                    .iter()
+                    .map(|r| (format!("the token of actor {}", a.name), r)),
+            );
+        }
+        for o in &self.operators {
+            refs.push((format!("the token of operator {}", o.name), &o.token));
+        }
+        for (name, c) in &self.credentials {
+            refs.extend(
+                c.secret
+                    .iter()
+                    .map(|r| (format!("the secret of credential {name}"), r)),
+            );
+            refs.extend(
+                c.client_certificate
+                    .iter()
+                    .map(|cert| (format!("the client key of credential {name}"), &cert.key)),
+            );
+        }
+        for w in &self.console.webhooks {
+            refs.push((
+                format!("the secret of approver.webhook {}", w.url),
+                &w.secret,
+            ));
+        }
+        for (header, r) in &self.telemetry.otlp_headers {
+            refs.push((format!("telemetry.otlp_headers.{header}"), r));
+        }
+        for (name, u) in &self.upstreams {
+            if let super::UpstreamTransport::Stdio { env, .. } = &u.transport {
+                for (var, value) in env {
+                    if let EnvValue::Secret(r) = value {
+                        refs.push((format!("upstream.{name}.env.{var}"), r));
+                    }
+                }
+            }
+        }
+        refs
+    }
+}

@@ -14,6 +14,10 @@ use crate::contract::{
 };
 use crate::duration::parse_duration;
 
+mod sandbox;
+
+pub use sandbox::Sandbox;
+
 /// An upstream MCP server.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Upstream {
@@ -109,11 +113,13 @@ pub const DEFAULT_EXPOSE_WINDOW: Duration = Duration::from_secs(600);
 pub enum UpstreamTransport {
     /// A child process speaking MCP on stdin/stdout, started with the gateway and restarted
     /// when it dies. `cwd` is relative to the config file. Its environment is a safe base
-    /// (`postern_channels::mcp::INHERITED_ENV`) and `env`, nothing else of the gateway's.
+    /// (`postern_channels::mcp::INHERITED_ENV`) and `env`, nothing else of the gateway's; what
+    /// it may reach, `sandbox`.
     Stdio {
         command: Vec<String>,
         env: BTreeMap<String, EnvValue>,
         cwd: Option<String>,
+        sandbox: Sandbox,
     },
     /// A Streamable HTTP endpoint. `credential` names a bearer or header credential;
     /// `ca_file` (relative to the config file) replaces the webpki roots for `https://`.
@@ -193,17 +199,23 @@ pub(super) fn parse_upstream(
             for (var, value) in &env {
                 check_env(var, value).map_err(|m| field(&format!("env.{var}"), m))?;
             }
+            let sandbox = sandbox::parse(u.sandbox).map_err(|(key, m)| field(&key, m))?;
             UpstreamTransport::Stdio {
                 command,
                 env,
                 cwd: u.cwd,
+                sandbox,
             }
         }
         (None, Some(url)) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(field("url", format!("{url:?} must start with http:// or https://")));
             }
-            for (key, what) in [(u.env.is_some(), "env"), (u.cwd.is_some(), "cwd")] {
+            for (key, what) in [
+                (u.env.is_some(), "env"),
+                (u.cwd.is_some(), "cwd"),
+                (u.sandbox.is_some(), "sandbox"),
+            ] {
                 if key {
                     return Err(field(what, "only a stdio upstream (command = […]) has one".into()));
                 }

@@ -420,3 +420,57 @@ fn incomplete_or_misplaced_tls_fields_are_refused() {
     let err = tool("url = \"https://127.0.0.1:9/x\", ca_file = \"\"");
     assert!(err.contains("http.ca_file: is empty"), "{err}");
 }
+
+/// A stdio upstream's `sandbox`: left out it is sandboxed with nothing more; a table names
+/// what else it reads and writes and its user; `"off"` opts out. Anything else is refused,
+/// naming the key; an HTTP upstream has none.
+#[test]
+fn an_upstream_sandbox_is_on_by_default_a_table_or_off() {
+    use postern_core::config::Sandbox;
+    let sandbox = |body: &str| {
+        let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\n{body}");
+        let c = Config::parse(&text, "t.toml").unwrap();
+        let UpstreamTransport::Stdio { sandbox, .. } = &c.upstreams["u"].transport else {
+            panic!("stdio expected")
+        };
+        sandbox.clone()
+    };
+    assert_eq!(sandbox(""), Sandbox::default());
+    assert_eq!(sandbox("sandbox = \"off\"\n"), Sandbox::Off);
+    assert_eq!(
+        sandbox("[upstream.u.sandbox]\nread = [\"/srv/r\"]\nwrite = [\"data\"]\nuser = \"mcp\"\n"),
+        Sandbox::On {
+            read: vec!["/srv/r".into()],
+            write: vec!["data".into()],
+            user: Some("mcp".into()),
+        }
+    );
+    for (body, wanted) in [
+        (
+            "sandbox = \"on\"\n",
+            "upstream.u.sandbox: \"on\" is not \"off\"",
+        ),
+        ("sandbox = true\n", "upstream.u.sandbox: is a boolean where"),
+        (
+            "sandbox = { reed = [\"/x\"] }\n",
+            "upstream.u.sandbox: unknown field `reed`",
+        ),
+        (
+            "sandbox = { write = [\"\"] }\n",
+            "upstream.u.sandbox.write: \"\" is not a path",
+        ),
+        (
+            "sandbox = { user = \"\" }\n",
+            "upstream.u.sandbox.user: names a user",
+        ),
+    ] {
+        let text = format!("{GATEWAY}[upstream.u]\ncommand = [\"u\"]\n{body}");
+        let err = parse_err(&text).to_string();
+        assert!(err.contains(wanted), "{body}: {err}");
+    }
+    let http =
+        format!("{GATEWAY}[upstream.u]\nurl = \"http://127.0.0.1:1/mcp\"\nsandbox = \"off\"\n");
+    assert!(parse_err(&http)
+        .to_string()
+        .contains("upstream.u.sandbox: only a stdio upstream"));
+}

@@ -179,7 +179,7 @@ fn write_files(dir: &Path, target: &str, tls_target: &str) -> Result<String> {
         &dir.join(approval::OPERATOR_TOKEN_FILE),
         &format!("demo-operator-{}", hex::encode(random_32()?)),
     )?;
-    let upstream = upstream::config(&dir.join("upstream-journal.jsonl"))?;
+    let upstream = upstream::config(dir)?;
     std::fs::write(
         dir.join("postern.toml"),
         config(target, tls_target, &upstream),
@@ -267,7 +267,7 @@ async fn demo() -> Result<i32> {
     };
     https::scene(9, &tls, &stage.tls_target_url).await?;
     approval::scene(10, &d, &stage.gateway).await?;
-    let journal = stage.dir.join("upstream-journal.jsonl");
+    let journal = upstream::journal(&stage.dir);
     upstream::scene(11, &d, &journal, &stage.mcp_url, &stage.token).await?;
     // The demo's gateway stops here: its runs end in the Sessions log as a stopped gateway's.
     stage.gateway.end_open_runs().await;

@@ -3,7 +3,7 @@
 //! connection drops while the upstream works; the upstream applied the call once (its journal
 //! shows the execution id it was sent in `_meta`), and the retry is answered from the record.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,13 +13,39 @@ use serde_json::json;
 
 use super::{heading, line, Demo};
 
-/// The upstream and the tool of the scene, for the demo's config.
-pub(super) fn config(journal: &Path) -> Result<String> {
-    let exe = std::env::current_exe()?;
+/// The upstream's own directory, within the demo's (the gateway's config directory, which its
+/// sandbox never opens but for this, granted by name): its journal, and, when the gateway runs
+/// as root (its upstreams then run as `nobody`), a link to this binary that `nobody` may
+/// execute wherever the binary was built or installed.
+const UPSTREAM_DIR: &str = "upstream";
+
+/// Where the demo upstream journals the calls it applied.
+pub(super) fn journal(dir: &Path) -> PathBuf {
+    dir.join(UPSTREAM_DIR).join("journal.jsonl")
+}
+
+/// The upstream and the tool of the scene, for the demo's config (its directory made in
+/// `dir`).
+pub(super) fn config(dir: &Path) -> Result<String> {
+    let own = dir.join(UPSTREAM_DIR);
+    std::fs::create_dir_all(&own)?;
+    let mut exe = std::env::current_exe()?;
+    if rustix::process::geteuid().is_root() {
+        let link = own.join("postern");
+        if std::fs::hard_link(&exe, &link).is_err() {
+            std::fs::copy(&exe, &link)?;
+        }
+        exe = link;
+        // `nobody` (the sandbox's user) writes the journal; the demo reads it as root.
+        let nobody = postern_sandbox::User::lookup("nobody")?;
+        std::os::unix::fs::chown(&own, Some(nobody.uid), Some(nobody.gid))?;
+    }
     Ok(format!(
         r#"
 [upstream.books]
 command = [{:?}, "demo-upstream", "--journal", {:?}]
+# Sandboxed like every stdio upstream: it may write its own directory, nothing else of ours.
+sandbox = {{ write = [{UPSTREAM_DIR:?}] }}
 
 [[tool]]
 name = "book_invoice"
@@ -28,7 +54,7 @@ match_window = "10m"
 mcp = {{ server = "books", tool = "create_invoice" }}
 "#,
         exe.display().to_string(),
-        journal.display().to_string()
+        journal(dir).display().to_string()
     ))
 }
 

@@ -534,6 +534,8 @@ struct Parts {
     transport: String,
     /// `[upstream.NAME.env]`, after it.
     env: String,
+    /// `[upstream.NAME.sandbox]` (or how to write one), last.
+    sandbox: String,
 }
 
 /// One server's tables: its credential (an HTTP server with a header), then the upstream.
@@ -558,6 +560,7 @@ fn upstream_toml(
         credential,
         transport,
         env,
+        sandbox,
     } = match &server.transport {
         Transport::Stdio { command, env, cwd } => stdio_parts(name, command, env, cwd, &mut export),
         Transport::Http { url, header } => http_parts(name, url, header.as_ref(), &mut export),
@@ -578,7 +581,7 @@ prefix = {prefix_q}
 #   mcp = {{ server = "{name}", tool = "<tool>" }}
 read_only = {SUGGESTED_READS}
 default_class = "irreversible"
-{env}"#,
+{env}{sandbox}"#,
         prefix_q = quote(prefix),
     )
 }
@@ -615,6 +618,7 @@ fn stdio_parts(
         let var = export(key, format!("env {}", one_line(key)), value);
         let _ = writeln!(p.env, "{} = {{ env = {} }}", toml_key(key), quote(&var));
     }
+    p.sandbox = sandbox::sandbox_toml(name, command, env, cwd.as_deref());
     p
 }
 
@@ -740,5 +744,6 @@ fn one_line(s: &str) -> String {
         .collect()
 }
 
+mod sandbox;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub const INSTALL: &str = "install the interop clients: bash tests/interop/install.sh";
 
+/// Where `tests/interop/install.sh` puts Node.js and the npm packages: world-readable and under
+/// `/opt`, which every sandboxed upstream may read, so the reference servers run as stdio
+/// upstreams under the default sandbox (as `nobody` when the tests run as root).
+pub const INTEROP_DIR: &str = "/opt/postern-interop";
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -31,7 +36,7 @@ pub async fn output(mut command: Command) -> Output {
 }
 
 /// Node.js 22 and the npm packages pinned in `tests/interop/package.json`, installed under
-/// `$POSTERN_INTEROP_DIR` (default `$HOME/.cache/postern-interop`).
+/// `$POSTERN_INTEROP_DIR` (default [`INTEROP_DIR`]).
 pub struct NodeClients {
     dir: PathBuf,
     node: PathBuf,
@@ -40,11 +45,8 @@ pub struct NodeClients {
 impl NodeClients {
     /// Checks every pinned package is installed at its pinned version; panics otherwise.
     pub fn require() -> NodeClients {
-        let dir = match std::env::var_os("POSTERN_INTEROP_DIR") {
-            Some(d) => PathBuf::from(d),
-            None => PathBuf::from(std::env::var_os("HOME").expect("HOME is not set"))
-                .join(".cache/postern-interop"),
-        };
+        let dir = std::env::var_os("POSTERN_INTEROP_DIR")
+            .map_or_else(|| PathBuf::from(INTEROP_DIR), PathBuf::from);
         let manifest = repo_root().join("tests/interop/package.json");
         let pins: Value =
             serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();

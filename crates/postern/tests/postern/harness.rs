@@ -125,7 +125,13 @@ pub fn write_private(path: &Path, text: &str) {
 
 /// `postern serve` on the config in `dir` must exit 2 (an error) without serving; its stderr.
 pub fn serve_refuses(dir: &Path) -> String {
+    serve_refuses_with_env(dir, &[])
+}
+
+/// As [`serve_refuses`], with these variables added to the gateway's environment.
+pub fn serve_refuses_with_env(dir: &Path, env: &[(&str, &str)]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .envs(env.iter().copied())
         .args(["serve", "-c", dir.join("postern.toml").to_str().unwrap()])
         .args(["--listen", "127.0.0.1:0"])
         .stdout(Stdio::null())
@@ -198,8 +204,15 @@ impl Served {
 
     /// As [`Served::spawn`], with these variables added to the gateway's environment.
     pub fn spawn_with_env(dir: &Path, listen: &str, env: &[(&str, &str)]) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-            .envs(env.iter().copied())
+        let mut command = Command::new(env!("CARGO_BIN_EXE_postern"));
+        command.envs(env.iter().copied());
+        Served::spawn_command(dir, listen, command)
+    }
+
+    /// As [`Served::spawn`], run by `command` (a binary, user and environment of the test's
+    /// own) with `serve`'s arguments added.
+    pub fn spawn_command(dir: &Path, listen: &str, mut command: Command) -> Served {
+        let mut child = command
             .args([
                 "serve",
                 "-c",

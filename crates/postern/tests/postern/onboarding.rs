@@ -4,7 +4,8 @@
 //! under a name that is not a valid upstream name — and writes a gateway config that holds none
 //! of the file's values, printing the variables to set (values masked) and the host's one
 //! change. `postern serve` starts on that config with those variables, and one tool of each
-//! server answers through the HTTP front: the variables reached the servers.
+//! server answers through the HTTP front: the variables reached the servers, and each ran under
+//! the default sandbox (server-memory writing the directory init allowed it).
 
 use std::path::Path;
 use std::process::Command;
@@ -14,6 +15,8 @@ use postern_core::config::Config;
 use postern_core::ActionClass;
 use postern_demo::upstream::Journal;
 use serde_json::{json, Value};
+
+use postern_testkit::unprivileged::{give_to_nobody, reachable};
 
 use crate::foreign::NodeClients;
 use crate::harness::{sse_message, Dir, Mcp, Served};
@@ -30,9 +33,15 @@ async fn init_from_mcp_json_puts_postern_in_front_of_a_hosts_servers() {
             .join("dist/index.js")
     };
     let dir = Dir::new("onboard");
-    let memory_file = dir.0.join("knowledge-graph.jsonl");
+    // server-memory's file in a directory of its own (init allows it that directory), its
+    // user's when the tests run as root (its upstream then runs as nobody).
+    let memory_dir = dir.0.join("memory");
+    std::fs::create_dir_all(&memory_dir).unwrap();
+    give_to_nobody(&memory_dir);
+    let memory_file = memory_dir.join("knowledge-graph.jsonl");
     let memory_file = memory_file.to_str().unwrap();
-    let journal = dir.0.join("journal.jsonl");
+    let journal = crate::upstream::upstream_journal(&dir.0);
+    let postern = reachable(Path::new(env!("CARGO_BIN_EXE_postern")));
     let host = json!({"mcpServers": {
         "everything": {
             "command": node.node_binary(),
@@ -45,7 +54,7 @@ async fn init_from_mcp_json_puts_postern_in_front_of_a_hosts_servers() {
             "env": {"MEMORY_FILE_PATH": memory_file},
         },
         "demo books": {
-            "command": env!("CARGO_BIN_EXE_postern"),
+            "command": postern,
             "args": ["demo-upstream", "--journal", journal],
         },
     }});
@@ -59,6 +68,14 @@ async fn init_from_mcp_json_puts_postern_in_front_of_a_hosts_servers() {
         ("POSTERN_UP_MEMORY_MEMORY_FILE_PATH", memory_file),
     ];
     init_from(&file, &gateway, &vars);
+    // init cannot know where the demo upstream writes (its --journal): the operator says so.
+    let config = gateway.join("postern.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[upstream.demo_books.sandbox]\nwrite = [{:?}]\n",
+        journal.parent().unwrap()
+    ));
+    std::fs::write(&config, text).unwrap();
 
     let served = Served::spawn_with_env(&gateway, "127.0.0.1:0", &vars);
     let mcp = Mcp::connect(&served.url, AGENT_TOKEN).await;

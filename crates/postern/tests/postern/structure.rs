@@ -65,6 +65,7 @@ fn every_crate_depends_only_on_what_its_job_needs() {
         "postern-front",
         "postern-console",
         "postern-demo",
+        "postern-sandbox",
     ];
     // The graph was read (a parse that found nothing would pass every rule below).
     assert!(deps("postern-front").contains("rmcp") && deps("postern-ledger").contains("sqlx"));
@@ -147,12 +148,29 @@ fn every_crate_depends_only_on_what_its_job_needs() {
         "postern-front",
         "the front is above the pipeline",
     );
+    // The sandbox is planned and applied by the binary (its launcher is the binary): the
+    // channels run a launcher they are given and know nothing of what it enforces.
+    for krate in libraries.iter().filter(|k| **k != "postern-sandbox") {
+        forbid(
+            krate,
+            "postern-sandbox",
+            "only the binary plans and applies the sandbox",
+        );
+    }
     for dep in deps("postern-demo")
         .iter()
         .filter(|d| d.starts_with("postern-"))
     {
         broken.push(format!(
             "postern-demo depends on {dep}: it stands for the world outside the gateway"
+        ));
+    }
+    for dep in deps("postern-sandbox")
+        .iter()
+        .filter(|d| d.starts_with("postern-"))
+    {
+        broken.push(format!(
+            "postern-sandbox depends on {dep}: it knows paths and rules, no configuration"
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use postern_demo::upstream::Journal;
+use postern_testkit::unprivileged::{give_to_nobody, reachable};
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, execution_id, Dir, Mcp, Served, BILLING_TOKEN};
@@ -65,12 +66,27 @@ match_window = "10m"
 mcp = { server = "books", tool = "create_invoice", timeout = "1500ms" }
 "#;
 
+/// The demo upstream as a stdio `[upstream.books]` journalling to `journal` (made by
+/// [`upstream_journal`]): sandboxed as every stdio upstream, it may write the journal's
+/// directory and nothing else of the test's; its program is the binary where the sandbox's user
+/// (`nobody`, when the tests run as root) may execute it.
 pub(crate) fn stdio_upstream(journal: &Path) -> String {
     format!(
-        "[upstream.books]\ncommand = [{:?}, \"demo-upstream\", \"--journal\", {:?}]\ntimeout = \"10s\"\n",
-        env!("CARGO_BIN_EXE_postern"),
-        journal.to_str().unwrap()
+        "[upstream.books]\ncommand = [{:?}, \"demo-upstream\", \"--journal\", {:?}]\ntimeout = \"10s\"\nsandbox = {{ write = [{:?}] }}\n",
+        reachable(Path::new(env!("CARGO_BIN_EXE_postern"))),
+        journal.to_str().unwrap(),
+        journal.parent().unwrap(),
     )
+}
+
+/// The demo upstream's journal under `dir`, in a directory of its own (`dir/upstream`): a
+/// sandboxed upstream is granted that directory by name, never the gateway's config directory
+/// it may lie in; the sandbox's user owns it (when the tests run as root).
+pub(crate) fn upstream_journal(dir: &Path) -> PathBuf {
+    let own = dir.join("upstream");
+    std::fs::create_dir_all(&own).unwrap();
+    give_to_nobody(&own);
+    own.join("journal.jsonl")
 }
 
 struct Setup {
@@ -81,7 +97,7 @@ struct Setup {
 
 async fn setup(tag: &str) -> Setup {
     let dir = Dir::new(tag);
-    let journal = dir.0.join("journal.jsonl");
+    let journal = upstream_journal(&dir.0);
     let config = format!("{HEADER}\n{}\n{TOOLS}", stdio_upstream(&journal));
     let served = Served::start(&dir.0, &config);
     wait_listed(&served.url).await;
@@ -427,7 +443,7 @@ async fn upstream_tools_are_called_over_streamable_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_upstream_tool_is_withheld_until_accepted() {
     let dir = Dir::new("up-pin");
-    let journal = dir.0.join("journal.jsonl");
+    let journal = upstream_journal(&dir.0);
     let config = |description: &str| {
         format!(
             "{HEADER}\n[[operator]]\nname = \"alice\"\ntoken = {{ file = \"alice.token\" }}\n\n{}env = {{ DEMO_UPSTREAM_DESCRIPTION = {description:?} }}\n\n{TOOLS}",
@@ -574,7 +590,7 @@ async fn the_python_sdk_calls_rust_and_python_upstreams_through_postern() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     })
     .await;
-    let rust_journal = dir.0.join("rust-journal.jsonl");
+    let rust_journal = upstream_journal(&dir.0.join("rust"));
     for (tag, upstream, journal) in [
         ("rust-stdio", stdio_upstream(&rust_journal), &rust_journal),
         (
@@ -710,7 +726,7 @@ async fn an_oversized_upstream_answer_is_capped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reads_answer_over_the_cap_reaches_the_caller_whole() {
     let dir = Dir::new("up-big-read");
-    let journal = dir.0.join("journal.jsonl");
+    let journal = upstream_journal(&dir.0);
     let config = format!(
         "{}\n{}max_response_bytes = 65536\n\n[[tool]]\nname = \"big_read\"\nclass = \"read_only\"\nmcp = {{ server = \"books\", tool = \"create_invoice\", max_response_bytes = 100000 }}\n\n[[tool]]\nname = \"big_write\"\nclass = \"irreversible\"\nmatch_window = \"10m\"\nmcp = {{ server = \"books\", tool = \"create_invoice\" }}\n",
         GATEWAY.to_string() + "tools = [\"big_read\", \"big_write\"]\n",

@@ -7,7 +7,9 @@ use postern_demo::upstream::Journal;
 use serde_json::{json, Value};
 
 use crate::harness::{eventually, execution, Dir, Mcp, Served, BILLING_TOKEN};
-use crate::upstream::{calls_for, list, stdio_upstream, wait_available, wait_listed, GATEWAY};
+use crate::upstream::{
+    calls_for, list, stdio_upstream, upstream_journal, wait_available, wait_listed, GATEWAY,
+};
 
 /// `expose = "all"`: every tool the upstream lists is served as `books_<name>` under the
 /// default contract (irreversible, here approved by an operator on every call), except one a
@@ -17,7 +19,7 @@ use crate::upstream::{calls_for, list, stdio_upstream, wait_available, wait_list
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_exposed_whole_serves_its_other_tools_under_the_default_contract() {
     let dir = Dir::new("up-all");
-    let journal = dir.0.join("journal.jsonl");
+    let journal = upstream_journal(&dir.0);
     let config = format!(
         r#"{GATEWAY}tools = ["invoice", "books_*"]
 
@@ -168,16 +170,16 @@ http = {{ method = "GET", url = "http://127.0.0.1:9/status" }}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_from_an_upstream_is_unknown_and_a_non_object_schema_is_refused() {
     let dir = Dir::new("up-garbage");
-    let journal = dir.0.join("journal.jsonl");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/interop/bad_upstream.py"
-    );
+    let journal = upstream_journal(&dir.0);
+    let script = crate::foreign::repo_root().join("tests/interop/bad_upstream.py");
+    let (interop, own) = (script.parent().unwrap(), journal.parent().unwrap());
+    // The system's python3 (standard library only), which the sandbox's user may run.
     let config = format!(
         r#"{GATEWAY}
 [upstream.bad]
-command = ["python3", {script:?}, {journal:?}]
+command = ["/usr/bin/python3", {script:?}, {journal:?}]
 timeout = "1500ms"
+sandbox = {{ read = [{interop:?}], write = [{own:?}] }}
 
 [[tool]]
 name = "echo"
@@ -228,7 +230,7 @@ mcp = {{ server = "bad", tool = "garbage" }}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_patterns_serve_matching_tools_as_reads() {
     let dir = Dir::new("up-reads");
-    let journal = dir.0.join("journal.jsonl");
+    let journal = upstream_journal(&dir.0);
     let config = format!(
         r#"{GATEWAY}tools = ["books_*"]
 

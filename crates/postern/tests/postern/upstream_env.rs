@@ -12,7 +12,7 @@ use crate::harness::{operator, Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN};
 use crate::upstream::wait_available;
 
 /// Gateway secrets passed by environment, as an operator would.
-const GATEWAY_SECRETS: [(&str, &str); 4] = [
+pub(crate) const GATEWAY_SECRETS: [(&str, &str); 4] = [
     ("ALICE_OPERATOR_TOKEN", ALICE_TOKEN),
     ("BILLING_AGENT_TOKEN", BILLING_TOKEN),
     ("BANK_TOKEN", "bank-credential-secret-7c1d9e"),
@@ -29,30 +29,14 @@ async fn a_stdio_upstream_receives_only_the_safe_base_and_its_own_env() {
         .join("dist/index.js");
     let dir = Dir::new("up-env");
     let config = format!(
-        r#"[gateway]
-store = "sqlite://ledger.db"
-fingerprint_key = {{ file = "fp.key" }}
-signing_key = {{ file = "signing.key" }}
-
-[[actor]]
-name = "billing"
-token = {{ env = "BILLING_AGENT_TOKEN" }}
-tools = ["ev_*"]
-
-[[operator]]
-name = "alice"
-token = {{ env = "ALICE_OPERATOR_TOKEN" }}
-
-[credential.bank]
-kind = "bearer"
-secret = {{ env = "BANK_TOKEN" }}
-
+        r#"{gateway}
 [upstream.ev]
 command = [{node:?}, {server:?}, "stdio"]
 env = {{ EVERYTHING_MODE = "through-postern", {key} = {{ env = "{key}" }} }}
 expose = "all"
 default_class = "read_only"
 "#,
+        gateway = env_gateway("ev_*"),
         node = node.node_binary().to_str().unwrap(),
         server = server.to_str().unwrap(),
         key = UPSTREAM_KEY.0,
@@ -93,4 +77,29 @@ default_class = "read_only"
         assert!(!line.contains(name), "{name} is named: {line}");
     }
     served.stop();
+}
+
+/// A gateway whose actor's and operator's tokens and credential's secret are read from the
+/// environment ([`GATEWAY_SECRETS`]), its actor `billing` allowed `tools`.
+pub(crate) fn env_gateway(tools: &str) -> String {
+    format!(
+        r#"[gateway]
+store = "sqlite://ledger.db"
+fingerprint_key = {{ file = "fp.key" }}
+signing_key = {{ file = "signing.key" }}
+
+[[actor]]
+name = "billing"
+token = {{ env = "BILLING_AGENT_TOKEN" }}
+tools = [{tools:?}]
+
+[[operator]]
+name = "alice"
+token = {{ env = "ALICE_OPERATOR_TOKEN" }}
+
+[credential.bank]
+kind = "bearer"
+secret = {{ env = "BANK_TOKEN" }}
+"#
+    )
 }

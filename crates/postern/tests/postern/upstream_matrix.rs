@@ -5,8 +5,10 @@
 //! taken off: its execution block, the `ev_` prefix). Two rows differ by design and must differ
 //! exactly so: `roots` (an upstream asking outside a call gets no roots) and `list_changed`
 //! (through Postern the list is whole before the client is served). docs/interop.md keeps the
-//! table.
+//! table. Both servers run under the default sandbox (server-filesystem with its directory in
+//! `sandbox.write`).
 
+use postern_testkit::unprivileged::give_to_nobody;
 use serde_json::Value;
 
 use crate::foreign::{output, repo_root, NodeClients};
@@ -111,6 +113,9 @@ async fn server_filesystem_large_reads_and_errors_are_what_it_says_directly() {
         .package("@modelcontextprotocol/server-filesystem")
         .join("dist/index.js");
     let files = Dir::new("matrix-fs-files");
+    // The directory it serves is the one its sandbox may write (and its user's, when the tests
+    // run as root).
+    give_to_nobody(&files.0);
     let config = format!(
         r#"{GATEWAY}tools = ["fs_*"]
 
@@ -118,6 +123,7 @@ async fn server_filesystem_large_reads_and_errors_are_what_it_says_directly() {
 command = [{node:?}, {filesystem:?}, {files:?}]
 expose = "all"
 read_only = ["read_*", "list_*", "get_*", "search_*", "directory_tree"]
+sandbox = {{ write = [{files:?}] }}
 "#,
         node = node.node_binary().to_str().unwrap(),
         filesystem = filesystem.to_str().unwrap(),

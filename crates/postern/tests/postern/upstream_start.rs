@@ -4,6 +4,8 @@
 //! `initialize`: every upstream's tools are there, none unavailable, because `serve` waits for
 //! each upstream's first connection (up to its `startup_timeout`) before it answers.
 
+use postern_testkit::unprivileged::give_to_nobody;
+
 use crate::foreign::{output, repo_root, NodeClients};
 use crate::harness::{prepare, Dir};
 use crate::interop::{python3, require_sdk};
@@ -18,7 +20,11 @@ async fn a_host_that_lists_tools_once_at_start_sees_every_upstreams_tools() {
             .join("dist/index.js")
     };
     let dir = Dir::new("up-start");
-    let journal = dir.0.join("journal.jsonl");
+    let journal = crate::upstream::upstream_journal(&dir.0);
+    // server-memory's file, in a directory of its own that its sandbox may write.
+    let memory_dir = dir.0.join("memory");
+    std::fs::create_dir_all(&memory_dir).unwrap();
+    give_to_nobody(&memory_dir);
     let config = format!(
         r#"{GATEWAY}tools = ["ev_*", "mem_*", "create_invoice"]
 
@@ -31,10 +37,9 @@ default_class = "read_only"
 command = [{node:?}, {memory:?}]
 env = {{ MEMORY_FILE_PATH = {memory_file:?} }}
 expose = "all"
+sandbox = {{ write = [{memory_dir:?}] }}
 
-[upstream.books]
-command = [{postern:?}, "demo-upstream", "--journal", {journal:?}]
-
+{books}
 [[tool]]
 name = "create_invoice"
 class = "irreversible"
@@ -44,9 +49,8 @@ mcp = {{ server = "books", tool = "create_invoice" }}
         node = node.node_binary().to_str().unwrap(),
         everything = package("server-everything").to_str().unwrap(),
         memory = package("server-memory").to_str().unwrap(),
-        memory_file = dir.0.join("memory.jsonl").to_str().unwrap(),
-        postern = env!("CARGO_BIN_EXE_postern"),
-        journal = journal.to_str().unwrap(),
+        memory_file = memory_dir.join("memory.jsonl").to_str().unwrap(),
+        books = crate::upstream::stdio_upstream(&journal),
     );
     prepare(&dir.0, &config);
     let script = repo_root().join("tests/interop/python_host_start.py");
@@ -175,10 +179,13 @@ async fn an_upstream_error_is_told_as_what_it_is() {
         let dir = Dir::new(&format!("up-iserror-{verdict}"));
         let allowed = dir.0.join("allowed");
         std::fs::create_dir_all(&allowed).unwrap();
+        give_to_nobody(&allowed);
+        // The directory it serves is the one its sandbox may write.
         let config = format!(
-            "{GATEWAY}tools = [\"fs_*\"]\n\n[upstream.fs]\ncommand = [{:?}, {:?}, {:?}]\nexpose = \"all\"\non_tool_error = \"{verdict}\"\n",
+            "{GATEWAY}tools = [\"fs_*\"]\n\n[upstream.fs]\ncommand = [{:?}, {:?}, {:?}]\nexpose = \"all\"\non_tool_error = \"{verdict}\"\nsandbox = {{ write = [{:?}] }}\n",
             node.node_binary().to_str().unwrap(),
             fs.to_str().unwrap(),
+            allowed.to_str().unwrap(),
             allowed.to_str().unwrap()
         );
         let served = Served::start(&dir.0, &config);

@@ -110,3 +110,43 @@ fn bad_input_is_refused_clearly() {
     let e = error(r#"{"mcpServers": {"s": {"command": "x", "env": {"K": 1}}}}"#);
     assert!(e.contains("env.K is not a string"), "{e}");
 }
+
+#[test]
+fn known_servers_get_the_directories_they_write_in_their_sandbox() {
+    use postern_core::config::{Sandbox, UpstreamTransport};
+    let o = make(json!({"mcpServers": {
+        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv/a", "/srv/b"]},
+        "memory": {"command": "/usr/bin/node", "args": ["/opt/mcp/node_modules/@modelcontextprotocol/server-memory/dist/index.js"],
+                   "env": {"MEMORY_FILE_PATH": "/var/lib/memory/graph.jsonl"}},
+        "memory_default": {"command": "node", "args": ["/opt/mcp/node_modules/@modelcontextprotocol/server-memory/dist/index.js"]},
+        "other": {"command": "other-server"},
+    }}))
+    .unwrap();
+    let config = Config::parse(o.config(), "postern.toml").unwrap();
+    let writes = |name: &str| match &config.upstreams[name].transport {
+        UpstreamTransport::Stdio {
+            sandbox: Sandbox::On { write, read, user },
+            ..
+        } => {
+            assert!(read.is_empty() && user.is_none(), "{name}");
+            write.clone()
+        }
+        other => panic!("{name}: {other:?}"),
+    };
+    let mut files = vec!["/srv/a".to_string(), "/srv/b".to_string()];
+    if let Some(home) = std::env::var_os("HOME") {
+        files.insert(0, Path::new(&home).join(".npm").display().to_string());
+    }
+    assert_eq!(writes("files"), files);
+    assert_eq!(writes("memory"), ["/var/lib/memory"]);
+    assert_eq!(
+        writes("memory_default"),
+        ["/opt/mcp/node_modules/@modelcontextprotocol/server-memory/dist"]
+    );
+    assert!(writes("other").is_empty());
+    assert!(
+        o.config().contains("#   [upstream.other.sandbox]"),
+        "{}",
+        o.config()
+    );
+}
