@@ -259,7 +259,7 @@ fn write_signing(f: &mut fmt::Formatter<'_>, at: &str, reason: &BreakReason) -> 
     match reason {
         UnsignedHistory { events, oldest_at } => write!(
             f,
-            "unsigned history{at}: {events} event(s), the oldest written at {}, are older than a checkpoint must follow them and no signature covers them (checkpoints deleted, or events written without the gateway)",
+            "unsigned history{at}: {events} event(s), the oldest written at {}, are older than a checkpoint must follow them and no signature covers them (checkpoints deleted, events written without the gateway, or a gateway without a signing_key)",
             postern_core::Timestamp(*oldest_at)
         ),
         CheckpointChainBroken { named, found } => write!(

@@ -309,9 +309,14 @@ impl StoreReader {
 
     /// Every execution row, for [`postern_audit::RowCheck`].
     async fn check_rows(&self, check: &mut postern_audit::RowCheck) -> Result<(), LedgerError> {
-        // Intent slots before the rows (as the SQLite scan reads them): see `scan::read_intents`.
+        // Intent slots and rows in one snapshot (as the SQLite scan reads them), so a slot
+        // removed with its row by retention meanwhile is not taken for a slot without a row.
+        let mut snapshot = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *snapshot)
+            .await?;
         let slots = sqlx::query("SELECT execution_id, actor, fingerprint FROM intents")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *snapshot)
             .await?;
         for row in &slots {
             check.intent(
@@ -323,8 +328,9 @@ impl StoreReader {
         let found = sqlx::query(
             "SELECT id, state, n, dispatches, record, fingerprint, actor, tool FROM executions",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *snapshot)
         .await?;
+        snapshot.commit().await?;
         for row in &found {
             let id = rows::get_str(row, "id")?;
             let Ok(id) = id.parse() else {

@@ -25,6 +25,7 @@ use crate::recall::Recall;
 use crate::rows;
 
 mod accept;
+mod chain_check;
 mod claims;
 mod commit;
 mod fence;
@@ -342,25 +343,32 @@ impl<C: WriteConn> Writer<C> {
             .signing_key
             .clone()
             .ok_or(LedgerError::NoSigningKey)?;
-        self.may_sign().await?;
-        let last = self
-            .own
-            .signing
-            .as_ref()
-            .map(Checkpoint::link)
-            .or(self.own.last_checkpoint);
+        // A second checkpoint in one transaction names the first (still uncommitted).
+        let in_transaction = self.signed_in_transaction();
+        match (in_transaction, self.own.trust.refused()) {
+            (_, Some(why)) => return Err(LedgerError::SigningRefused(why)),
+            (None, None) => self.may_sign().await?,
+            (Some(_), None) => {}
+        }
+        let last = in_transaction.or(self.own.last_checkpoint);
         if self.head.0 == 0 || last.is_some_and(|l| l.seq == self.head.0) {
             // Nothing new to vouch for (the head is already signed).
             return Ok(None);
         }
         let c = key.checkpoint(&self.cfg.chain, self.head, now, last)?;
+        self.store_checkpoint(&c).await?;
+        self.appended_since_checkpoint = 0;
+        Ok(Some(c))
+    }
+
+    /// Writes a checkpoint this transaction signed (it counts once committed).
+    async fn store_checkpoint(&mut self, c: &Checkpoint) -> Result<(), LedgerError> {
         let prev = c
             .prev
             .map(|p| (p.seq as i64, hexdigits::encode(p.head_hash)));
         self.later("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature, prev_seq, prev_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hexdigits::encode(c.head_hash), c.at.0, &c.key_id, &c.signature, prev.as_ref().map(|p| p.0), prev.map(|p| p.1)]).await?;
-        self.appended_since_checkpoint = 0;
-        self.own.signing = Some(c.clone());
-        Ok(Some(c))
+        self.own.signing.push(c.clone());
+        Ok(())
     }
 
     async fn load_summary(&mut self, id: ExecutionId) -> Result<ExecutionSummary, LedgerError> {

@@ -78,7 +78,8 @@ pub struct VerifyArgs {
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     checkpoint_every: std::time::Duration,
     /// How long past `--checkpoint-every` an event may stay unsigned (a gateway stopped by
-    /// `kill -9` signs its tail when it starts again).
+    /// `kill -9` leaves its tail unsigned until it starts again on SQLite, or until the
+    /// PostgreSQL instance that takes it over signs it).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     grace: std::time::Duration,
 }

@@ -432,6 +432,19 @@ fn keep_background_work(gateway: &Arc<Gateway>) -> bool {
         if !matches!(flushed.await, Ok(Ok(()))) {
             tracing::error!("postern: the last held records (deliveries, calls log) could not be committed before stopping");
         }
+        // Its chain's tail is signed before it goes (a checkpoint dispatches nothing, so the
+        // fence allows it); the instance that took it over signs it too, should this fail.
+        let signed = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            fenced.checkpoint(postern_pipeline::now()),
+        );
+        if let Ok(Err(e)) = signed.await {
+            if !matches!(e, postern_ledger::LedgerError::NoSigningKey) {
+                tracing::warn!(
+                    "postern: could not sign this instance's chain before stopping: {e}"
+                );
+            }
+        }
         std::process::exit(75);
     });
     gateway.keep_run_expiry();

@@ -109,6 +109,9 @@ fn read_all(
     // connection only; nothing is written).
     conn.pragma_update(None, "mmap_size", MMAP_SIZE)
         .map_err(sqlite)?;
+    // One snapshot for every table: the intent slots, the rows and the events are judged as
+    // of one moment, whatever the gateway writes (or retention removes) meanwhile.
+    conn.execute_batch("BEGIN").map_err(sqlite)?;
     let mut sent = 0u64;
     let mut send = |mut m: Message| {
         if sent >= consumed.load(Ordering::Relaxed) + BACKLOG {

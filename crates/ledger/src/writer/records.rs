@@ -66,7 +66,8 @@ impl<C: WriteConn> Writer<C> {
         .await
     }
 
-    /// Sets the tool's pin (if any) and chains the notice, in the same transaction.
+    /// Sets the tool's pin (if any) and chains the notice, in the same transaction. Of two
+    /// replicas' pins the later stays, as `audit verify` reads the notices.
     pub(super) async fn notice(
         &mut self,
         pin: Option<&ToolPin>,
@@ -74,7 +75,7 @@ impl<C: WriteConn> Writer<C> {
         at: Timestamp,
     ) -> Result<(), LedgerError> {
         if let Some(p) = pin {
-            self.later("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
+            self.later("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by WHERE upstream_tool_pins.pinned_at <= excluded.pinned_at", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
         }
         // A notice has an id of its own: it is no execution's event.
         let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
@@ -113,20 +114,27 @@ impl<C: WriteConn> Writer<C> {
     }
 
     /// Whether this instance took `owner` over. Claimed once: the first survivor whose update
-    /// finds the lease expired.
+    /// finds the lease expired; it also signs the taken-over chain's head.
     pub(super) async fn take_over(
         &mut self,
         owner: &str,
         cutoff: Timestamp,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        self.conn
+        let took = self
+            .conn
             .exec(
                 "UPDATE instances SET taken_over_by = $1, taken_over_at = $2 WHERE id = $3 AND taken_over_by IS NULL AND heartbeat_at < $4",
                 params![&self.cfg.instance, now.0, owner, cutoff.0],
             )
-            .await
-            .map(|n| n == 1)
+            .await?
+            == 1;
+        // Its chain (PostgreSQL: named by the instance) is signed to its end: the stopped
+        // instance never will, and an unsigned tail is a break once old enough.
+        if took && owner != self.cfg.chain {
+            self.sign_taken_over(owner, now).await?;
+        }
+        Ok(took)
     }
 }
 

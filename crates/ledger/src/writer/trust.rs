@@ -14,13 +14,16 @@
 
 use std::sync::{Arc, Mutex};
 
-use postern_audit::{event_hash, Checkpoint, CheckpointLink, GENESIS_HASH};
+use postern_audit::{Checkpoint, CheckpointLink, GENESIS_HASH};
 
 use super::commit::Head;
+
+/// How many checkpoints another process may have signed between two of this writer's before
+/// following them back is given up (it then refuses, saying so).
+const MAX_FOREIGN_CHECKPOINTS: usize = 10_000;
 use super::Writer;
-use crate::db::{params, WriteConn};
+use crate::db::WriteConn;
 use crate::error::LedgerError;
-use crate::rows;
 
 /// Whether the gateway may still sign its chain, shared by the writer and the ledger's
 /// readers (status, metrics).
@@ -59,8 +62,9 @@ pub(crate) struct OwnChain {
     pub start_checked: bool,
     /// The last checkpoint of the chain that is committed: the next one names it.
     pub last_checkpoint: Option<CheckpointLink>,
-    /// The checkpoint the open transaction signed (it becomes `last_checkpoint` at commit).
-    pub signing: Option<Checkpoint>,
+    /// The checkpoints the open transaction signed, of this chain (the last becomes
+    /// `last_checkpoint` at commit) or of a chain taken over.
+    pub signing: Vec<Checkpoint>,
     pub trust: Arc<SigningTrust>,
     /// The latest checkpoint a witness outside the store holds for this chain.
     pub witnessed: Option<Checkpoint>,
@@ -85,7 +89,10 @@ impl<C: WriteConn> Writer<C> {
         let check = self.cfg.signing_key.is_some() && self.own.trust.refused().is_none();
         match self.own.committed {
             Some(committed) if committed != loaded && check => {
-                if let Err(why) = self.joins(committed, loaded).await? {
+                if let Err(why) = self
+                    .joins(&self.cfg.chain.clone(), committed, loaded)
+                    .await?
+                {
                     self.own.trust.refuse(why);
                 }
             }
@@ -95,13 +102,19 @@ impl<C: WriteConn> Writer<C> {
         Ok(())
     }
 
-    /// A transaction committed: the checkpoint it signed is the one the next names.
+    /// A transaction committed: the last checkpoint it signed of this chain is the one the
+    /// next names; each goes to the witness.
     pub(super) fn committed(&mut self) {
         self.own.committed = Some(self.head);
-        if let Some(c) = self.own.signing.take() {
-            self.own.last_checkpoint = Some(c.link());
+        for c in std::mem::take(&mut self.own.signing) {
             if let Some(sink) = &self.own.sink {
                 (sink.0)(&c);
+            }
+            if c.chain == self.cfg.chain {
+                self.own.last_checkpoint = Some(c.link());
+                if self.own.sink.is_some() {
+                    self.own.witnessed = Some(c);
+                }
             }
         }
     }
@@ -109,9 +122,19 @@ impl<C: WriteConn> Writer<C> {
     /// A transaction ended without a known commit: what it signed is forgotten, and when the
     /// commit's fate is unknown the next checkpoint first reads the last one back.
     pub(super) fn not_committed(&mut self, fate_unknown: bool) {
-        if self.own.signing.take().is_some() && fate_unknown {
+        let signed = !std::mem::take(&mut self.own.signing).is_empty();
+        if signed && fate_unknown {
             self.own.start_checked = false;
         }
+    }
+
+    /// The checkpoint of this chain the open transaction already signed, if any: a second
+    /// one names it, with no check against the store (which holds it uncommitted).
+    pub(super) fn signed_in_transaction(&self) -> Option<CheckpointLink> {
+        let own = self.own.signing.iter().rev();
+        own.filter(|c| c.chain == self.cfg.chain)
+            .map(Checkpoint::link)
+            .next()
     }
 
     /// Whether a checkpoint of the head may be signed now: refused once the store was seen
@@ -142,7 +165,10 @@ impl<C: WriteConn> Writer<C> {
         let start = from
             .as_ref()
             .map_or((0, GENESIS_HASH), |c| (c.seq, c.head_hash));
-        if let Err(why) = self.joins(start, self.stored_head()).await? {
+        if let Err(why) = self
+            .joins(&self.cfg.chain.clone(), start, self.stored_head())
+            .await?
+        {
             return Ok(Err(why));
         }
         self.own.last_checkpoint = from.map(|c| c.link());
@@ -150,57 +176,61 @@ impl<C: WriteConn> Writer<C> {
         Ok(Ok(()))
     }
 
+    /// The store's last checkpoint of this chain must be the one this writer signed last, or
+    /// lead back to it through the checkpoints another process sharing the chain (an export,
+    /// a second gateway on one SQLite file) signed since, each naming the one before.
     async fn follow_stored_checkpoints(&mut self) -> Result<Result<(), String>, LedgerError> {
-        let stored = self.latest_stored_checkpoint().await?;
+        let chain = self.cfg.chain.clone();
         let known = self.own.last_checkpoint;
-        match (stored, known) {
-            (Some(s), Some(k)) if s.link() == k => Ok(Ok(())),
-            (Some(s), k) if s.prev == k && k.is_none_or(|k| s.seq > k.seq) => {
-                // Signed by another process sharing this chain (an export), after ours.
-                self.own.last_checkpoint = Some(s.link());
-                Ok(Ok(()))
+        let Some(latest) = self.latest_stored_checkpoint(&chain).await? else {
+            return Ok(match known {
+                None => Ok(()),
+                Some(k) => Err(format!(
+                    "the checkpoint at seq {} this gateway signed is gone from the store",
+                    k.seq
+                )),
+            });
+        };
+        let mut at = latest.clone();
+        for _ in 0..MAX_FOREIGN_CHECKPOINTS {
+            if Some(at.link()) == known || (known.is_none() && at.prev.is_none()) {
+                self.own.last_checkpoint = Some(latest.link());
+                return Ok(Ok(()));
             }
-            (None, None) => Ok(Ok(())),
-            (_, Some(k)) => Ok(Err(format!(
-                "the checkpoint at seq {} this gateway signed is no longer the store's last",
-                k.seq
-            ))),
-            (Some(s), None) => Ok(Err(format!(
-                "a checkpoint at seq {} appeared that names no checkpoint this gateway signed",
-                s.seq
-            ))),
+            let before = match (at.prev, known) {
+                (Some(p), Some(k)) if p.seq >= k.seq => p,
+                (Some(p), None) => p,
+                _ => break,
+            };
+            match self.signed_checkpoint_at(&chain, before).await? {
+                Some(c) => at = c,
+                None => break,
+            }
         }
+        Ok(Err(match known {
+            Some(k) => format!(
+                "the checkpoint at seq {} this gateway signed is no longer in the store's chain of checkpoints (its last is at seq {})",
+                k.seq, latest.seq
+            ),
+            None => format!(
+                "a checkpoint at seq {} appeared that leads back to no checkpoint this gateway knows",
+                latest.seq
+            ),
+        }))
     }
 
-    /// The store's latest checkpoint of this chain with this gateway's key (a stored one
-    /// whose signature fails is reported, not used).
-    async fn latest_stored_checkpoint(&mut self) -> Result<Option<Checkpoint>, LedgerError> {
+    /// The stored checkpoint `link` names, if it is there, as named, with this key's
+    /// signature.
+    async fn signed_checkpoint_at(
+        &mut self,
+        chain: &str,
+        link: CheckpointLink,
+    ) -> Result<Option<Checkpoint>, LedgerError> {
         let Some(key) = self.cfg.signing_key.clone() else {
             return Err(LedgerError::NoSigningKey);
         };
-        let public = key.verifying_key();
-        let q = format!(
-            "SELECT {} FROM checkpoints WHERE chain = $1 AND key_id = $2 ORDER BY seq DESC LIMIT 1",
-            rows::CHECKPOINT_COLUMNS
-        );
-        match self
-            .conn
-            .query_opt(&q, params![&self.cfg.chain, public.key_id()])
-            .await?
-        {
-            Some(row) => {
-                let c = rows::checkpoint(&row)?;
-                if public.verifies(&c) {
-                    Ok(Some(c))
-                } else {
-                    Err(LedgerError::SigningRefused(format!(
-                        "the stored checkpoint at seq {} does not carry this gateway's signature",
-                        c.seq
-                    )))
-                }
-            }
-            None => Ok(None),
-        }
+        let c = self.stored_checkpoint_at(chain, link.seq).await?;
+        Ok(c.filter(|c| c.link() == link && key.verifying_key().verifies(c)))
     }
 
     /// The head as the store holds it in the open transaction: events this transaction
@@ -216,7 +246,7 @@ impl<C: WriteConn> Writer<C> {
     async fn last_signed_before(
         &mut self,
     ) -> Result<Result<Option<Checkpoint>, String>, LedgerError> {
-        let stored = match self.latest_stored_checkpoint().await {
+        let stored = match self.latest_stored_checkpoint(&self.cfg.chain.clone()).await {
             Ok(c) => c,
             Err(LedgerError::SigningRefused(why)) => return Ok(Err(why)),
             Err(e) => return Err(e),
@@ -224,7 +254,10 @@ impl<C: WriteConn> Writer<C> {
         if let Some(w) = self.own.witnessed.clone() {
             let kept = match &stored {
                 Some(s) if s.seq >= w.seq => {
-                    self.stored_checkpoint_at(w.seq).await? == Some(w.link())
+                    self.stored_checkpoint_at(&self.cfg.chain.clone(), w.seq)
+                        .await?
+                        .map(|c| c.link())
+                        == Some(w.link())
                 }
                 _ => false,
             };
@@ -238,131 +271,40 @@ impl<C: WriteConn> Writer<C> {
         Ok(Ok(stored))
     }
 
-    async fn stored_checkpoint_at(
+    /// Signs the head of the chain of an instance this one just took over (PostgreSQL: each
+    /// instance writes its own chain, and a stopped one never signs its tail again), once the
+    /// stored chain is checked from its last checkpoint with this key. A chain that does not
+    /// check out is left unsigned and said, without stopping this instance's own signing.
+    pub(super) async fn sign_taken_over(
         &mut self,
-        seq: u64,
-    ) -> Result<Option<CheckpointLink>, LedgerError> {
-        let q = format!(
-            "SELECT {} FROM checkpoints WHERE chain = $1 AND seq = $2",
-            rows::CHECKPOINT_COLUMNS
-        );
-        match self
-            .conn
-            .query_opt(&q, params![&self.cfg.chain, seq as i64])
-            .await?
-        {
-            Some(row) => Ok(Some(rows::checkpoint(&row)?.link())),
-            None => Ok(None),
-        }
-    }
-
-    /// Whether the stored chain runs from `from` (committed or checked by this writer) to
-    /// `to`: `Err` says where it does not. One event a round trip: this runs only when the
-    /// head moved behind the writer's back, and once after start-up.
-    async fn joins(&mut self, from: Head, to: Head) -> Result<Result<(), String>, LedgerError> {
-        if to.0 < from.0 {
-            return Ok(Err(format!(
-                "the chain's head went back from seq {} to seq {}",
-                from.0, to.0
-            )));
-        }
-        if from.0 > 0 {
-            match self.stored_event_hash(from.0).await? {
-                Some(h) if h == from.1 => {}
-                Some(_) => {
-                    return Ok(Err(format!(
-                    "the event at seq {} no longer has the hash this gateway committed or signed",
-                    from.0
-                )))
-                }
-                None if self.pruned_to(from).await? => {}
-                None => {
-                    return Ok(Err(format!(
-                        "the event at seq {} this gateway committed or signed is gone",
-                        from.0
-                    )))
-                }
-            }
-        }
-        let (mut seq, mut prev) = (from.0 + 1, from.1);
-        while seq <= to.0 {
-            if let Some((to_seq, to_hash)) = self.pruned_from(seq, prev).await? {
-                (seq, prev) = (to_seq + 1, to_hash);
-                continue;
-            }
-            let q = format!(
-                "SELECT {} FROM events WHERE chain = $1 AND seq = $2",
-                rows::EVENT_COLUMNS
-            );
-            let Some(row) = self
-                .conn
-                .query_opt(&q, params![&self.cfg.chain, seq as i64])
-                .await?
-            else {
-                return Ok(Err(format!("the event at seq {seq} is missing")));
-            };
-            let e = rows::event(&row)?;
-            let intact = event_hash(&prev, &e.body).is_ok_and(|h| h == e.hash);
-            if e.prev_hash != prev || !intact {
-                return Ok(Err(format!(
-                    "the event at seq {seq} does not link to or hash as the chain before it"
-                )));
-            }
-            (seq, prev) = (seq + 1, e.hash);
-        }
-        if prev != to.1 {
-            return Ok(Err(format!(
-                "the chain's head at seq {} is not the hash of its last event",
-                to.0
-            )));
-        }
-        Ok(Ok(()))
-    }
-
-    async fn stored_event_hash(&mut self, seq: u64) -> Result<Option<[u8; 32]>, LedgerError> {
-        let row = self
-            .conn
-            .query_opt(
-                "SELECT hash FROM events WHERE chain = $1 AND seq = $2",
-                params![&self.cfg.chain, seq as i64],
-            )
-            .await?;
-        row.map(|r| rows::hash_from_hex(&rows::get_str(&r, "hash")?))
-            .transpose()
-    }
-
-    /// Whether a signed pruned range ends at `head` with its hash.
-    async fn pruned_to(&mut self, head: Head) -> Result<bool, LedgerError> {
-        let row = self
-            .conn
-            .query_opt(
-                "SELECT to_hash FROM pruned_ranges WHERE chain = $1 AND to_seq = $2",
-                params![&self.cfg.chain, head.0 as i64],
-            )
-            .await?;
-        Ok(match row {
-            Some(r) => rows::hash_from_hex(&rows::get_str(&r, "to_hash")?)? == head.1,
-            None => false,
-        })
-    }
-
-    /// A pruned range starting at `seq` after `prev`, signed with this gateway's key: where
-    /// it ends.
-    async fn pruned_from(&mut self, seq: u64, prev: [u8; 32]) -> Result<Option<Head>, LedgerError> {
-        let q = "SELECT chain, from_seq, to_seq, before_hash, to_hash, at, key_id, signature FROM pruned_ranges WHERE chain = $1 AND from_seq = $2";
-        let Some(row) = self
-            .conn
-            .query_opt(q, params![&self.cfg.chain, seq as i64])
-            .await?
-        else {
-            return Ok(None);
+        chain: &str,
+        now: postern_core::Timestamp,
+    ) -> Result<(), LedgerError> {
+        let Some(key) = self.cfg.signing_key.clone() else {
+            return Ok(());
         };
-        let r = rows::pruned_range(&row)?;
-        let signed = self
-            .cfg
-            .signing_key
+        let Some(head) = self.stored_chain_head(chain).await? else {
+            return Ok(());
+        };
+        let last = match self.latest_stored_checkpoint(chain).await {
+            Ok(last) => last,
+            Err(LedgerError::SigningRefused(why)) => {
+                tracing::error!("postern: the taken-over chain {chain} is left unsigned: {why}");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let from = last
             .as_ref()
-            .is_some_and(|k| r.is_signed_by(&k.verifying_key()));
-        Ok((signed && r.before_hash == prev).then_some((r.to, r.to_hash)))
+            .map_or((0, GENESIS_HASH), |c| (c.seq, c.head_hash));
+        if head.0 == 0 || from.0 == head.0 {
+            return Ok(());
+        }
+        if let Err(why) = self.joins(chain, from, head).await? {
+            tracing::error!("postern: the taken-over chain {chain} is left unsigned: {why}");
+            return Ok(());
+        }
+        let c = key.checkpoint(chain, head, now, last.map(|c| c.link()))?;
+        self.store_checkpoint(&c).await
     }
 }

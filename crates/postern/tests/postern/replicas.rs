@@ -149,6 +149,16 @@ async fn a_paused_replica_is_taken_over_by_one_survivor_and_stops_when_it_wakes(
     assert_eq!(execution(&again)["state"], "completed", "{again}");
     assert_eq!(posts(&target.state), 1, "the target acted once");
     assert_eq!(target.state.count_for("paused-co"), 1);
+
+    // Issue 47: the taken-over replica's chain ends signed (by its taker, and by itself on
+    // the way out), so its tail never becomes unsigned history.
+    let chain = query(
+        &store,
+        &format!("SELECT head_seq, (SELECT MAX(seq) FROM checkpoints k WHERE k.chain = c.chain) AS signed FROM chains c WHERE chain = '{owner}'"),
+    )
+    .await;
+    let (head, signed): (i64, Option<i64>) = (chain[0].get("head_seq"), chain[0].get("signed"));
+    assert_eq!(Some(head), signed, "the taken-over chain's head is signed");
 }
 
 /// Two replicas behind a real HAProxy, round-robin and sticky by `Mcp-Session-Id`: one MCP

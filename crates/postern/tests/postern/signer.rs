@@ -472,3 +472,47 @@ async fn an_intent_slot_pointed_at_another_execution_is_a_break() {
         "{report}"
     );
 }
+
+/// Processes that share a SQLite chain sign checkpoints too: two `audit export`s between the
+/// gateway's own signatures each name the one before, and the gateway follows them back to
+/// its own last checkpoint and keeps signing (a false refusal would stop it for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_another_process_signs_on_the_chain_are_followed() {
+    let Signing {
+        _target,
+        dir,
+        url,
+        served,
+    } = Signing::start("signer-exports", SQLITE, "").await;
+    let export = |n: u32| {
+        let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+            .current_dir(&dir.0)
+            .args(["audit", "export", "-c", "postern.toml", "--out"])
+            .arg(dir.0.join(format!("export-{n}.jsonl")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    approved_call(&served, "exports-co-0").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for n in 1..=2 {
+        approved_call(&served, &format!("exports-co-{n}")).await;
+        export(n);
+    }
+    approved_call(&served, "exports-co-3").await;
+    let before = checkpoints(&url).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let s = status(&served);
+    assert!(s["signing_refused"].is_null(), "{s}");
+    assert!(
+        checkpoints(&url).await > before,
+        "the gateway stopped signing"
+    );
+    served.stop();
+    let (code, report) = verify(&dir.0, &url, &[]);
+    assert_eq!(code, 0, "{report}");
+}
