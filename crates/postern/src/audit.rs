@@ -140,6 +140,11 @@ pub fn run(cmd: &AuditCommand) -> Result<i32> {
 /// default, a store with --require-signed-tail: a live store always has a tail younger than its
 /// gateway's `checkpoint_every`).
 fn verdict(a: &VerifyArgs, report: &Report) -> i32 {
+    if report.events == 0 && report.is_valid() {
+        // An empty log proves nothing (a store path resolved wrongly reads as one).
+        println!("NOTHING TO VERIFY: the log holds no events");
+        return 1;
+    }
     let unsigned = report.unsigned_tail_events();
     let strict = if a.file.is_some() {
         !a.allow_unsigned_tail
@@ -177,6 +182,15 @@ fn read_public_key(text: &str) -> Result<VerifyingKey> {
 
 async fn export(a: &ExportArgs) -> Result<()> {
     let (url, key) = store_and_key(&a.store, a.signing_key.as_deref())?;
+    if let Some(file) = url.strip_prefix("sqlite://") {
+        let file = Path::new(file.split('?').next().unwrap_or(file));
+        if !file.exists() {
+            bail!(
+                "there is no store at {} (export reads an existing store; it does not create one)",
+                file.display()
+            );
+        }
+    }
     let key = std::sync::Arc::new(key.context("export signs a checkpoint of the current head: give --signing-key or set signing_key in the config")?);
     let public = key.verifying_key();
     let (ledger, _) = Ledger::open(
@@ -277,7 +291,10 @@ fn store_and_key(s: &StoreArgs, key_file: Option<&Path>) -> Result<(String, Opti
     };
     let url = match (&s.store, &config) {
         (Some(u), _) => u.clone(),
-        (None, Some(c)) => c.gateway.store.clone(),
+        // As `serve` reads it: a relative SQLite path is relative to the config file.
+        (None, Some(c)) => {
+            crate::resolve_store_path(&c.gateway.store, &crate::config_dir(&s.config))
+        }
         (None, None) => bail!(
             "give --store URL or a config ({} does not exist)",
             s.config.display()

@@ -516,3 +516,86 @@ async fn checkpoints_another_process_signs_on_the_chain_are_followed() {
     let (code, report) = verify(&dir.0, &url, &[]);
     assert_eq!(code, 0, "{report}");
 }
+
+/// Issue 48 point 6: `audit export -c DIR/postern.toml` run from another directory read the
+/// store relative to the working directory, created an empty one there and exported 0 events,
+/// which `audit verify --file` called VALID. The store is the config's, as `serve` reads it,
+/// an export never creates a store, and an empty log is "nothing to verify" (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_reads_the_configs_store_from_any_directory_and_an_empty_log_proves_nothing() {
+    let Signing {
+        _target,
+        dir,
+        url: _,
+        served,
+    } = Signing::start("signer-export-dir", SQLITE, "").await;
+    approved_call(&served, "export-dir-co").await;
+    served.stop();
+    let elsewhere = Dir::new("signer-export-elsewhere");
+    let out = elsewhere.0.join("export.jsonl");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_postern"))
+            .current_dir(&elsewhere.0)
+            .args(args)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code().unwrap_or(-1), text)
+    };
+    let config = dir.0.join("postern.toml");
+    let (code, text) = run(&[
+        "audit".as_ref(),
+        "export".as_ref(),
+        "-c".as_ref(),
+        config.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        !elsewhere.0.join("ledger.db").exists(),
+        "a store was created in the working directory"
+    );
+    let exported = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        exported
+            .lines()
+            .filter(|l| l.starts_with("{\"event\""))
+            .count()
+            > 3,
+        "{exported}"
+    );
+    // An export of a store that is not there is refused, not an empty file.
+    let missing = elsewhere.0.join("missing.toml");
+    std::fs::write(&missing, std::fs::read_to_string(&config).unwrap()).unwrap();
+    for f in [
+        "fp.key",
+        "signing.key",
+        "billing.token",
+        "ops.token",
+        "alice.token",
+        "robot.token",
+    ] {
+        let _ = std::fs::copy(dir.0.join(f), elsewhere.0.join(f));
+    }
+    let (code, text) = run(&[
+        "audit".as_ref(),
+        "export".as_ref(),
+        "-c".as_ref(),
+        missing.as_os_str(),
+        "--out".as_ref(),
+        elsewhere.0.join("empty.jsonl").as_os_str(),
+    ]);
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("there is no store at"), "{text}");
+    // A log with no events (a store nothing was written to) proves nothing.
+    let empty = format!("sqlite://{}", elsewhere.0.join("empty.db").display());
+    let (ledger, _) = postern_ledger::Ledger::open(&empty, Default::default())
+        .await
+        .unwrap();
+    ledger.close().await;
+    let (code, text) = verify(&elsewhere.0, &empty, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("NOTHING TO VERIFY"), "{text}");
+}
