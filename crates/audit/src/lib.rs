@@ -1,7 +1,10 @@
 //! Postern's audit log: every lifecycle event is a link of a hash chain
 //! (`hash = SHA-256(prev_hash ‖ JCS(event))`), chain heads are signed as Ed25519 checkpoints,
 //! and [`Verifier`] checks an exported file or a database's rows fully offline, reporting each
-//! break with its reason and place.
+//! break with its reason and place. Checkpoints name the one before them, and the verifier
+//! also holds a log to a witness's checkpoints and refuses old unsigned history when asked
+//! (`verify/signatures.rs`); the rows operator decisions govern are held to their notices
+//! (`decisions.rs`).
 //!
 //! Architecture invariant: depends on `postern-core` only. It knows nothing of SQL, file paths or
 //! networks: callers feed it rows or a reader (a JSONL export, a store) and print its [`Report`].

@@ -24,7 +24,12 @@
 //!
 //! Architecture invariant: events are only ever removed by retention, whole executions at a
 //! time and only final ones, and each removed run of the chain leaves a signed pruned-range
-//! statement the verifier links across. Every error says which storage fault it is
+//! statement the verifier links across.
+//!
+//! Architecture invariant: the writer signs a checkpoint only of a chain it wrote or checked
+//! (`writer/trust.rs`): a stored head that does not run on from the one it committed stops its
+//! signing for good ([`Ledger::signing_refused`]); each checkpoint names the one before it.
+//! Every error says which storage fault it is
 //! ([`StorageFault`]): busy and unavailable are worth waiting for, full and read-only are not.
 
 mod combiner;
