@@ -175,6 +175,10 @@ impl std::fmt::Debug for ClientAsker {
 pub struct AskRefused {
     pub code: i32,
     pub message: String,
+    /// Postern refused it (the client did not declare what it needs, could not be reached),
+    /// not the client. Either way an error the upstream answers after it follows from the
+    /// refusal, and the call is recorded rejected, not unknown.
+    pub by_gateway: bool,
 }
 
 /// A read-only question recovery asks the target about an execution.

@@ -123,8 +123,13 @@ pub struct McpSpec {
     pub server: String,
     /// The upstream's name for the tool.
     pub tool: String,
-    /// How long a call waits for the upstream's answer (then: `outcome_unknown`).
+    /// How long a call waits for the upstream's answer or its next progress report (each
+    /// report extends the wait: a call runs as long as its upstream keeps it alive); then
+    /// `outcome_unknown`.
     pub timeout: Duration,
+    /// The longest a call runs however often its upstream reports progress (the upstream's
+    /// `max_duration`, never less than `timeout`).
+    pub max_duration: Duration,
     /// What an answer with `isError: true` means for the effect (default unknown: an MCP
     /// tool error may follow a partial effect).
     pub on_tool_error: ToolErrorVerdict,

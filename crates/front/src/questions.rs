@@ -29,6 +29,7 @@ fn refused(code: ErrorCode, message: String) -> AskRefused {
     AskRefused {
         code: code.0,
         message,
+        by_gateway: true,
     }
 }
 
@@ -119,6 +120,7 @@ pub(super) fn client_asker(ctx: &RequestContext<RoleServer>, client: String) -> 
                     Err(ServiceError::McpError(e)) => Err(AskRefused {
                         code: e.code.0,
                         message: e.message.to_string(),
+                        by_gateway: false,
                     }),
                     Err(e) => Err(refused(
                         ErrorCode::INTERNAL_ERROR,

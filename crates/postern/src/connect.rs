@@ -148,6 +148,35 @@ struct Inner {
     requests: AtomicU64,
 }
 
+/// An attempt still waiting for its answer: the gateway's answer, or why there is none (and
+/// the session generation to rebuild when the link is gone).
+type Waiting<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<CallToolResponse, (Failure, Option<u64>)>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// What one attempt came to.
+enum Attempted<'a> {
+    Done(Result<CallToolResponse, Failure>),
+    /// No answer within its budget; it keeps waiting.
+    Waiting(Waiting<'a>, Failure),
+}
+
+/// The answer of the attempt still waiting, if one is (never, if none is).
+async fn still_running(running: &mut Option<Waiting<'_>>) -> Result<CallToolResponse, Failure> {
+    match running {
+        Some(answer) => {
+            let out = answer.await.map_err(|(failure, _)| failure);
+            *running = None;
+            out
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// Why an attempt did not produce an answer.
 enum Failure {
     /// The gateway answered with a JSON-RPC error: passed through unchanged.
@@ -335,7 +364,12 @@ impl Bridge {
         ))
     }
 
-    /// One `tools/call` until a definitive answer or the recovery time runs out.
+    /// One `tools/call` until a definitive answer or the recovery time runs out. An attempt
+    /// with no answer in time is not cancelled: it keeps waiting (its progress still reaches
+    /// the agent) while re-issues attach to the same execution, and whichever answers first
+    /// is the answer. A gateway that says the execution is still in progress extends the
+    /// recovery time: the call lasts as long as the gateway says it runs. Only the agent's
+    /// own cancellation cancels it.
     async fn call(
         &self,
         params: CallToolRequestParams,
@@ -343,25 +377,43 @@ impl Bridge {
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
-        let deadline = started + self.0.timing.recovery;
+        let mut deadline = started + self.0.timing.recovery;
         let mut pause = FIRST_PAUSE;
         let mut attempts = 0u32;
         let mut maybe_sent = false;
         let mut last_problem;
         let mut in_progress: Option<CallToolResult> = None;
+        // The first attempt that outlived its budget, still waiting for its answer.
+        let mut running: Option<Waiting<'_>> = None;
         // What the bridge itself saw of each attempt: the only facts an annotation may state.
         let mut seen = Observed::default();
+        let cancelled = || ErrorData::new(ErrorCode(-32800), "cancelled by the client", None);
+        // The waiting attempt's answer when it came during a pause.
+        let mut came = None;
         loop {
-            attempts += 1;
             let budget = self
                 .0
                 .timing
                 .attempt
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(50));
-            let outcome = tokio::select! {
-                () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
-                o = self.attempt(params.clone(), progress.clone(), budget) => o,
+            let next = match came.take() {
+                Some(o) => Attempted::Done(o),
+                None => {
+                    attempts += 1;
+                    tokio::select! {
+                        () = cancel.cancelled() => return Err(cancelled()),
+                        o = still_running(&mut running) => Attempted::Done(o),
+                        a = self.attempt(params.clone(), progress.clone(), budget, cancel.clone()) => a,
+                    }
+                }
+            };
+            let outcome = match next {
+                Attempted::Done(o) => o,
+                Attempted::Waiting(answer, failure) => {
+                    running.get_or_insert(answer);
+                    Err(failure)
+                }
             };
             match outcome {
                 Ok(CallToolResponse::Complete(result)) if is_in_progress(&result) => {
@@ -369,6 +421,7 @@ impl Bridge {
                     last_problem = "the gateway reports the execution still in progress".into();
                     seen.answered(&result, "the gateway answered that it is still in progress");
                     in_progress = Some(result);
+                    deadline = deadline.max(Instant::now() + self.0.timing.recovery);
                 }
                 Ok(CallToolResponse::Complete(result)) => {
                     seen.answered(&result, "the gateway answered");
@@ -403,7 +456,8 @@ impl Bridge {
                 ));
             }
             tokio::select! {
-                () = cancel.cancelled() => return Err(ErrorData::new(ErrorCode(-32800), "cancelled by the client", None)),
+                () = cancel.cancelled() => return Err(cancelled()),
+                o = still_running(&mut running) => came = Some(o),
                 () = tokio::time::sleep(pause) => {}
             }
             pause = (pause * 2).min(MAX_PAUSE);
@@ -412,49 +466,81 @@ impl Bridge {
         if let Some(result) = in_progress {
             return Ok(annotate(result, &seen).into());
         }
+        Ok(self.out_of_time(&params.name, attempts, started, &last_problem, maybe_sent))
+    }
+
+    /// The agent's answer when the recovery time ran out with no answer from the gateway.
+    fn out_of_time(
+        &self,
+        tool: &str,
+        attempts: u32,
+        started: Instant,
+        last_problem: &str,
+        maybe_sent: bool,
+    ) -> CallToolResponse {
         crate::messages::say(format_args!(
-            "postern connect: {}: no answer after {attempts} attempts in {:?}: {last_problem}",
-            params.name,
+            "postern connect: {tool}: no answer after {attempts} attempts in {:?}: {last_problem}",
             started.elapsed()
         ));
-        Ok(not_known(
-            &params.name,
+        not_known(
+            tool,
             &self.0.remote.url,
             attempts,
             started.elapsed(),
-            &last_problem,
+            last_problem,
             maybe_sent,
         )
-        .into())
+        .into()
     }
 
+    /// One attempt: its answer, or (no answer within `budget`) the attempt still waiting.
     async fn attempt(
         &self,
         params: CallToolRequestParams,
         progress: Option<ProgressToken>,
         budget: Duration,
-    ) -> Result<CallToolResponse, Failure> {
+        agent_cancel: tokio_util::sync::CancellationToken,
+    ) -> Attempted<'_> {
         let started = Instant::now();
-        let (generation, peer) = self.peer(budget).await?;
+        let (generation, peer) = match self.peer(budget).await {
+            Ok(p) => p,
+            Err(failure) => return Attempted::Done(Err(failure)),
+        };
         let budget = budget
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(50));
-        let answer = self.0.client.call_tool(&peer, params, progress);
-        match tokio::time::timeout(budget, answer).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => {
+        let bridge = self.clone();
+        let mut answer: Waiting<'_> = Box::pin(async move {
+            let sent = bridge
+                .0
+                .client
+                .call_tool(peer.clone(), params, progress, agent_cancel)
+                .await;
+            sent.map_err(|e| {
                 let failure = classify(&e);
-                if matches!(failure, Failure::Lost { .. }) && self.needs_rebuild(&peer, &e) {
+                (
+                    failure,
+                    bridge.needs_rebuild(&peer, &e).then_some(generation),
+                )
+            })
+        });
+        match tokio::time::timeout(budget, &mut answer).await {
+            Ok(Ok(response)) => Attempted::Done(Ok(response)),
+            Ok(Err((failure, rebuild))) => {
+                if let (Failure::Lost { .. }, Some(generation)) = (&failure, rebuild) {
                     self.discard(generation).await;
                 }
-                Err(failure)
+                Attempted::Done(Err(failure))
             }
-            // Dropping the request sends notifications/cancelled: before acceptance the gateway
-            // drops the call, after dispatch the execution runs to its recorded end.
-            Err(_) => Err(Failure::Lost {
-                reason: format!("no answer within {:.1}s", budget.as_secs_f64()),
-                sent: true,
-            }),
+            // Not cancelled: the execution runs on at the gateway, and this attempt keeps
+            // waiting for its answer while the next one attaches to it.
+            Err(_) => Attempted::Waiting(
+                answer,
+                Failure::Lost {
+                    reason: format!("no answer within {:.1}s", budget.as_secs_f64()),
+                    sent: true,
+                },
+            ),
         }
     }
 

@@ -29,8 +29,31 @@ use tokio::sync::{broadcast, Notify};
 use super::progress::ProgressRoutes;
 use crate::channel::{ClientAsker, Progress};
 
-/// The clients of the calls in flight on a link, by a number the call holds.
-pub(super) type Askers = Arc<Mutex<HashMap<u64, ClientAsker>>>;
+/// The calls in flight on a link, by a number each call holds.
+pub(super) type Askers = Arc<Mutex<HashMap<u64, InFlight>>>;
+
+/// One call in flight on a link: the client that answers the upstream's questions during it
+/// (if it has one), and the questions of the upstream that got no answer during it (Postern
+/// refused them, or the client did).
+#[derive(Clone, Default)]
+pub(super) struct InFlight {
+    pub asker: Option<ClientAsker>,
+    pub refused: Arc<Mutex<Vec<String>>>,
+}
+
+impl InFlight {
+    fn refuse(&self, method: &str, why: &str) {
+        let why = why.strip_prefix("Postern: ").unwrap_or(why);
+        if let Ok(mut r) = self.refused.lock() {
+            r.push(format!("{method} ({why})"));
+        }
+    }
+
+    /// The upstream's questions that got no answer during the call, in order.
+    pub fn refusals(&self) -> Vec<String> {
+        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
 
 /// What an upstream tells its clients outside any answer: the front passes it on to the
 /// clients that see the upstream.
@@ -67,22 +90,28 @@ pub fn forwarded_capabilities() -> ClientCapabilities {
 }
 
 impl LinkClient {
-    /// The one client of the calls in flight, or why there is none to ask.
-    fn caller(&self, method: &str) -> Result<Option<ClientAsker>, ErrorData> {
-        let askers = self
+    /// The one client of the calls in flight (and its call), or why there is none to ask.
+    /// A refusal is noted on every call in flight: one of them asked.
+    fn caller(&self, method: &str) -> Result<Option<InFlight>, ErrorData> {
+        let calls = self
             .askers
             .lock()
             .map_err(|_| ErrorData::internal_error("the gateway's link state is poisoned", None))?;
-        let mut clients = askers.values();
-        let Some(first) = clients.next() else {
+        let mut asking = calls.values().filter(|c| c.asker.is_some());
+        let Some(first) = asking.next() else {
+            if method != "roots/list" {
+                let why = format!(
+                    "Postern passes {method} only to the client of a call in flight, and none is"
+                );
+                calls.values().for_each(|c| c.refuse(method, &why));
+            }
             return Ok(None);
         };
-        if clients.any(|a| a.client != first.client) {
-            return Err(ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                format!("Postern: {method} came while calls of several clients were in flight on this link; MCP does not say which call asked, so it is not passed to any"),
-                None,
-            ));
+        let client = |c: &InFlight| c.asker.as_ref().map(|a| a.client.clone());
+        if asking.any(|c| client(c) != client(first)) {
+            let why = format!("Postern: {method} came while calls of several clients were in flight on this link; MCP does not say which call asked, so it is not passed to any");
+            calls.values().for_each(|c| c.refuse(method, &why));
+            return Err(ErrorData::new(ErrorCode::INVALID_REQUEST, why, None));
         }
         Ok(Some(first.clone()))
     }
@@ -91,13 +120,22 @@ impl LinkClient {
         &self,
         method: &str,
         params: &P,
-        asker: ClientAsker,
+        call: InFlight,
     ) -> Result<R, ErrorData> {
         let params = serde_json::to_value(params)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let answer = (asker.ask)(method.to_string(), params)
-            .await
-            .map_err(|r| ErrorData::new(ErrorCode(r.code), r.message, None))?;
+        let Some(asker) = &call.asker else {
+            return Err(Self::no_call(method));
+        };
+        let answer = (asker.ask)(method.to_string(), params).await.map_err(|r| {
+            let who = if r.by_gateway {
+                ""
+            } else {
+                "the client refused it: "
+            };
+            call.refuse(method, &format!("{who}{}", r.message));
+            ErrorData::new(ErrorCode(r.code), r.message, None)
+        })?;
         serde_json::from_value(answer).map_err(|e| {
             ErrorData::internal_error(format!("the client's answer to {method}: {e}"), None)
         })
@@ -132,7 +170,7 @@ impl ClientHandler for LinkClient {
     ) -> Result<CreateMessageResult, ErrorData> {
         const METHOD: &str = "sampling/createMessage";
         match self.caller(METHOD)? {
-            Some(asker) => self.ask(METHOD, &params, asker).await,
+            Some(call) => self.ask(METHOD, &params, call).await,
             None => Err(Self::no_call(METHOD)),
         }
     }
@@ -144,7 +182,7 @@ impl ClientHandler for LinkClient {
     ) -> Result<ElicitResult, ErrorData> {
         const METHOD: &str = "elicitation/create";
         match self.caller(METHOD)? {
-            Some(asker) => self.ask(METHOD, &params, asker).await,
+            Some(call) => self.ask(METHOD, &params, call).await,
             None => Err(Self::no_call(METHOD)),
         }
     }
@@ -155,7 +193,7 @@ impl ClientHandler for LinkClient {
     ) -> Result<ListRootsResult, ErrorData> {
         const METHOD: &str = "roots/list";
         match self.caller(METHOD)? {
-            Some(asker) => self.ask(METHOD, &json!({}), asker).await,
+            Some(call) => self.ask(METHOD, &json!({}), call).await,
             None => Ok(ListRootsResult::default()),
         }
     }

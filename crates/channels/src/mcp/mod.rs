@@ -26,17 +26,25 @@
 //! is opened again at once. Every request carries
 //! `_meta["io.postern/execution-id"]`, so a cooperating server can de-duplicate.
 //!
-//! Outcomes: a result is `Applied` (`isError: true` is the contract's verdict, by default
-//! `Unknown`: an MCP tool error may follow a partial effect); JSON-RPC `-32602` / `-32601` are
-//! `Rejected` (retryable: nothing was applied, an identical call may try again); an upstream
-//! that is down, or a request the link had closed before taking, or an HTTP connection refused
-//! is `NotSent`; anything after the request was handed to a live link — the process died, the
-//! connection closed, the timeout passed, another JSON-RPC error — is `Unknown`.
+//! A call waits its `timeout` from its sending or its last progress report, never past its
+//! `max_duration` (rmcp's own progress-reset timeout, which cancels the request upstream when it
+//! passes): a call runs as long as its upstream keeps it alive.
+//!
+//! Outcomes (`outcome`): a result is `Applied` (`isError: true` is the contract's verdict, by
+//! default `Unknown`: an MCP tool error may follow a partial effect; a read's error is
+//! `Rejected`); an error after one of the upstream's questions during the call got no answer
+//! (Postern or the client refused it) is `Rejected`, retryable, with that reason first;
+//! JSON-RPC `-32602` / `-32601` are `Rejected` (retryable: nothing was applied, an identical call
+//! may try again); an upstream that is down, or a request the link had closed before taking, or
+//! an HTTP connection refused is `NotSent`; anything after the request was handed to a live
+//! link — the process died, the connection closed, the timeout passed, another JSON-RPC error —
+//! is `Unknown`.
 
 mod client;
 mod environment;
 mod line_guard;
 mod link;
+mod outcome;
 mod passage;
 mod progress;
 mod session_guard;

@@ -86,10 +86,13 @@ impl Upstream {
     ) -> Result<ServerResult, PassError> {
         let peer = self.live_peer().await.map_err(PassError::Down)?;
         let handle = peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .send_request_with_option(
+                request,
+                PeerRequestOptions::with_timeout(self.request_timeout),
+            )
             .await
             .map_err(|e| PassError::Down(format!("upstream {}: {e}", self.name())))?;
-        match answer(&peer, handle, self.request_timeout, cancel, self.name()).await {
+        match answer(&peer, handle, cancel, self.name()).await {
             Ok(result) => Ok(result),
             Err(ServiceError::McpError(e)) => Err(PassError::Refused(e)),
             Err(e) => Err(PassError::Lost(format!("upstream {}: {e}", self.name()))),
@@ -165,25 +168,26 @@ impl Upstream {
 }
 
 /// Waits for the answer to a request handed to the link: until it comes, the link ends, the
-/// timeout passes, or (once) the caller cancels, which is passed on upstream.
+/// request's own timeout passes (sent with it: rmcp extends it on each progress report when
+/// asked to, cancels the request upstream when it passes), or (once) the caller cancels, which
+/// is passed on upstream.
 pub(super) async fn answer(
     peer: &Peer<RoleClient>,
-    mut handle: RequestHandle<RoleClient>,
-    timeout: Duration,
+    handle: RequestHandle<RoleClient>,
     cancel: &CancellationToken,
     upstream: &str,
 ) -> Result<ServerResult, ServiceError> {
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
+    let id = handle.id.clone();
+    let waiting = handle.await_response();
+    tokio::pin!(waiting);
     let mut cancel_sent = false;
     loop {
         tokio::select! {
-            r = &mut handle.rx => return r.unwrap_or(Err(ServiceError::TransportClosed)),
-            () = &mut deadline => return Err(ServiceError::Timeout { timeout }),
+            r = &mut waiting => return r,
             () = cancel.cancelled(), if !cancel_sent => {
                 cancel_sent = true;
                 let note = CancelledNotification::new(CancelledNotificationParam::new(
-                    Some(handle.id.clone()),
+                    Some(id.clone()),
                     Some("the caller cancelled the request".into()),
                 ));
                 if let Err(e) = peer.send_notification(ClientNotification::from(note)).await {

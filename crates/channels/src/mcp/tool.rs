@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use postern_core::contract::{McpSpec, StatusTool, ToolErrorVerdict};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
-    RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, RequestMetaObject,
+    ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{json, Map, Value};
 
+use super::client::InFlight;
 use super::progress::ProgressRoute;
 use super::{Upstream, EXECUTION_ID_META};
 use crate::channel::{Action, Answer, AnswerVerdict, Channel, Outcome, Pending, Question, Reading};
@@ -19,14 +20,15 @@ use crate::secret::redact_answer;
 
 /// One upstream tool under a contract.
 pub struct McpTool {
-    upstream: Arc<Upstream>,
-    tool: String,
-    timeout: Duration,
-    on_tool_error: ToolErrorVerdict,
+    pub(super) upstream: Arc<Upstream>,
+    pub(super) tool: String,
+    pub(super) timeout: Duration,
+    pub(super) max_duration: Duration,
+    pub(super) on_tool_error: ToolErrorVerdict,
     status_tool: Option<StatusTool>,
-    max_response_bytes: usize,
+    pub(super) max_response_bytes: usize,
     /// The tool's contract says it only reads: an answer over the cap still reaches the caller.
-    reads: bool,
+    pub(super) reads: bool,
 }
 
 impl McpTool {
@@ -40,6 +42,7 @@ impl McpTool {
             upstream,
             tool: spec.tool.clone(),
             timeout: spec.timeout,
+            max_duration: spec.max_duration.max(spec.timeout),
             on_tool_error: spec.on_tool_error,
             status_tool,
             max_response_bytes: spec.max_response_bytes,
@@ -69,6 +72,14 @@ impl McpTool {
         ))
     }
 
+    /// How long a call waits: `timeout` from its sending or its last progress report (a call
+    /// runs as long as its upstream keeps it alive), never past `max_duration`.
+    fn patience(&self) -> PeerRequestOptions {
+        PeerRequestOptions::with_timeout(self.timeout)
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(self.max_duration)
+    }
+
     /// One `tools/call` of `tool`, handed to the live link once.
     async fn call(&self, tool: &str, arguments: Map<String, Value>, action: &Action<'_>) -> Call {
         // A link that is (re)connecting is waited for, up to the upstream's startup_timeout.
@@ -86,19 +97,22 @@ impl McpTool {
         params.meta = Some(meta);
         params.arguments = Some(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        // The caller's client answers the upstream's questions while the call is in flight.
-        let asking = action.asker.clone().map(|asker| {
-            let key = NEXT_ASKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if let Ok(mut askers) = self.upstream.askers.lock() {
-                askers.insert(key, asker);
-            }
-            AskerGuard {
-                upstream: &self.upstream,
-                key,
-            }
-        });
+        // The caller's client answers the upstream's questions while the call is in flight;
+        // what Postern refuses the upstream meanwhile is noted on the call.
+        let in_flight = InFlight {
+            asker: action.asker.clone(),
+            ..InFlight::default()
+        };
+        let key = NEXT_ASKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut askers) = self.upstream.askers.lock() {
+            askers.insert(key, in_flight.clone());
+        }
+        let asking = AskerGuard {
+            upstream: &self.upstream,
+            key,
+        };
         let (peer, handle) = match peer
-            .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
+            .send_request_with_option(request.clone(), self.patience())
             .await
         {
             Ok(handle) => (peer, handle),
@@ -106,7 +120,7 @@ impl McpTool {
             // it once to the next link (a restarted server), if one comes within the bound.
             Err(_) => match self.upstream.live_peer().await {
                 Ok(next) => match next
-                    .send_request_with_option(request, PeerRequestOptions::no_options())
+                    .send_request_with_option(request, self.patience())
                     .await
                 {
                     Ok(handle) => (next, handle),
@@ -120,14 +134,8 @@ impl McpTool {
         if let (Some(route), Ok(mut routes)) = (&route, self.upstream.progress.lock()) {
             routes.insert(token.clone(), route.clone());
         }
-        let answer = super::passage::answer(
-            &peer,
-            handle,
-            self.timeout,
-            &action.cancel,
-            self.upstream.name(),
-        )
-        .await;
+        let answer =
+            super::passage::answer(&peer, handle, &action.cancel, self.upstream.name()).await;
         if let Some(route) = &route {
             route.settled().await;
         }
@@ -137,7 +145,7 @@ impl McpTool {
         drop(asking);
         match answer {
             Err(e) if refused_before_sending(&e) => Call::NotTaken(e, peer),
-            answer => Call::Answered(answer),
+            answer => Call::Answered(answer, in_flight.refusals()),
         }
     }
 
@@ -148,7 +156,7 @@ impl McpTool {
         )
     }
 
-    fn answer(
+    pub(super) fn answer(
         &self,
         result: &CallToolResult,
         verdict: AnswerVerdict,
@@ -217,7 +225,8 @@ enum Call {
     /// The link's server refused the request untaken (a refused connection, a session it no
     /// longer knows): the link it was sent on must end.
     NotTaken(ServiceError, Peer<RoleClient>),
-    Answered(Result<ServerResult, ServiceError>),
+    /// The answer, and what Postern refused the upstream while the call was in flight.
+    Answered(Result<ServerResult, ServiceError>, Vec<String>),
 }
 
 /// Whether a failed link error proves nothing was taken: an HTTP connection that was refused,
@@ -271,56 +280,16 @@ impl Channel for McpTool {
             }
             match call {
                 Call::NotSent(reason) => Outcome::NotSent { reason },
-                Call::Answered(Ok(ServerResult::CallToolResult(result))) => {
-                    let verdict = match (result.is_error, self.on_tool_error) {
-                        (Some(true), ToolErrorVerdict::Unknown) => AnswerVerdict::Unknown,
-                        (Some(true), ToolErrorVerdict::Rejected) => {
-                            AnswerVerdict::Rejected { retryable: false }
-                        }
-                        _ => AnswerVerdict::Applied,
-                    };
-                    Outcome::Answered(self.answer(&result, verdict, &action))
-                }
-                Call::Answered(Ok(other)) => Outcome::Unknown {
-                    reason: format!(
-                        "upstream {name} answered tools/call with a {} the gateway does not drive further",
-                        result_kind(&other)
-                    ),
-                },
-                Call::Answered(Err(ServiceError::McpError(e)))
-                    if e.code == ErrorCode::INVALID_PARAMS || e.code == ErrorCode::METHOD_NOT_FOUND =>
-                {
-                    // The server refused the request as such: nothing was applied.
-                    let body = serde_json::to_vec(&json!({"error": {"code": e.code.0, "message": e.message}}))
-                        .unwrap_or_default();
-                    let body = redact_answer(&body, body.len(), self.max_response_bytes, &action.redaction_needles());
-                    Outcome::Answered(Answer {
-                        status: None,
-                        verdict: AnswerVerdict::Rejected { retryable: true },
-                        size: body.len() as u64,
-                        body,
-                        truncated: false,
-                        whole: None,
-                    })
-                }
                 Call::NotTaken(e, _) => {
                     // Not taken on the new link either: nothing was applied.
                     self.upstream.relink.notify_one();
                     Outcome::NotSent {
-                        reason: format!("upstream {name} did not take the request ({e}); nothing was applied"),
+                        reason: format!(
+                            "upstream {name} did not take the request ({e}); nothing was applied"
+                        ),
                     }
                 }
-                Call::Answered(Err(e)) => Outcome::Unknown {
-                    reason: match e {
-                        ServiceError::TransportClosed => match self.upstream.broken.lock().ok().and_then(|b| b.clone()) {
-                            Some(why) => format!("{why}: the call's answer may have been that message"),
-                            None => format!("upstream {name}: the link closed before it answered (the server may have died mid-call)"),
-                        },
-                        ServiceError::Timeout { timeout } => format!("upstream {name}: no answer within {timeout:?}"),
-                        ServiceError::McpError(e) => format!("upstream {name}: JSON-RPC error {}: the call may have had an effect", e.code.0),
-                        other => format!("upstream {name}: {other}"),
-                    },
-                },
+                Call::Answered(answer, refused) => self.outcome(answer, &refused, &action),
             }
         })
     }
@@ -333,7 +302,7 @@ impl Channel for McpTool {
         Some(Box::pin(async move {
             let arguments = fill(&status.arguments, action.arguments, action.execution_id);
             match self.call(&status.tool, arguments, &action).await {
-                Call::Answered(Ok(ServerResult::CallToolResult(result))) => {
+                Call::Answered(Ok(ServerResult::CallToolResult(result)), _) => {
                     let applied = result
                         .structured_content
                         .as_ref()
@@ -379,7 +348,7 @@ fn fill(
         .collect()
 }
 
-fn result_kind(r: &ServerResult) -> &'static str {
+pub(super) fn result_kind(r: &ServerResult) -> &'static str {
     match r {
         ServerResult::CreateTaskResult(_) => "task",
         ServerResult::InputRequiredResult(_) => "request for input",

@@ -22,7 +22,7 @@ pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ClientCertificate, ListenerTls};
 pub use upstream::{
-    ExposeAll, Sandbox, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW,
+    ExposeAll, Sandbox, Upstream, UpstreamTransport, DEFAULT_EXPOSE_WINDOW, DEFAULT_MAX_DURATION,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT,
 };
 

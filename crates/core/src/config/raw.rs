@@ -105,6 +105,7 @@ pub(super) struct RawUpstream {
     pub credential: Option<String>,
     pub ca_file: Option<String>,
     pub timeout: Option<String>,
+    pub max_duration: Option<String>,
     pub startup_timeout: Option<String>,
     pub max_response_bytes: Option<u64>,
     pub on_tool_error: Option<String>,

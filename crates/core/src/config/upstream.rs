@@ -22,8 +22,11 @@ pub use sandbox::Sandbox;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Upstream {
     pub transport: UpstreamTransport,
-    /// How long a call waits for an answer unless its tool says otherwise.
+    /// How long a call waits for an answer or its next progress report unless its tool says
+    /// otherwise (each report extends the wait).
     pub timeout: Duration,
+    /// The longest one call runs, however often it reports progress.
+    pub max_duration: Duration,
     /// How long `serve` waits for the first connection before it lists tools or listens, and
     /// a call waits for a link that is (re)connecting before it fails, sending nothing.
     pub startup_timeout: Duration,
@@ -154,7 +157,12 @@ fn check_env(var: &str, value: &EnvValue) -> Result<(), String> {
 }
 
 /// The default wait for an upstream's answer.
-pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Generous: MCP tools run for minutes (a build, a crawl), and a call that reports progress
+/// is extended past it anyway.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The longest a call runs by default, however often it reports progress (MCP asks clients to
+/// keep such a bound).
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(60 * 60);
 
 /// The default wait for an upstream's link to come up (at start, and for a call).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -171,20 +179,20 @@ pub(super) fn parse_upstream(
             "upstream.{name}: a name is 1-64 letters, digits, '_' or '-'"
         ));
     }
-    let timeout = match &u.timeout {
-        None => DEFAULT_UPSTREAM_TIMEOUT,
-        Some(t) => match parse_duration(t).map_err(|e| field("timeout", e.to_string()))? {
-            d if d.is_zero() => return Err(field("timeout", "must be greater than zero".into())),
-            d => d,
-        },
-    };
+    let (timeout, max_duration) = call_timeouts(&u).map_err(|(f, m)| field(f, m))?;
     let startup_timeout = match &u.startup_timeout {
         None => DEFAULT_STARTUP_TIMEOUT,
         Some(t) => parse_duration(t).map_err(|e| field("startup_timeout", e.to_string()))?,
     };
     let max_response_bytes =
         response_cap(u.max_response_bytes).map_err(|m| field("max_response_bytes", m))?;
-    let expose_all = expose_all(name, &mut u, timeout, retention, max_response_bytes)?;
+    let expose_all = expose_all(
+        name,
+        &mut u,
+        (timeout, max_duration),
+        retention,
+        max_response_bytes,
+    )?;
     let transport = match (u.command, u.url) {
         (Some(command), None) => {
             if command.is_empty() || command[0].is_empty() {
@@ -247,10 +255,35 @@ pub(super) fn parse_upstream(
     Ok(Upstream {
         transport,
         timeout,
+        max_duration,
         startup_timeout,
         max_response_bytes,
         expose_all,
     })
+}
+
+/// The upstream's `timeout` (from the last sign of life) and `max_duration` (in all).
+fn call_timeouts(u: &RawUpstream) -> Result<(Duration, Duration), (&'static str, String)> {
+    let timeout = match &u.timeout {
+        None => DEFAULT_UPSTREAM_TIMEOUT,
+        Some(t) => match parse_duration(t).map_err(|e| ("timeout", e.to_string()))? {
+            d if d.is_zero() => return Err(("timeout", "must be greater than zero".into())),
+            d => d,
+        },
+    };
+    let max_duration = match &u.max_duration {
+        None => DEFAULT_MAX_DURATION.max(timeout),
+        Some(t) => match parse_duration(t).map_err(|e| ("max_duration", e.to_string()))? {
+            d if d < timeout => {
+                return Err((
+                    "max_duration",
+                    format!("{t} is shorter than the upstream's timeout ({}): it is the longest a call runs however often it reports progress", crate::duration::format_duration(timeout)),
+                ))
+            }
+            d => d,
+        },
+    };
+    Ok((timeout, max_duration))
 }
 
 /// The `expose`, `prefix`, `default_class`, `match_window`, `approval` and `on_tool_error`
@@ -258,7 +291,7 @@ pub(super) fn parse_upstream(
 fn expose_all(
     name: &str,
     u: &mut RawUpstream,
-    timeout: Duration,
+    (timeout, max_duration): (Duration, Duration),
     retention: Duration,
     max_response_bytes: usize,
 ) -> Result<Option<ExposeAll>, String> {
@@ -313,6 +346,7 @@ fn expose_all(
             // Named per tool by `contract`; validated here under a stand-in.
             tool: "tool".into(),
             timeout,
+            max_duration,
             on_tool_error,
             schema_from_upstream: true,
             max_response_bytes,
@@ -385,6 +419,7 @@ pub(super) fn mcp_spec(
         server: m.server,
         tool: m.tool,
         timeout,
+        max_duration: upstream.max_duration.max(timeout),
         on_tool_error,
         schema_from_upstream: !schema_in_config,
         max_response_bytes,

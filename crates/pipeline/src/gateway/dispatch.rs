@@ -19,6 +19,15 @@ use crate::error::GatewayError;
 use crate::registry::ToolEntry;
 use crate::report::{unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
 
+/// What the record of an answer notes besides the answer.
+#[derive(Default)]
+pub(super) struct Noted<'a> {
+    /// The recovery step that got it (a status query, a precondition probe).
+    pub via: Option<&'a str>,
+    /// The caller's client answered a question of the target during the call.
+    pub asked_client: bool,
+}
+
 impl Gateway {
     /// Sends a dispatched execution through its channel and records the outcome durably
     /// before returning it.
@@ -33,6 +42,8 @@ impl Gateway {
         let id = s.id.to_string();
         let intent = s.fingerprint.to_string();
         let forward_cancel = CancellationToken::new();
+        // Set when the caller's client answers a question of the target during the call.
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let action = match self.action(
             entry,
             &call.arguments,
@@ -41,7 +52,10 @@ impl Gateway {
         ) {
             Ok(mut action) => {
                 action.progress = call.progress.clone();
-                action.asker = call.asker.clone();
+                action.asker = call
+                    .asker
+                    .clone()
+                    .map(|asker| super::asked::watched(asker, asked.clone()));
                 action.recorded_target = match target {
                     Some(target) => Some(target),
                     None => self.recorded_target(s.id).await,
@@ -51,7 +65,9 @@ impl Gateway {
             Err(reason) => {
                 // Nothing of this attempt left: the credential could not be had.
                 let outcome = Outcome::NotSent { reason };
-                return self.record_outcome(&s, outcome, attempt, None).await;
+                return self
+                    .record_outcome(&s, outcome, attempt, Noted::default())
+                    .await;
             }
         };
         if call.is_cancelled() {
@@ -80,7 +96,7 @@ impl Gateway {
             tracing::error!(execution_id = %s.id, reason = %why, "not sent: this replica lost its lease");
             let reason = format!("this gateway replica lost its lease before the request left ({why}); this attempt sent nothing");
             return self
-                .record_outcome(&s, Outcome::NotSent { reason }, attempt, None)
+                .record_outcome(&s, Outcome::NotSent { reason }, attempt, Noted::default())
                 .await;
         }
         let mut action = action;
@@ -109,7 +125,11 @@ impl Gateway {
             "outcome" => outcome.label()
         )
         .record(sent_at.elapsed().as_secs_f64());
-        self.record_outcome(&s, outcome, attempt, None).await
+        let noted = Noted {
+            via: None,
+            asked_client: asked.load(std::sync::atomic::Ordering::Acquire),
+        };
+        self.record_outcome(&s, outcome, attempt, noted).await
     }
 
     /// Where a call goes, as recorded in its `dispatched` event (`secret_fields` shown as
@@ -198,7 +218,7 @@ impl Gateway {
         dispatched: &ExecutionSummary,
         outcome: Outcome,
         attempt: Attempt,
-        via: Option<&str>,
+        noted: Noted<'_>,
     ) -> Result<CallReport, GatewayError> {
         let id = dispatched.id;
         let mut unsettled = false;
@@ -232,8 +252,12 @@ impl Gateway {
                     Some(status) => json!({"target_status": status}),
                     None => json!({}),
                 };
-                if let Some(v) = via {
+                if let Some(v) = noted.via {
                     detail["via"] = json!(v);
+                }
+                if noted.asked_client {
+                    // The answer may hold what the client gave: shown only to its run.
+                    detail[super::asked::ASKED_CLIENT] = json!(true);
                 }
                 let result = ResultBody {
                     body: a.body.clone(),

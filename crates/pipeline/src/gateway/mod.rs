@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 mod approvals;
+mod asked;
 mod dispatch;
 mod notices;
 mod promises;
@@ -555,7 +556,13 @@ impl Gateway {
             AcceptOutcome::Existing {
                 decision,
                 execution,
-            } => self.recover(entry, decision, execution, call).await,
+            } => {
+                let prior = (execution.id, execution.run_id.clone());
+                let mut report = self.recover(entry, decision, execution, call).await?;
+                self.withhold_from_other_runs(prior, call, &mut report)
+                    .await?;
+                Ok(report)
+            }
         }
     }
 

@@ -290,7 +290,15 @@ impl Gateway {
         via: &str,
     ) -> Result<CallReport, GatewayError> {
         match self
-            .record_outcome(prior, outcome, Attempt::Recovered, Some(via))
+            .record_outcome(
+                prior,
+                outcome,
+                Attempt::Recovered,
+                super::dispatch::Noted {
+                    via: Some(via),
+                    asked_client: false,
+                },
+            )
             .await
         {
             Err(GatewayError::Ledger(LedgerError::Transition { .. })) => {

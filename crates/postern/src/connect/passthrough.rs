@@ -29,6 +29,7 @@ use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::{Bridge, Failure, REFUSED_META};
 
@@ -37,10 +38,13 @@ use super::{Bridge, Failure, REFUSED_META};
 pub(crate) struct BridgeClient {
     agent: Arc<Mutex<Option<Peer<RoleServer>>>>,
     /// The gateway's progress token of a call in flight → the agent's, and its reports' counts.
-    progress: Arc<Mutex<HashMap<ProgressToken, PassedProgress>>>,
+    progress: ProgressRoutes,
     /// Set when the gateway says its tools changed (the bridge lists them again).
     pub tools_changed: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// The gateway's progress token of each call in flight → where its reports go.
+type ProgressRoutes = Arc<Mutex<HashMap<ProgressToken, PassedProgress>>>;
 
 /// One call's progress on its way to the agent: the agent's token, and how many of the
 /// gateway's reports were read and passed on (see `postern_channels::mcp::handed_on`).
@@ -101,12 +105,15 @@ impl BridgeClient {
     }
 
     /// One `tools/call` on `peer`, its progress passed to the agent under `agent_token`.
-    /// Dropped before its answer (a timeout), it tells the gateway the request is cancelled.
+    /// Dropped before its answer, it tells the gateway the request is cancelled only when the
+    /// agent cancelled it (`agent_cancel`): the bridge never cancels a call of its own accord
+    /// (a re-issue attaches to the running execution instead).
     pub(crate) async fn call_tool(
         &self,
-        peer: &Peer<RoleClient>,
+        peer: Peer<RoleClient>,
         params: CallToolRequestParams,
         agent_token: Option<ProgressToken>,
+        agent_cancel: CancellationToken,
     ) -> Result<CallToolResponse, ServiceError> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut handle = peer
@@ -126,6 +133,10 @@ impl BridgeClient {
         let mut pending = Pending {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
+            agent_cancel,
+            route: routed
+                .as_ref()
+                .map(|(token, _)| (self.progress.clone(), token.clone())),
         };
         let answer = (&mut handle.rx)
             .await
@@ -147,24 +158,37 @@ impl BridgeClient {
     }
 }
 
-/// A request whose answer has not come: dropped, it is cancelled at the gateway.
+/// A request whose answer has not come: dropped after the agent cancelled, it is cancelled at
+/// the gateway; dropped otherwise (the bridge has its answer from a re-issue), it is only
+/// forgotten.
 struct Pending {
     peer: Peer<RoleClient>,
     id: Option<rmcp::model::RequestId>,
+    agent_cancel: CancellationToken,
+    route: Option<(ProgressRoutes, ProgressToken)>,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let peer = self.peer.clone();
-            tokio::spawn(async move {
-                let note = CancelledNotificationParam::new(
-                    Some(id),
-                    Some("postern connect: no answer in time".into()),
-                );
-                let _ = peer.notify_cancelled(note).await;
-            });
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        if let Some((routes, token)) = self.route.take() {
+            if let Ok(mut routes) = routes.lock() {
+                routes.remove(&token);
+            }
         }
+        if !self.agent_cancel.is_cancelled() {
+            return;
+        }
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let note = CancelledNotificationParam::new(
+                Some(id),
+                Some("the agent cancelled the request".into()),
+            );
+            let _ = peer.notify_cancelled(note).await;
+        });
     }
 }
 

@@ -20,6 +20,7 @@ mod inspector;
 mod interop;
 mod investigate;
 mod limits;
+mod long_calls;
 mod lost_answer;
 mod onboarding;
 mod replicas;
