@@ -107,6 +107,30 @@ fn summary_json(e: &ExecutionSummary) -> Value {
     })
 }
 
+/// The widest an actor's and a tool's column get (a longer name is cut, ending in '…').
+const MAX_ACTOR: usize = 24;
+const MAX_TOOL: usize = 40;
+
+/// `activity list`'s table: each state by its lifecycle name (`delivered(applied)`), as
+/// `activity trace` and `show` say it.
+fn list_lines(rows: &[ExecutionSummary]) -> Vec<String> {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.accepted_at.to_string(),
+                shown(&e.actor).into_owned(),
+                shown(&e.tool).into_owned(),
+                e.lifecycle.state.name().to_string(),
+                e.lifecycle.dispatches.to_string(),
+            ]
+        })
+        .collect();
+    let header = ["EXECUTION", "ACCEPTED", "ACTOR", "TOOL", "STATE", "SENT"];
+    crate::terminal::table(&header, &cells, &[0, 0, MAX_ACTOR, MAX_TOOL, 0, 0])
+}
+
 pub fn run(cmd: &ActivityCommand) -> Result<i32> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -120,13 +144,8 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                 if a.store.json {
                     println!("{}", serde_json::to_string_pretty(&rows.iter().map(summary_json).collect::<Vec<_>>())?);
                 } else {
-                    println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", "EXECUTION", "ACCEPTED", "ACTOR", "TOOL", "STATE", "SENT");
-                    for e in &rows {
-                        let state = match e.lifecycle.state.outcome() {
-                            Some(o) => format!("{} ({o})", e.lifecycle.state.display_name()),
-                            None => e.lifecycle.state.display_name().to_string(),
-                        };
-                        println!("{:<30} {:<24} {:<16} {:<16} {:<32} {:>4}", e.id, e.accepted_at, shown(&e.actor), shown(&e.tool), state, e.lifecycle.dispatches);
+                    for line in list_lines(&rows) {
+                        println!("{line}");
                     }
                 }
             }
@@ -163,7 +182,7 @@ pub fn run(cmd: &ActivityCommand) -> Result<i32> {
                     println!("tool         {} ({})", shown(&s.tool), s.class);
                     println!("actor        {}   intent scope {}", shown(&s.actor), shown(&s.intent_scope));
                     println!("fingerprint  {}", s.fingerprint);
-                    println!("state        {}{}", s.lifecycle.state.display_name(), s.lifecycle.state.outcome().map(|o| format!(" ({o})")).unwrap_or_default());
+                    println!("state        {}", s.lifecycle.state.name());
                     println!("record       {}", shown(&view.record.to_string()));
                     if let Some(hints) = view.events.iter().find_map(|e| e.body.detail.get("upstream_annotations")) {
                         println!("upstream     annotations {} (the upstream's own claim, untrusted: the class decides)", shown(&hints.to_string()));

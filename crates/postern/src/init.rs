@@ -10,6 +10,7 @@ use postern_audit::SigningKey;
 use crate::keys::{random_32, write_secret};
 
 mod mcp_json;
+mod probe;
 
 #[derive(Args)]
 pub struct InitArgs {
@@ -44,7 +45,10 @@ pub fn init(a: &InitArgs) -> Result<()> {
         }
         Some(file) => {
             // Everything is read and checked before anything is written.
-            let onboarding = mcp_json::Onboarding::from_file(file, STARTER)?;
+            let made = mcp_json::Onboarding::from_file(file, STARTER)?;
+            let (parsed, values) = made.for_probe()?;
+            let listed = probe::list_tools(&parsed, &values, &a.dir);
+            let onboarding = made.with_tools(&listed)?;
             write_gateway(&a.dir, onboarding.config())?;
             onboarding.print(&config);
         }

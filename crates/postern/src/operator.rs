@@ -15,14 +15,13 @@ use crate::terminal::{shown, text};
 
 #[derive(Args, Clone)]
 pub struct GatewayArgs {
-    /// The gateway's address (its /ops API is on the MCP listener).
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "POSTERN_GATEWAY",
-        default_value = "http://127.0.0.1:8750"
-    )]
-    pub gateway: String,
+    /// The gateway's address (its /ops API is on the MCP listener); default: the config's
+    /// listener with -c, else http://127.0.0.1:8750.
+    #[arg(long, value_name = "URL", env = "POSTERN_GATEWAY")]
+    pub gateway: Option<String>,
+    /// The gateway's config: its [gateway] listen (and tls) give the address.
+    #[arg(long, short, value_name = "FILE", conflicts_with = "gateway")]
+    pub config: Option<PathBuf>,
     /// With an https:// gateway: the PEM file of the CA that signed its certificate, trusted
     /// instead of the built-in roots.
     #[arg(long, value_name = "FILE")]
@@ -132,6 +131,38 @@ pub(crate) struct Ops {
     json: bool,
 }
 
+/// Where the gateway of `config` answers on this machine: its listener, an unspecified
+/// address (every interface) reached on the loopback one.
+fn listener_url(config: &postern_core::config::Config) -> String {
+    let listen = &config.gateway.listen;
+    let (host, port) = listen.rsplit_once(':').unwrap_or((listen, "8750"));
+    let host = match host {
+        "0.0.0.0" | "" => "127.0.0.1",
+        "[::]" => "[::1]",
+        other => other,
+    };
+    let scheme = match config.gateway.tls.is_some() {
+        true => "https",
+        false => "http",
+    };
+    format!("{scheme}://{host}:{port}")
+}
+
+impl GatewayArgs {
+    /// The gateway's base URL: --gateway, else the listener of -c's config, else the default.
+    pub(crate) fn base(&self) -> Result<String> {
+        let base = match (&self.gateway, &self.config) {
+            (Some(url), _) => url.clone(),
+            (None, Some(config)) => listener_url(&crate::load_config(config)?),
+            (None, None) => "http://127.0.0.1:8750".to_string(),
+        };
+        Ok(base
+            .trim_end_matches('/')
+            .trim_end_matches("/mcp")
+            .to_string())
+    }
+}
+
 impl Ops {
     pub(crate) fn new(a: &GatewayArgs) -> Result<Ops> {
         let var = shown_variable(&a.token_env);
@@ -142,11 +173,7 @@ impl Ops {
             Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
             _ => bail!("no operator token: set the environment variable {var} to an [[operator]]'s token (or name another with --token-env)"),
         };
-        let base = a
-            .gateway
-            .trim_end_matches('/')
-            .trim_end_matches("/mcp")
-            .to_string();
+        let base = a.base()?;
         if !base.starts_with("http://") && !base.starts_with("https://") {
             bail!("--gateway {base:?}: expected http(s)://host:port");
         }
@@ -463,19 +490,29 @@ fn print_list(items: &Value, none: &str) {
     if items.is_empty() {
         println!("{none}");
     }
-    for p in items {
-        println!(
-            "{:<30} {:<20} {:<16} since {}{}",
-            text(&p["execution_id"]),
-            text(&p["tool"]),
-            text(&p["actor"]),
-            text(&p["since"]),
-            p["expires_at"]
-                .as_str()
-                .map(|e| format!(", expires {}", shown(e)))
-                .unwrap_or_default()
-        );
+    for line in list_lines(items) {
+        println!("{line}");
     }
+}
+
+/// The approvals' or reviews' table, under a header row, aligned to its longest cells (none
+/// cut: an operator decides on what they see).
+fn list_lines(items: &[Value]) -> Vec<String> {
+    let cells: Vec<Vec<String>> = items
+        .iter()
+        .map(|p| {
+            let expires = p["expires_at"].as_str().map(|e| shown(e).into_owned());
+            vec![
+                text(&p["execution_id"]).into_owned(),
+                text(&p["tool"]).into_owned(),
+                text(&p["actor"]).into_owned(),
+                text(&p["since"]).into_owned(),
+                expires.unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let header = ["EXECUTION", "TOOL", "ACTOR", "SINCE", "EXPIRES"];
+    crate::terminal::table(&header, &cells, &[])
 }
 
 /// The request as it will be sent (the record above leaves out non-semantic fields), or why it
@@ -536,5 +573,29 @@ fn print_one(p: &Value) {
                 .map(|r| format!(": {}", shown(r)))
                 .unwrap_or_default()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::list_lines;
+
+    #[test]
+    fn a_list_of_reviews_has_a_header_row_and_aligned_columns() {
+        let items = [
+            json!({"execution_id": "exe_1", "tool": "everything_trigger-long-running-operation",
+                   "actor": "agent", "since": "2026-12-06T09:00:00Z"}),
+            json!({"execution_id": "exe_2", "tool": "memory_create_entities", "actor": "agent",
+                   "since": "2026-12-06T09:01:00Z", "expires_at": "2026-12-06T10:01:00Z"}),
+        ];
+        let lines = list_lines(&items);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("EXECUTION  TOOL "), "{lines:?}");
+        let column = |l: &str, word: &str| l.find(word).unwrap();
+        assert_eq!(column(&lines[0], "ACTOR"), column(&lines[1], "agent"));
+        assert_eq!(column(&lines[0], "ACTOR"), column(&lines[2], "agent"));
+        assert!(lines[2].ends_with("2026-12-06T10:01:00Z"), "{lines:?}");
     }
 }

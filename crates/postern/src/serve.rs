@@ -51,7 +51,9 @@ pub struct Assembled {
     pub console: Option<postern_console::ConsoleSetup>,
 }
 
-pub async fn assemble(config_path: &Path) -> Result<Assembled> {
+/// `operator_api`: whether operators can reach this gateway (over HTTP); without it (`serve
+/// --stdio`) their tokens are neither read nor required, and there is no console.
+pub async fn assemble(config_path: &Path, operator_api: bool) -> Result<Assembled> {
     let config: Config = crate::load_config(config_path)?;
     let dir = crate::config_dir(config_path);
     let key = FingerprintKey::from_hex(
@@ -64,8 +66,15 @@ pub async fn assemble(config_path: &Path) -> Result<Assembled> {
         None => None,
     };
     let tokens = actor_tokens(&config, &dir)?;
-    let operators = operator_tokens(&config, &dir, &tokens)?;
-    let console = console_setup(&config, &dir, (&operators, &tokens), signing_key.as_ref())?;
+    let (operators, console) = match operator_api {
+        true => {
+            let operators = operator_tokens(&config, &dir, &tokens)?;
+            let console =
+                console_setup(&config, &dir, (&operators, &tokens), signing_key.as_ref())?;
+            (operators, console)
+        }
+        false => (HashMap::new(), None),
+    };
     let tokens = Tokens {
         actors: tokens,
         operators,
@@ -375,7 +384,7 @@ pub fn run(a: &ServeArgs) -> Result<i32> {
 }
 
 async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Result<i32> {
-    let assembled = assemble(&a.config).await?;
+    let assembled = assemble(&a.config, !a.stdio).await?;
     let gateway = assembled.gateway.clone();
     if let Some(addr) = &telemetry.metrics_listen {
         serve_metrics(addr, &gateway).await?;

@@ -32,9 +32,64 @@ pub(crate) fn shown(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Rows of cells as aligned lines under `header`: each column as wide as its widest cell, a
+/// cell wider than its column's cap (`caps[i]`, 0 for none) cut to it and ending in '…', so
+/// one long name (a tool's, an actor's) never pushes the columns after it out of line.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>], caps: &[usize]) -> Vec<String> {
+    let cut = |cell: &str, i: usize| -> String {
+        match caps.get(i).copied().unwrap_or(0) {
+            cap if cap > 0 && cell.chars().count() > cap => {
+                let kept: String = cell.chars().take(cap - 1).collect();
+                format!("{kept}…")
+            }
+            _ => cell.to_string(),
+        }
+    };
+    let rows: Vec<Vec<String>> = std::iter::once(header.iter().map(|h| h.to_string()).collect())
+        .chain(rows.iter().cloned())
+        .map(|r: Vec<String>| r.iter().enumerate().map(|(i, c)| cut(c, i)).collect())
+        .collect();
+    let mut widths = vec![0; header.len()];
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate().take(widths.len()) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, &w)| format!("{cell:<w$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::{shown, table};
+
+    #[test]
+    fn a_table_aligns_its_columns_and_cuts_a_long_name() {
+        let long = "everything_trigger-elicitation-request-async-and-more".to_string();
+        let rows = vec![
+            vec!["exe_1".into(), long, "delivered(applied)".into()],
+            vec![
+                "exe_2".into(),
+                "memory_read_graph".into(),
+                "rejected".into(),
+            ],
+        ];
+        let lines = table(&["EXECUTION", "TOOL", "STATE"], &rows, &[0, 24, 0]);
+        assert_eq!(lines[0], "EXECUTION  TOOL                      STATE");
+        assert_eq!(
+            lines[1],
+            "exe_1      everything_trigger-elic…  delivered(applied)"
+        );
+        assert_eq!(lines[2], "exe_2      memory_read_graph         rejected");
+    }
 
     #[test]
     fn what_a_terminal_would_obey_is_shown_escaped() {

@@ -108,7 +108,7 @@ pub fn run(cmd: &VaultCommand) -> Result<i32> {
             passphrase,
             gateway,
         } => {
-            refuse_clear_text(&gateway.gateway)?;
+            refuse_clear_text(&gateway.base()?)?;
             let passphrase = read_passphrase(passphrase, false)?;
             let answer = crate::operator::post(
                 gateway,

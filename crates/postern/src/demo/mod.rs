@@ -212,7 +212,7 @@ async fn stage() -> Result<Stage> {
     let tls_api = https::start_api(&dir).await?;
     let tls_target_url = format!("https://{}", tls_api.addr);
     let token = write_files(&dir, &target_url, &tls_target_url)?;
-    let assembled = crate::serve::assemble(&dir.join("postern.toml")).await?;
+    let assembled = crate::serve::assemble(&dir.join("postern.toml"), true).await?;
     let ledger = assembled.gateway.ledger().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_url = format!("http://{}/mcp", listener.local_addr()?);

@@ -3,15 +3,18 @@
 //! `servers`), and the one change to the host's config that routes it through Postern.
 //!
 //! Each server becomes an `[upstream.NAME]` with `expose = "all"` under the safe default
-//! contract, `irreversible`: a call whose answer was lost is never sent again on its own, and a
-//! tool's annotations decide nothing. No value of the file lands in the config that may be a
-//! secret: every `env` value becomes `{ env = "POSTERN_UP_<NAME>_<KEY>" }`, an HTTP server's
-//! header a `[credential.NAME]` read from the environment, and the variables are printed with
-//! their values masked.
+//! contract, `irreversible`: a call whose answer was lost is never sent again on its own. The
+//! tools a server listed when init asked it (`probe`) that only read, by its annotations or
+//! their names (`classify`), are named in its `read_only`, each with why, for the operator to
+//! review; at serve time annotations decide nothing. No value of the file lands in the config
+//! that may be a secret: every `env` value becomes `{ env = "POSTERN_UP_<NAME>_<KEY>" }`, an
+//! HTTP server's header a `[credential.NAME]` read from the environment, and the variables are
+//! printed, a value that looks secret masked. The config has one actor (the host) and one
+//! operator, each with a token read from the environment.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use postern_core::config::Config;
@@ -21,13 +24,15 @@ use serde_json::{Map, Value};
 const AGENT: &str = "agent";
 /// Where the gateway reads the agent's token from.
 const AGENT_TOKEN_VAR: &str = "POSTERN_AGENT_TOKEN";
+/// The one operator, and where the gateway (and the operator's commands: `postern status`,
+/// `review` …, whose default this is) read its token from.
+const OPERATOR: &str = "operator";
+const OPERATOR_TOKEN_VAR: &str = "POSTERN_OPERATOR_TOKEN";
 /// The longest upstream name made here: its prefix leaves its tools' names room (a served name
 /// is at most 64 characters).
 const MAX_NAME: usize = 40;
 /// Programs that may download the server before it starts: given a longer `startup_timeout`.
 const FETCHERS: [&str; 6] = ["npx", "uvx", "bunx", "pnpx", "pnpm", "docker"];
-/// Name patterns of tools that usually only read: served as reads (check them per server).
-const SUGGESTED_READS: &str = r#"["list_*", "read_*", "get_*", "search_*"]"#;
 /// The keys of a server entry that are carried over (`transport` is read as `type`).
 const STDIO_KEYS: [&str; 6] = ["type", "transport", "command", "args", "env", "cwd"];
 const HTTP_KEYS: [&str; 4] = ["type", "transport", "url", "headers"];
@@ -60,12 +65,25 @@ enum Header {
 }
 
 /// An environment variable `postern serve` needs: its name, where its value is in the file, and
-/// a hint of that value that does not give it away.
+/// what is printed of the value (all of it when it does not look secret, else a hint that does
+/// not give it away).
 struct Export {
     var: String,
     origin: String,
-    hint: String,
+    shown: Shown,
+    /// The value itself, for `init`'s own start of the server (never printed or written).
+    value: String,
 }
+
+/// What is printed of a variable's value.
+enum Shown {
+    Whole(String),
+    Masked(String),
+}
+
+/// The tools each upstream listed when `init` asked it, by upstream name, or why it did not
+/// answer; an upstream not in it was not asked.
+pub type ListedTools = BTreeMap<String, Result<Vec<classify::Listed>, String>>;
 
 /// An upstream made from a server, for the summary.
 struct Made {
@@ -73,10 +91,15 @@ struct Made {
     source: String,
     prefix: String,
     transport: &'static str,
+    /// How its reads were chosen, for the summary.
+    reads: String,
 }
 
 /// What `init --from-mcp-json` writes and prints.
 pub struct Onboarding {
+    /// The host's file and the starter config it was made with, to make it again with the
+    /// servers' tools (`with_tools`).
+    source: (String, String),
     config: String,
     /// The file, for messages.
     file: String,
@@ -99,6 +122,26 @@ impl Onboarding {
     }
 
     fn from_text(text: &str, file: &str, starter: &str) -> Result<Onboarding> {
+        Onboarding::make(text, file, starter, &ListedTools::new())
+    }
+
+    /// The same config, each upstream's reads named from the tools it listed (`listed`).
+    pub fn with_tools(&self, listed: &ListedTools) -> Result<Onboarding> {
+        Onboarding::make(&self.source.0, &self.file, &self.source.1, listed)
+    }
+
+    /// The parsed config (to start its upstreams) and the values of the variables it names.
+    pub fn for_probe(&self) -> Result<(Config, BTreeMap<String, String>)> {
+        let config = Config::parse(&self.config, "postern.toml")?;
+        let values = self
+            .exports
+            .iter()
+            .map(|e| (e.var.clone(), e.value.clone()))
+            .collect();
+        Ok((config, values))
+    }
+
+    fn make(text: &str, file: &str, starter: &str, listed: &ListedTools) -> Result<Onboarding> {
         let (key, servers, mut notes) = parse_document(text, file)?;
         let names = upstream_names(&servers, &mut notes);
         let prefixes = prefixes(&names, &mut notes)?;
@@ -108,10 +151,11 @@ impl Onboarding {
         let mut made = Vec::new();
         for ((server, name), prefix) in servers.iter().zip(&names).zip(&prefixes) {
             body.push('\n');
+            let tools = listed.get(name.as_str());
             body.push_str(&upstream_toml(
                 server,
-                name,
-                prefix,
+                (name, prefix),
+                tools,
                 &mut vars,
                 &mut exports,
             ));
@@ -123,6 +167,7 @@ impl Onboarding {
                     Transport::Stdio { .. } => "stdio",
                     Transport::Http { .. } => "http",
                 },
+                reads: classify::summary(tools),
             });
             if let Transport::Http { url, .. } = &server.transport {
                 if url.contains('?') {
@@ -137,12 +182,13 @@ impl Onboarding {
             "{}\n{}{}{body}",
             header(file, servers.len(), &exports),
             gateway_section(starter)?,
-            actor_toml(&prefixes),
+            people_toml(&prefixes),
         );
         let parsed = Config::parse(&config, "postern.toml").map_err(|e| {
             anyhow!("the config made from {file} does not parse (a bug of postern init): {e}")
         })?;
         Ok(Onboarding {
+            source: (text.to_string(), starter.to_string()),
             config,
             file: file.to_string(),
             key,
@@ -157,84 +203,6 @@ impl Onboarding {
     pub fn config(&self) -> &str {
         &self.config
     }
-
-    /// What was made, the variables to set and the change to the host's config.
-    pub fn print(&self, config: &Path) {
-        println!(
-            "made from {}: {} upstream(s), one per server of \"{}\":",
-            self.file,
-            self.made.len(),
-            self.key
-        );
-        let width = self.made.iter().map(|m| m.name.len()).max().unwrap_or(0);
-        for m in &self.made {
-            let renamed = match m.source == m.name {
-                true => String::new(),
-                false => format!("  (server {:?})", m.source),
-            };
-            println!(
-                "  {:<width$}  {:<5}  tools served as {}<tool>{renamed}",
-                m.name, m.transport, m.prefix
-            );
-        }
-        println!("every tool is served as irreversible (a call whose answer was lost is never sent again on its own) until you mark its reads: the comment under each [upstream.*] says how");
-        for note in &self.notes {
-            println!("note: {note}");
-        }
-        println!(
-            "next: set these variables where postern serve runs (their values are not in {}):",
-            config.display()
-        );
-        println!("  export {AGENT_TOKEN_VAR}=$(openssl rand -hex 24)   # the agent's bearer token (16+ characters)");
-        for e in &self.exports {
-            println!(
-                "  export {}='{}'   # {} in {} (value masked: copy it from there)",
-                e.var, e.hint, e.origin, self.file
-            );
-        }
-        println!("then: postern serve -c {}", config.display());
-        self.print_routing(config);
-    }
-
-    /// The one change to the host's config: its servers replaced by Postern.
-    fn print_routing(&self, config: &Path) {
-        let port = self.listen.rsplit(':').next().unwrap_or("8750");
-        let url = format!("http://127.0.0.1:{port}/mcp");
-        let token = format!("<the value of {AGENT_TOKEN_VAR}>");
-        println!("route the host through Postern: in its config, replace the servers of \"{}\" with this one (it serves all their tools):", self.key);
-        let connect = ["connect".to_string(), url];
-        let env = [("POSTERN_TOKEN".to_string(), token)];
-        println!("{}", snippet(self.key, &connect, &env));
-        let path: PathBuf = std::fs::canonicalize(config).unwrap_or_else(|_| config.into());
-        let serve = ["serve", "--stdio", "-c", &path.display().to_string()].map(String::from);
-        let mut env = vec![(
-            AGENT_TOKEN_VAR.to_string(),
-            "<16+ random characters>".into(),
-        )];
-        env.extend(
-            self.exports
-                .iter()
-                .map(|e| (e.var.clone(), "…".to_string())),
-        );
-        println!("or let the host start the gateway itself on stdio (no postern serve to run; the variables above in its \"env\"):");
-        println!("{}", snippet(self.key, &serve, &env));
-    }
-}
-
-/// The host's entry for Postern, `postern ARGS…` with `env`, in the host's own JSON.
-fn snippet(key: &str, args: &[String], env: &[(String, String)]) -> String {
-    let s = |v: &str| Value::String(v.to_string()).to_string();
-    let args: Vec<String> = args.iter().map(|a| s(a)).collect();
-    let env: Vec<String> = env
-        .iter()
-        .map(|(k, v)| format!("        {}: {}", s(k), s(v)))
-        .collect();
-    format!(
-        "{{\n  {}: {{\n    \"postern\": {{\n      \"command\": \"postern\",\n      \"args\": [{}],\n      \"env\": {{\n{}\n      }}\n    }}\n  }}\n}}",
-        s(key),
-        args.join(", "),
-        env.join(",\n")
-    )
 }
 
 /// The host's key and its servers, in the file's order (notes for what is not carried over).
@@ -503,12 +471,42 @@ impl Vars {
         let base = format!("POSTERN_UP_{}_{}", part(upstream), part(key));
         let mut var = base.clone();
         for n in 2.. {
-            if var != AGENT_TOKEN_VAR && self.0.insert(var.clone()) {
+            if var != AGENT_TOKEN_VAR && var != OPERATOR_TOKEN_VAR && self.0.insert(var.clone()) {
                 break;
             }
             var = format!("{base}_{n}");
         }
         var
+    }
+}
+
+/// Words in a variable's name that say its value is a secret.
+const SECRET_WORDS: [&str; 9] = [
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASS",
+    "AUTH",
+    "CREDENTIAL",
+    "PRIVATE",
+    "COOKIE",
+    "SESSION",
+];
+
+/// What is printed of `key`'s value: a path or a number whole, unless the key's name sounds
+/// secret (the operator needs them as they are, and they give nothing away); else its start.
+fn shown(key: &str, value: &str) -> Shown {
+    let upper = key.to_ascii_uppercase();
+    let secret_key = SECRET_WORDS.iter().any(|w| upper.contains(w));
+    let path = ["/", "~/", "./", "../"]
+        .iter()
+        .any(|p| value.starts_with(p))
+        && !value.contains(['?', '@', '='])
+        && !value.chars().any(|c| c.is_control());
+    let number = !value.is_empty() && value.len() <= 8 && value.bytes().all(|b| b.is_ascii_digit());
+    match !secret_key && (path || number) {
+        true => Shown::Whole(value.to_string()),
+        false => Shown::Masked(masked(value)),
     }
 }
 
@@ -541,18 +539,22 @@ struct Parts {
 /// One server's tables: its credential (an HTTP server with a header), then the upstream.
 fn upstream_toml(
     server: &Server,
-    name: &str,
-    prefix: &str,
+    (name, prefix): (&str, &str),
+    tools: Option<&Result<Vec<classify::Listed>, String>>,
     vars: &mut Vars,
     exports: &mut Vec<Export>,
 ) -> String {
     let source = &server.source;
-    let mut export = |key: &str, origin: String, value: &str| {
+    let mut export = |key: &str, origin: String, value: &str, whole: bool| {
         let var = vars.take(name, key);
         exports.push(Export {
             var: var.clone(),
             origin: format!("{origin} of server {source:?}"),
-            hint: masked(value),
+            shown: match whole {
+                true => shown(key, value),
+                false => Shown::Masked(masked(value)),
+            },
+            value: value.to_string(),
         });
         var
     };
@@ -570,24 +572,27 @@ fn upstream_toml(
 [upstream.{name}]
 {transport}expose = "all"
 prefix = {prefix_q}
-# Every tool under one contract, irreversible: a call whose answer was lost is never sent again
-# on its own. A tool's annotations (readOnlyHint …) decide nothing. Tools whose names match
-# read_only are served as reads (performed on every call, nothing stored): remove a pattern
-# that matches a tool of this server that writes (`postern upstream list` shows each tool's
-# class and why). A tool can also get a contract of its own:
+# Every tool under one contract, irreversible (a call whose answer was lost is never sent again
+# on its own), except those read_only names: served as reads (performed on every call, nothing
+# stored). {reads_why}
+# Remove a tool that writes; `postern upstream list` shows each tool's class and why. A tool
+# can also get a contract of its own:
 #   [[tool]]
 #   name = "{prefix}<tool>"
 #   class = "read_only"
 #   mcp = {{ server = "{name}", tool = "<tool>" }}
-read_only = {SUGGESTED_READS}
-default_class = "irreversible"
+{read_only}default_class = "irreversible"
 {env}{sandbox}"#,
         prefix_q = quote(prefix),
+        reads_why = classify::why_read_only(tools),
+        read_only = classify::read_only_key(tools),
     )
 }
 
 /// `export(key, origin, value)` names the variable that will hold `value`.
-type ExportFn<'a> = dyn FnMut(&str, String, &str) -> String + 'a;
+/// `whole`: the value may be shown when it does not look secret (an `env` value; a header is
+/// always a secret).
+type ExportFn<'a> = dyn FnMut(&str, String, &str, bool) -> String + 'a;
 
 fn stdio_parts(
     name: &str,
@@ -615,7 +620,7 @@ fn stdio_parts(
         let _ = writeln!(p.env, "# Its environment: each value is read from the gateway's own at start-up.\n[upstream.{name}.env]");
     }
     for (key, value) in env {
-        let var = export(key, format!("env {}", one_line(key)), value);
+        let var = export(key, format!("env {}", one_line(key)), value, true);
         let _ = writeln!(p.env, "{} = {{ env = {} }}", toml_key(key), quote(&var));
     }
     p.sandbox = sandbox::sandbox_toml(name, command, env, cwd.as_deref());
@@ -635,11 +640,12 @@ fn http_parts(name: &str, url: &str, header: Option<&Header>, export: &mut Expor
                 "TOKEN",
                 "the bearer token (Authorization header)".into(),
                 token,
+                false,
             ),
         ),
         Header::Named { name: h, value } => (
             format!("kind = \"header\"\nheader = {}", quote(h)),
-            export(h, format!("header {}", one_line(h)), value),
+            export(h, format!("header {}", one_line(h)), value, false),
         ),
     };
     let _ = writeln!(p.credential, "# What Postern sends to upstream {name:?} (the agent never sees it).\n[credential.{name}]\n{kind}\nsecret = {{ env = {} }}\n", quote(&var));
@@ -647,8 +653,8 @@ fn http_parts(name: &str, url: &str, header: Option<&Header>, export: &mut Expor
     p
 }
 
-/// The one actor, allowed every tool of every upstream.
-fn actor_toml(prefixes: &[String]) -> String {
+/// The one actor, allowed every tool of every upstream, and the one operator.
+fn people_toml(prefixes: &[String]) -> String {
     let tools: Vec<String> = prefixes.iter().map(|p| format!("{p}*")).collect();
     format!(
         r#"# Who may call: the host (through postern connect, or postern serve --stdio), with its own
@@ -657,6 +663,13 @@ fn actor_toml(prefixes: &[String]) -> String {
 name = "{AGENT}"
 token = {{ env = "{AGENT_TOKEN_VAR}" }}
 tools = {}   # every tool of the upstreams below
+
+# Who decides (reviews, approvals, upstream tool changes) and looks (postern status, upstream
+# list, sessions list, the console at /ui), with a token of its own. Those commands read it from
+# {OPERATOR_TOKEN_VAR}; postern serve --stdio serves no operator API and does not need it.
+[[operator]]
+name = "{OPERATOR}"
+token = {{ env = "{OPERATOR_TOKEN_VAR}" }}
 "#,
         array(&tools)
     )
@@ -667,7 +680,7 @@ fn header(file: &str, servers: usize, exports: &[Export]) -> String {
     let width = exports
         .iter()
         .map(|e| e.var.len())
-        .chain([AGENT_TOKEN_VAR.len()])
+        .chain([AGENT_TOKEN_VAR.len(), OPERATOR_TOKEN_VAR.len()])
         .max()
         .unwrap_or(0);
     let mut h = format!(
@@ -675,7 +688,8 @@ fn header(file: &str, servers: usize, exports: &[Export]) -> String {
          # server(s), each an [upstream.*] below).\n#\n\
          # Before `postern serve -c postern.toml`, set these environment variables:\n\
          #   {AGENT_TOKEN_VAR:<width$}  the bearer token the host presents; at least 16 characters,\n\
-         #   {:<width$}  e.g. export {AGENT_TOKEN_VAR}=$(openssl rand -hex 24)\n",
+         #   {:<width$}  e.g. export {AGENT_TOKEN_VAR}=$(openssl rand -hex 24)\n\
+         #   {OPERATOR_TOKEN_VAR:<width$}  the operator's token (postern status, review …), 16+\n",
         ""
     );
     for e in exports {
@@ -744,6 +758,8 @@ fn one_line(s: &str) -> String {
         .collect()
 }
 
+pub mod classify;
+mod print;
 mod sandbox;
 #[cfg(test)]
 mod tests;

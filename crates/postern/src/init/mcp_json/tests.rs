@@ -1,5 +1,6 @@
 //! The config `init --from-mcp-json` makes, and its refusals, without writing a file.
 
+use postern_core::ActionClass;
 use serde_json::json;
 
 use super::*;
@@ -47,8 +48,21 @@ fn secrets_become_references_and_the_config_parses() {
     let config = Config::parse(c, "postern.toml").unwrap();
     assert_eq!(config.upstreams.len(), 3);
     assert!(config.actor(AGENT).unwrap().may_call("remote_anything"));
-    let hints: Vec<&str> = o.exports.iter().map(|e| e.hint.as_str()).collect();
+    let hints: Vec<&str> = o
+        .exports
+        .iter()
+        .filter_map(|e| match &e.shown {
+            Shown::Masked(h) => Some(h.as_str()),
+            Shown::Whole(_) => None,
+        })
+        .collect();
     assert!(hints.contains(&"sk…"), "{hints:?}");
+    // The operator the operator's commands need, its token from the environment.
+    assert_eq!(config.operators.len(), 1);
+    assert_eq!(
+        config.operators[0].token.to_string(),
+        "env:POSTERN_OPERATOR_TOKEN"
+    );
     // The read marked as the comment says parses.
     let marked = format!("{c}\n[[tool]]\nname = \"files_read_file\"\nclass = \"read_only\"\nmcp = {{ server = \"files\", tool = \"read_file\" }}\n");
     Config::parse(&marked, "postern.toml").unwrap();
@@ -149,4 +163,126 @@ fn known_servers_get_the_directories_they_write_in_their_sandbox() {
         "{}",
         o.config()
     );
+}
+
+#[test]
+fn a_path_is_shown_and_a_secret_masked() {
+    let o = make(
+        json!({"mcpServers": {"memory": {"command": "node", "args": ["m.js"], "env": {
+            "MEMORY_FILE_PATH": "/tmp/memory/knowledge-graph.jsonl",
+            "PORT": "8080",
+            "API_KEY": "/looks/like/a/path/but/the/key/says/secret",
+            "GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_0123456789abcdef",
+            "DSN": "postgres://user:pw@db/x",
+        }}}}),
+    )
+    .unwrap();
+    let shown: BTreeMap<&str, String> = o
+        .exports
+        .iter()
+        .map(|e| {
+            let s = match &e.shown {
+                Shown::Whole(v) => format!("whole {v}"),
+                Shown::Masked(h) => format!("masked {h}"),
+            };
+            (e.var.as_str(), s)
+        })
+        .collect();
+    assert_eq!(
+        shown["POSTERN_UP_MEMORY_MEMORY_FILE_PATH"],
+        "whole /tmp/memory/knowledge-graph.jsonl"
+    );
+    assert_eq!(shown["POSTERN_UP_MEMORY_PORT"], "whole 8080");
+    assert_eq!(shown["POSTERN_UP_MEMORY_API_KEY"], "masked /l…");
+    assert_eq!(
+        shown["POSTERN_UP_MEMORY_GITHUB_PERSONAL_ACCESS_TOKEN"],
+        "masked gh…"
+    );
+    assert_eq!(shown["POSTERN_UP_MEMORY_DSN"], "masked po…");
+}
+
+/// The tools server-everything, server-memory and server-filesystem list (names and the
+/// annotations that matter), as init would get them.
+fn listed(tools: &[(&str, Option<Value>)]) -> Result<Vec<classify::Listed>, String> {
+    Ok(tools
+        .iter()
+        .map(|(name, annotations)| classify::Listed {
+            name: name.to_string(),
+            annotations: annotations.clone(),
+        })
+        .collect())
+}
+
+#[test]
+fn listed_tools_are_named_reads_with_why_and_the_gateway_serves_them_so() {
+    let made = make(json!({"mcpServers": {
+        "everything": {"command": "node", "args": ["e.js"]},
+        "memory": {"command": "node", "args": ["m.js"]},
+        "silent": {"command": "node", "args": ["s.js"]},
+    }}))
+    .unwrap();
+    let read = json!({"readOnlyHint": true});
+    let mut tools = ListedTools::new();
+    tools.insert(
+        "everything".into(),
+        listed(&[
+            ("get-sum", Some(read.clone())),
+            ("get-env", None),
+            (
+                "toggle-simulated-logging",
+                Some(json!({"readOnlyHint": false})),
+            ),
+        ]),
+    );
+    tools.insert(
+        "memory".into(),
+        listed(&[
+            ("read_graph", Some(read)),
+            ("open_nodes", None),
+            ("create_entities", Some(json!({"readOnlyHint": false}))),
+            ("delete_entities", Some(json!({"destructiveHint": true}))),
+        ]),
+    );
+    tools.insert("silent".into(), Err("no answer within 5s".into()));
+    let o = made.with_tools(&tools).unwrap();
+    let c = o.config();
+    // Each line names a tool and ends with why: reads in the list, the others commented.
+    let line = |start: &str| {
+        c.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start} in\n{c}"))
+            .to_string()
+    };
+    for (start, why) in [
+        ("\"get-sum\",", "# readOnlyHint: true"),
+        ("\"get-env\",", "# name starts with get-"),
+        ("#   \"toggle-simulated-logging\"", "# readOnlyHint: false"),
+        ("\"open_nodes\",", "# name starts with open_"),
+        ("#   \"delete_entities\"", "# destructiveHint: true"),
+    ] {
+        assert!(line(start).ends_with(why), "{start}: {why} in\n{c}");
+    }
+    assert!(c.contains("(no answer within 5s)"), "{c}");
+    let config = Config::parse(c, "postern.toml").unwrap();
+    let class = |upstream: &str, tool: &str| {
+        let all = config.upstreams[upstream].expose_all.as_ref().unwrap();
+        all.contract(&format!("{upstream}_{tool}"), tool).class
+    };
+    assert_eq!(class("everything", "get-sum"), ActionClass::ReadOnly);
+    assert_eq!(class("everything", "get-env"), ActionClass::ReadOnly);
+    assert_eq!(
+        class("everything", "toggle-simulated-logging"),
+        ActionClass::Irreversible
+    );
+    // A tool listed later is not a read until the operator says so.
+    assert_eq!(class("everything", "get-later"), ActionClass::Irreversible);
+    assert_eq!(class("memory", "open_nodes"), ActionClass::ReadOnly);
+    assert_eq!(
+        class("memory", "create_entities"),
+        ActionClass::Irreversible
+    );
+    // A server that did not answer keeps the patterns, either separator matching.
+    assert_eq!(class("silent", "get-sum"), ActionClass::ReadOnly);
+    assert_eq!(class("silent", "list_things"), ActionClass::ReadOnly);
+    assert_eq!(class("silent", "write_file"), ActionClass::Irreversible);
 }
