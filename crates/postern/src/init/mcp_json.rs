@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use postern_core::config::Config;
+use postern_core::config::{Config, DEFAULT_MAX_DURATION, DEFAULT_UPSTREAM_TIMEOUT};
+use postern_core::duration::format_duration;
 use serde_json::{Map, Value};
 
 /// The one actor: the host, through `postern connect` (or `serve --stdio`).
@@ -582,7 +583,14 @@ prefix = {prefix_q}
 #   class = "read_only"
 #   mcp = {{ server = "{name}", tool = "<tool>" }}
 {read_only}default_class = "irreversible"
+# A call waits this long for its answer or its next progress report (each report starts the
+# wait anew), and runs at most max_duration in all; past either it is cancelled upstream and
+# its outcome is unknown. Raise them for tools that work longer in silence.
+timeout = "{timeout}"
+max_duration = "{max_duration}"
 {env}{sandbox}"#,
+        timeout = format_duration(DEFAULT_UPSTREAM_TIMEOUT),
+        max_duration = format_duration(DEFAULT_MAX_DURATION),
         prefix_q = quote(prefix),
         reads_why = classify::why_read_only(tools),
         read_only = classify::read_only_key(tools),

@@ -182,7 +182,20 @@ fn init_from(file: &Path, gateway: &Path, vars: &[(&str, &str)]) {
     for (name, upstream) in &config.upstreams {
         let all = upstream.expose_all.as_ref().unwrap();
         assert_eq!(all.template().class, ActionClass::Irreversible, "{name}");
+        // Issue 48: the generous call timeouts are written with the keys that change them.
+        assert_eq!(upstream.timeout, Duration::from_secs(300), "{name}");
+        assert_eq!(upstream.max_duration, Duration::from_secs(3600), "{name}");
     }
+    assert!(
+        written.contains("timeout = \"5m\"") && written.contains("max_duration = \"1h\""),
+        "{written}"
+    );
+    assert!(
+        stdout.contains(
+            "a call waits up to 5m for its answer or its next progress report, 1h in all"
+        ),
+        "{stdout}"
+    );
 }
 
 /// The result of a call the gateway recorded completed.

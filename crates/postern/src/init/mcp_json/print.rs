@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use postern_core::config::{DEFAULT_MAX_DURATION, DEFAULT_UPSTREAM_TIMEOUT};
+use postern_core::duration::format_duration;
 use serde_json::Value;
 
 use super::{Onboarding, Shown, AGENT_TOKEN_VAR, OPERATOR_TOKEN_VAR};
@@ -31,6 +33,11 @@ impl Onboarding {
             );
         }
         println!("a tool is served as a read (performed on every call, nothing stored) when postern.toml names it in its upstream's read_only (each with why: review them); every other one as irreversible (a call whose answer was lost is never sent again on its own)");
+        println!(
+            "a call waits up to {} for its answer or its next progress report, {} in all (timeout and max_duration in each [upstream.*]: raise them for tools that work longer in silence)",
+            format_duration(DEFAULT_UPSTREAM_TIMEOUT),
+            format_duration(DEFAULT_MAX_DURATION)
+        );
         for note in &self.notes {
             println!("note: {note}");
         }
