@@ -20,7 +20,7 @@ pub enum DecisionError {
         given: String,
         actual: String,
     },
-    #[error("the approval request of {id} expired at {at}: it is recorded denied (expired), which an identical retry is told; a new action needs a new idempotencyKey")]
+    #[error("the approval request of {id} expired at {at}: it is recorded denied (expired), which an identical retry is told; a new action is a call after the tool's match window, or one the host sends with a new idempotency key")]
     Expired { id: ExecutionId, at: Timestamp },
     #[error("execution {id} waits for its run {run} to be authorized first: postern sessions authorize {run}")]
     RunNotAuthorized { id: ExecutionId, run: String },

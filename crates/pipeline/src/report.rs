@@ -36,6 +36,9 @@ pub struct CallReport {
     pub fingerprint: Fingerprint,
     pub accepted_at: Timestamp,
     pub first_dispatched_at: Option<Timestamp>,
+    /// When the tool's match window of this execution ends: an identical call before then is
+    /// answered from its record (`None`: the tool is gone from the config).
+    pub window_ends: Option<Timestamp>,
     pub target_status: Option<u16>,
     /// The target's answer (JSON if it was JSON, else text), or the execution record for
     /// `execution_status`.
@@ -98,11 +101,16 @@ impl CallReport {
         }
         match self.attempt {
             Attempt::New => {}
-            Attempt::Attached => s.push_str(&format!("; joined execution {} already in progress", self.execution_id)),
+            Attempt::Attached => s.push_str(&format!(
+                "; joined execution {} already in progress",
+                self.execution_id
+            )),
             Attempt::Recovered => s.push_str(&format!(
-                "; matched execution {}, first sent at {}: to perform a new, separate action, call again with a new idempotencyKey",
+                "; matched execution {}, first sent at {}: {}",
                 self.execution_id,
-                self.first_dispatched_at.map_or("(never sent)".to_string(), |t| t.to_string())
+                self.first_dispatched_at
+                    .map_or("(never sent)".to_string(), |t| t.to_string()),
+                new_action(self.window_ends)
             )),
         }
         if let Some(n) = &self.next_step {
@@ -111,6 +119,17 @@ impl CallReport {
         }
         s
     }
+}
+
+/// How an agent gets a new, separate action instead of this one's record. The operation key
+/// is not a tool argument: a model cannot set it through an ordinary host, so the advice names
+/// what it can do (wait out the window) and who can set the key.
+pub fn new_action(window_ends: Option<Timestamp>) -> String {
+    let wait = match window_ends {
+        Some(at) => format!("an identical call is answered from this record until {at}; to perform it again as a new, separate action, call after then"),
+        None => "to perform it again as a new, separate action, call after the tool's match window has passed".to_string(),
+    };
+    format!("{wait}, or have the host send a new idempotency key (params.idempotencyKey or _meta[\"io.postern/idempotency-key\"]: not a tool argument, so a model cannot set it itself)")
 }
 
 /// The next step when a recovery attempt could not reach the target: the outcome stays unknown.
@@ -161,8 +180,8 @@ pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
         }
         State::AwaitingApproval => Some(format!("awaiting an operator's approval: nothing has been sent. Check later with execution_status({id}) or repeat the identical call; that never makes a second approval request")),
         State::Failed => Some("nothing reached the target; it is safe to call again".to_string()),
-        State::Denied => Some("denied: it will not be performed, and an identical call gets this denial; a new, separate action needs a new idempotencyKey".to_string()),
-        State::Resolved(postern_core::lifecycle::Resolution::NotApplied) => Some("resolved by an operator as not applied: nothing was done; to act anew, call again with a new idempotencyKey".to_string()),
+        State::Denied => Some(format!("denied: it will not be performed, and an identical call gets this denial; {}", new_action(None))),
+        State::Resolved(postern_core::lifecycle::Resolution::NotApplied) => Some(format!("resolved by an operator as not applied: nothing was done; {}", new_action(None))),
         State::Resolved(postern_core::lifecycle::Resolution::Applied) => Some("resolved by an operator as applied: the action happened; do not repeat it".to_string()),
         _ => None,
     }

@@ -58,7 +58,8 @@ impl Gateway {
         if asked {
             report.response = None;
             report.next_step = Some(format!(
-                "execution {id} already performed this call for another run, and its answer holds what that run's client gave when the target asked it (elicitation, sampling or roots): it is shown only to that run. The action itself is not repeated; to perform it again as a new action, an operator or the host must give a new idempotency key"
+                "execution {id} already performed this call for another run, and its answer holds what that run's client gave when the target asked it (elicitation, sampling or roots): it is shown only to that run. The action itself is not repeated: {}",
+                crate::report::new_action(report.window_ends)
             ));
         }
         Ok(())

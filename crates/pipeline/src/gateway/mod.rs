@@ -589,6 +589,9 @@ impl Gateway {
                 | State::Delivered(Verdict::Rejected)
         );
         let entry = self.registry.get(&s.tool);
+        let window_ends = entry
+            .as_ref()
+            .map(|e| s.accepted_at.saturating_add(e.contract.match_window));
         let upstream_result = entry.as_ref().is_some_and(|e| {
             matches!(
                 e.contract.channel,
@@ -612,6 +615,7 @@ impl Gateway {
             fingerprint: s.fingerprint,
             accepted_at: s.accepted_at,
             first_dispatched_at: s.first_dispatched_at,
+            window_ends,
             target_status,
             next_step: crate::report::upstream_error_step(
                 s.lifecycle.state,

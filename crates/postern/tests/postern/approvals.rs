@@ -233,7 +233,7 @@ async fn a_denial_is_final_and_an_unanswered_request_expires() {
     assert!(ex["next_step"]
         .as_str()
         .unwrap()
-        .contains("new idempotencyKey"));
+        .contains("new idempotency key (params.idempotencyKey"));
     let (code, _, err) = operator(&s.served, &["approvals", "approve", &id]);
     assert_eq!(code, 2);
     assert!(err.contains("already decided (denied) by alice"), "{err}");
@@ -354,7 +354,7 @@ async fn an_operator_resolves_a_review_and_the_retry_is_told() {
     assert!(ex["next_step"]
         .as_str()
         .unwrap()
-        .contains("new idempotencyKey"));
+        .contains("new idempotency key (params.idempotencyKey"));
     let (code, _, err) = operator(
         &s.served,
         &[

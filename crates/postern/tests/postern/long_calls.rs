@@ -171,9 +171,12 @@ async fn a_45_second_call_and_a_refusal_on_every_path() {
         assert_eq!(another["execution_id"], with["execution_id"], "{refusal:#}");
         assert!(
             !another.to_string().contains("long-calls-model")
-                && another["postern"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("shown only to that run")),
+                && another["postern"].as_str().is_some_and(
+                    |t| t.contains("shown only to that run")
+                        // What the agent can do for a new action, the time included (point 9).
+                        && t.contains("an identical call is answered from this record until 20")
+                        && t.contains("a model cannot set it itself")
+                ),
             "refusal, {column}: {refusal:#}"
         );
     }
