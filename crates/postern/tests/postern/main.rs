@@ -23,6 +23,7 @@ mod limits;
 mod lost_answer;
 mod onboarding;
 mod replicas;
+mod result_shapes;
 mod resume;
 mod serve;
 mod session_cap;
