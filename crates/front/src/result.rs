@@ -81,8 +81,22 @@ fn answer_blocks(report: &CallReport) -> Vec<ContentBlock> {
         {
             return blocks;
         }
+        if let Some(refusal) = upstream_refusal(response) {
+            return vec![ContentBlock::text(refusal)];
+        }
     }
     vec![ContentBlock::text(excerpt(response))]
+}
+
+/// An upstream's JSON-RPC refusal of the call (invalid params, method not found: recorded as
+/// rejected, nothing applied) in words, so the model can correct its call.
+fn upstream_refusal(response: &Value) -> Option<String> {
+    let error = response.get("error")?;
+    let message = error.get("message")?.as_str()?;
+    let code = error.get("code").and_then(Value::as_i64)?;
+    Some(format!(
+        "the upstream refused the call (JSON-RPC error {code}): {message}"
+    ))
 }
 
 /// A body as text: a string as it is, JSON as JSON text, cut at [`EXCERPT_BYTES`] (on a
@@ -178,6 +192,17 @@ mod tests {
                 "{state:?}: {r}"
             );
         }
+        // An upstream's JSON-RPC refusal reads as what it said.
+        let refused = json!({"error": {"code": -32602, "message": "entities: expected array"}});
+        let r = as_json(&tool_result(&report(
+            State::Completed(Verdict::Rejected),
+            Some(refused),
+            true,
+        )));
+        assert_eq!(
+            r["content"][0]["text"],
+            "the upstream refused the call (JSON-RPC error -32602): entities: expected array"
+        );
         // The upstream's own error result keeps what it said.
         let said = json!({"content": [{"type": "text", "text": "no"}], "isError": true, "structuredContent": {"why": "no"}});
         let r = as_json(&tool_result(&report(
