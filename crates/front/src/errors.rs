@@ -1,11 +1,37 @@
 //! How the gateway's refusals read as JSON-RPC errors: the code a client can act on, and data
-//! that says whether anything was sent or recorded.
+//! that says whether anything was sent or recorded. Arguments a tool's input schema refuses are
+//! the exception: a tool execution error ([`refused_call`]).
 
-use rmcp::model::ErrorCode;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorCode, MetaObject};
 use rmcp::ErrorData;
 use serde_json::json;
 
 use postern_pipeline::GatewayError;
+
+/// The `_meta` key of a refused call's reason on its error result.
+const REFUSED_META: &str = "io.postern/refused";
+
+/// A `tools/call` the gateway refused. Invalid arguments are a tool execution error, a result
+/// with `isError: true` saying what is wrong (MCP 2025-11-25: input validation errors are
+/// reported so the model can correct its call); nothing was sent or recorded as an execution
+/// (the calls log keeps the refusal). Every other refusal — an unknown tool above all — stays a
+/// JSON-RPC error.
+pub(super) fn refused_call(e: GatewayError) -> Result<CallToolResponse, ErrorData> {
+    let GatewayError::InvalidArguments { tool, errors } = &e else {
+        return Err(to_error(e));
+    };
+    let text = format!(
+        "{e}. Nothing was sent; correct the arguments to match the tool's input schema and call again."
+    );
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        REFUSED_META.into(),
+        json!({"reason": "invalid_arguments", "tool": tool, "errors": errors, "sent": false, "recorded": false}),
+    );
+    result.meta = Some(MetaObject(meta));
+    Ok(result.into())
+}
 
 pub(super) fn to_error(e: GatewayError) -> ErrorData {
     let message = e.to_string();
@@ -16,7 +42,7 @@ pub(super) fn to_error(e: GatewayError) -> ErrorData {
         GatewayError::Forbidden { tool, .. } => {
             ErrorData::invalid_params(message, Some(json!({"tool": tool})))
         }
-        GatewayError::InvalidArguments { errors, .. } => {
+        GatewayError::InvalidArguments { errors, .. } | GatewayError::InvalidKey { errors, .. } => {
             ErrorData::invalid_params(message, Some(json!({"errors": errors})))
         }
         GatewayError::Conflict { original, .. } => ErrorData::new(

@@ -48,6 +48,7 @@ mod limits;
 pub mod listener;
 pub mod ops;
 mod passage;
+mod plain;
 mod progress;
 mod questions;
 mod relay;
@@ -253,6 +254,12 @@ async fn forward(
         .and_then(|m| m.get("id"))
         .filter(|id| !id.is_null())
         .cloned();
+    // A plain read-only call is answered as JSON when nothing else travels before its answer.
+    let plain = read
+        .message
+        .as_ref()
+        .filter(|_| parts.method == http::Method::POST)
+        .and_then(|m| plain::plain_call(&st.gateway, &parts.headers, m));
     let ReadBody {
         body,
         raw,
@@ -278,7 +285,10 @@ async fn forward(
         slot: Some(slot.clone()),
         gateway: st.gateway.clone(),
     };
-    let response = next.run(Request::from_parts(parts, body)).await;
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    if let Some(id) = &plain {
+        response = plain::as_json(response, id).await;
+    }
     early_exit.slot = None;
     let (mut parts, body) = response.into_parts();
     let created = parts
@@ -559,7 +569,10 @@ impl ServerHandler for PosternMcp {
                 cancel: None,
                 ..call
             };
-            let summary = self.gateway.start(call).await.map_err(to_error)?;
+            let summary = match self.gateway.start(call).await {
+                Ok(summary) => summary,
+                Err(refused) => return errors::refused_call(refused),
+            };
             return Ok(CallToolResponse::Task(CreateTaskResult::new(
                 tasks::task_of(&summary, self.gateway.is_running(summary.id)),
             )));
@@ -571,7 +584,10 @@ impl ServerHandler for PosternMcp {
             // Every progress report goes out before the answer.
             relay.drain().await;
         }
-        let report = report.map_err(to_error)?;
+        let report = match report {
+            Ok(report) => report,
+            Err(refused) => return errors::refused_call(refused),
+        };
         let asked = elicit::ask_in_client(&self.gateway, &ctx, retried_with_input, &report, &actor);
         if let Some(response) = asked.await {
             return Ok(response);

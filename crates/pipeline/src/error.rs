@@ -9,8 +9,13 @@ pub enum GatewayError {
     UnknownTool(String),
     #[error("actor {actor:?} may not call tool {tool:?}")]
     Forbidden { actor: String, tool: String },
+    /// The tool's arguments do not fit its input schema or its target (the model can correct
+    /// them: the front answers with an error result, not a protocol error).
     #[error("invalid arguments for {tool}: {}", errors.join("; "))]
     InvalidArguments { tool: String, errors: Vec<String> },
+    /// A key or scope of the request's metadata (not the tool's arguments) is unusable.
+    #[error("invalid arguments for {tool}: {}", errors.join("; "))]
+    InvalidKey { tool: String, errors: Vec<String> },
     #[error("operation key {key:?} was already used for a different request (execution {original}, accepted at {accepted_at}); nothing was changed. Use a new key for a new action, or repeat the original arguments to get its result")]
     Conflict {
         key: String,
@@ -62,7 +67,9 @@ impl GatewayError {
         match self {
             GatewayError::UnknownTool(_) => "unknown_tool",
             GatewayError::Forbidden { .. } => "forbidden",
-            GatewayError::InvalidArguments { .. } => "invalid_arguments",
+            GatewayError::InvalidArguments { .. } | GatewayError::InvalidKey { .. } => {
+                "invalid_arguments"
+            }
             GatewayError::Conflict { .. } => "key_conflict",
             GatewayError::Cancelled => "cancelled",
             GatewayError::NotCancellable { .. } => "not_cancellable",

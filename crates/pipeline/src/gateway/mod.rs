@@ -480,7 +480,10 @@ impl Gateway {
             ("intent scope", &call.intent_scope),
         ] {
             if let Some(fault) = key.as_deref().and_then(|k| key_fault(what, k)) {
-                return Err(invalid(fault));
+                return Err(GatewayError::InvalidKey {
+                    tool: call.tool.clone(),
+                    errors: vec![fault],
+                });
             }
         }
         let contract = entry.contract.clone();

@@ -24,6 +24,7 @@ mod long_calls;
 mod lost_answer;
 mod onboarding;
 mod replicas;
+mod result_shapes;
 mod resume;
 mod serve;
 mod session_cap;

@@ -149,7 +149,7 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
     assert_eq!(ex["attempt"], "recovered", "{again}");
     assert_eq!(target.state.count_for("stdio-co"), 1);
 
-    // Bad input is a clear error and records nothing.
+    // Bad input is a clear error result (the model can correct it) and records nothing.
     let bad = agent
         .request(
             5,
@@ -157,7 +157,13 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
             json!({"name": "create_invoice", "arguments": {"customer": 7}}),
         )
         .await;
-    assert!(bad.get("error").is_some(), "{bad}");
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert!(
+        bad["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("/customer")),
+        "{bad}"
+    );
 
     // The run is in the Sessions log as the configured actor, over stdio.
     drop(agent.stdin);

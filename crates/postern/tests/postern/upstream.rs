@@ -331,6 +331,14 @@ async fn an_invalid_params_error_is_rejected_and_may_be_retried() {
     let first = mcp.call("invoice", args.clone(), json!({})).await;
     assert_eq!(execution(&first)["state"], "completed", "{first}");
     assert_eq!(execution(&first)["outcome"], "rejected", "{first}");
+    // A tool error the model can correct, saying what the upstream refused.
+    assert_eq!(first["result"]["isError"], true, "{first}");
+    assert!(
+        first["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("the upstream refused the call (JSON-RPC error -32602)")),
+        "{first}"
+    );
     let again = mcp.call("invoice", args, json!({})).await;
     assert_eq!(execution(&again)["attempt"], "new", "{again}");
     assert_ne!(execution_id(&again), execution_id(&first));
