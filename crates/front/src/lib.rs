@@ -466,7 +466,7 @@ impl ServerHandler for PosternMcp {
             .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
-                 results say so in _meta[\"io.postern/execution\"] (and structuredContent.execution unless the tool has an outputSchema). To ask for a new, separate action, send a new idempotencyKey.",
+                 results say so in _meta[\"io.postern/execution\"] (and structuredContent.execution unless the tool has an outputSchema). A new, separate action is an identical call after the tool's match window, or one the host sends with a new idempotencyKey (params.idempotencyKey or _meta[\"io.postern/idempotency-key\"]).",
             )
     }
 

@@ -138,6 +138,7 @@ mod tests {
             fingerprint: Fingerprint::from_bytes([1; 32]),
             accepted_at: Timestamp(0),
             first_dispatched_at: None,
+            window_ends: None,
             target_status: None,
             response,
             upstream_result: true,
