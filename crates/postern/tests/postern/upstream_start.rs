@@ -182,7 +182,7 @@ async fn an_upstream_error_is_told_as_what_it_is() {
         give_to_nobody(&allowed);
         // The directory it serves is the one its sandbox may write.
         let config = format!(
-            "{GATEWAY}tools = [\"fs_*\"]\n\n[upstream.fs]\ncommand = [{:?}, {:?}, {:?}]\nexpose = \"all\"\non_tool_error = \"{verdict}\"\nsandbox = {{ write = [{:?}] }}\n",
+            "{GATEWAY}tools = [\"fs_*\"]\n\n[upstream.fs]\ncommand = [{:?}, {:?}, {:?}]\nexpose = \"all\"\non_tool_error = \"{verdict}\"\nread_only = [\"read_*\"]\nsandbox = {{ write = [{:?}] }}\n",
             node.node_binary().to_str().unwrap(),
             fs.to_str().unwrap(),
             allowed.to_str().unwrap(),
@@ -222,5 +222,22 @@ async fn an_upstream_error_is_told_as_what_it_is() {
             );
             assert!(!step.contains("no answer came back"), "{step}");
         }
+        // Issue 48 point 9: a read's error changed nothing, whatever on_tool_error says of
+        // writes: rejected, never "an error may follow a partial effect … do not retry".
+        let read = mcp
+            .call(
+                "fs_read_text_file",
+                json!({"path": "/tmp/outside.txt"}),
+                json!({}),
+            )
+            .await;
+        let result = &read["result"];
+        let execution = &result["_meta"]["io.postern/execution"];
+        assert_eq!(result["isError"], true, "{verdict}: {result}");
+        assert_eq!(execution["outcome"], "rejected", "{verdict}: {result}");
+        assert!(
+            !result.to_string().contains("partial effect"),
+            "{verdict}: {result}"
+        );
     }
 }
