@@ -233,6 +233,8 @@ pub struct UpstreamHealth {
     pub name: String,
     pub up: bool,
     pub why: Option<String>,
+    /// A stdio upstream's process while it runs.
+    pub pid: Option<u32>,
     pub withheld_tools: usize,
 }
 

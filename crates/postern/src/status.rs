@@ -81,8 +81,12 @@ fn print(s: &Value) {
             format!("DOWN ({})", text(&u["why"]))
         };
         let withheld = u["withheld_tools"].as_u64().unwrap_or(0);
+        let pid = u["pid"]
+            .as_u64()
+            .map(|p| format!(" (pid {p})"))
+            .unwrap_or_default();
         println!(
-            "upstream     {} {state}{}",
+            "upstream     {} {state}{pid}{}",
             text(&u["name"]),
             if withheld > 0 {
                 format!(", {withheld} tool(s) withheld until accepted")

@@ -91,9 +91,13 @@ fn print_upstreams(v: &Value) {
         println!("no upstream MCP servers are configured");
     }
     for u in upstreams {
+        let pid = u["pid"]
+            .as_u64()
+            .map(|p| format!(", pid {p}"))
+            .unwrap_or_default();
         match u["down"].as_str() {
-            None => println!("{}: up", text(&u["name"])),
-            Some(why) => println!("{}: DOWN ({})", text(&u["name"]), shown(why)),
+            None => println!("{}: up{pid}", text(&u["name"])),
+            Some(why) => println!("{}: DOWN ({}){pid}", text(&u["name"]), shown(why)),
         }
         if let Some(names) = u["environment"].as_array() {
             let names: Vec<_> = names.iter().map(text).collect();

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,7 +18,9 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Askers, LinkClient, UpstreamEvent};
+use super::process::Process;
 use super::progress::{CountedProgress, ProgressRoutes};
+use super::reason;
 use crate::http::TlsProfile;
 use crate::secret::{Credential, Secret};
 
@@ -102,6 +103,8 @@ pub struct LinkState {
     pub tools: Arc<Vec<UpstreamTool>>,
     /// Counts tool lists read; a change of list bumps it.
     pub generation: u64,
+    /// A stdio upstream's process (the leader of its process group) while it runs.
+    pub pid: Option<u32>,
 }
 
 /// One upstream MCP server and its supervised link.
@@ -140,6 +143,7 @@ impl Upstream {
             up: Err("connecting".into()),
             tools: Arc::default(),
             generation: 0,
+            pid: None,
         });
         let environment = match &spec.transport {
             UpstreamTransport::Stdio { env, .. } => Some(super::environment_names(env)),
@@ -208,7 +212,10 @@ impl Upstream {
         if let Ok(mut p) = self.peer.write() {
             *p = None;
         }
-        self.state.send_modify(|s| s.up = Err(why));
+        self.state.send_modify(|s| {
+            s.up = Err(why);
+            s.pid = None;
+        });
     }
 }
 
@@ -227,15 +234,17 @@ async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: Cancellati
             () = stop.cancelled() => break,
         };
         match connected {
-            Ok((running, child)) => {
+            Ok((running, mut process)) => {
                 backoff = FIRST_BACKOFF;
+                let pid = process.as_ref().map(Process::pid);
+                upstream.state.send_modify(|s| s.pid = pid);
                 // A new link: what ended the last one no longer explains anything.
                 if let Ok(mut broken) = upstream.broken.lock() {
                     *broken = None;
                 }
-                let why = serve(&upstream, running, &refresh, &stop).await;
-                // A stdio child lives exactly as long as its link.
-                drop(child);
+                let why = serve(&upstream, running, process.as_mut(), &refresh, &stop).await;
+                // A stdio process (its whole group) lives exactly as long as its link.
+                drop(process);
                 upstream.set_down(why.clone());
                 if !stop.is_cancelled() {
                     tracing::warn!(upstream = %spec.name, why = %why, "the upstream's link ended; reconnecting");
@@ -260,6 +269,7 @@ async fn supervise(upstream: Arc<Upstream>, spec: UpstreamSpec, stop: Cancellati
 async fn serve(
     upstream: &Upstream,
     running: RunningService<RoleClient, LinkClient>,
+    mut process: Option<&mut Process>,
     refresh: &Notify,
     stop: &CancellationToken,
 ) -> String {
@@ -293,7 +303,7 @@ async fn serve(
                 }
                 Err(e) => {
                     end();
-                    return format!("tools/list failed: {e}");
+                    return format!("tools/list failed: {}", reason::service(&e));
                 }
             }
         }
@@ -311,9 +321,17 @@ async fn serve(
                 let _ = (&mut ended).await;
                 return "a request found the link's session gone or its server unreachable".into();
             }
+            // A wrapper (`npx`, `sh -c`) that exits leaves its server holding the pipes:
+            // the link ends with it, and its process group is stopped.
+            why = exited(process.as_deref_mut()) => {
+                end();
+                let _ = (&mut ended).await;
+                return why;
+            }
             r = &mut ended => {
                 return match r {
-                    Ok(Ok(reason)) => format!("{reason:?}"),
+                    Ok(Ok(rmcp::service::QuitReason::Closed)) => "the server closed the connection".into(),
+                    Ok(Ok(reason)) => format!("the link ended ({reason:?})"),
                     Ok(Err(e)) => e.to_string(),
                     Err(e) => e.to_string(),
                 };
@@ -324,6 +342,14 @@ async fn serve(
                 return "stopped".into();
             }
         }
+    }
+}
+
+/// Why a stdio upstream's process exited, once it does; never for an HTTP upstream.
+async fn exited(process: Option<&mut Process>) -> String {
+    match process {
+        Some(p) => p.exited().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -344,22 +370,20 @@ async fn unreachable(peer: &Peer<RoleClient>) -> Option<String> {
         .await
     {
         Ok(handle) => handle,
-        Err(e) => return Some(format!("the link closed ({e})")),
+        Err(e) => return Some(format!("the link closed ({})", reason::service(&e))),
     };
     match tokio::time::timeout(PING_PATIENCE, handle.rx).await {
-        Ok(Ok(Err(e))) if super::tool::refused_before_sending(&e) => {
-            Some(format!("the upstream did not take a ping ({e})"))
-        }
+        Ok(Ok(Err(e))) if super::tool::refused_before_sending(&e) => Some(format!(
+            "the upstream did not take a ping ({})",
+            reason::service(&e)
+        )),
         _ => None,
     }
 }
 
-type Connected = (
-    RunningService<RoleClient, LinkClient>,
-    Option<tokio::process::Child>,
-);
+type Connected = (RunningService<RoleClient, LinkClient>, Option<Process>);
 
-/// Connects and initialises (a new child process for stdio, killed when dropped).
+/// Connects and initialises (a new process group for stdio, killed when dropped).
 async fn connect(
     spec: &UpstreamSpec,
     client: LinkClient,
@@ -384,22 +408,12 @@ async fn connect(
             command
                 .args(args)
                 .env_clear()
-                .envs(super::child_environment(std::env::vars(), env))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
+                .envs(super::child_environment(std::env::vars(), env));
             if let Some(dir) = cwd {
                 command.current_dir(dir);
             }
-            let mut child = command
-                .spawn()
-                .map_err(|e| format!("cannot start {program:?}: {e}"))?;
-            let (Some(stdin), Some(stdout), Some(stderr)) =
-                (child.stdin.take(), child.stdout.take(), child.stderr.take())
-            else {
-                return Err("the child process has no pipes".into());
-            };
+            let (process, (stdin, stdout, stderr)) =
+                Process::spawn(command).map_err(|e| format!("cannot start {program:?}: {e}"))?;
             let name = spec.name.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
@@ -416,7 +430,8 @@ async fn connect(
             );
             let transport =
                 rmcp::transport::IntoTransport::<RoleClient, _, _>::into_transport((stdout, stdin));
-            Ok((initialize(client, transport).await?, Some(child)))
+            let whom = format!("upstream {} ({program})", spec.name);
+            Ok((initialize(client, transport, &whom).await?, Some(process)))
         }
         UpstreamTransport::Http {
             url,
@@ -463,7 +478,8 @@ async fn connect(
                 super::session_guard::SessionGuard(http),
                 config,
             );
-            Ok((initialize(client, transport).await?, None))
+            let whom = format!("upstream {} at {url}", spec.name);
+            Ok((initialize(client, transport, &whom).await?, None))
         }
     }
 }
@@ -472,6 +488,7 @@ async fn connect(
 async fn initialize<T>(
     client: LinkClient,
     transport: T,
+    whom: &str,
 ) -> Result<RunningService<RoleClient, LinkClient>, String>
 where
     T: rmcp::transport::Transport<RoleClient> + 'static,
@@ -480,5 +497,10 @@ where
     client
         .serve(CountedProgress::by_route(transport, progress))
         .await
-        .map_err(|e| format!("initialize failed: {e}"))
+        .map_err(|e| {
+            format!(
+                "{whom} could not be initialized: {}",
+                reason::initialize(&e)
+            )
+        })
 }

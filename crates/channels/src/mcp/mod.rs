@@ -1,8 +1,9 @@
 //! The MCP channel: tools of upstream MCP servers, called as a normal MCP client (rmcp's).
 //!
-//! An [`Upstream`] is one server, reached over stdio (a child process the gateway starts,
-//! restarts with backoff when it dies, and whose stderr goes to the gateway's log under the
-//! upstream's name) or over Streamable HTTP. Its link is supervised in the background: the
+//! An [`Upstream`] is one server, reached over stdio (a child process the gateway starts in a
+//! process group of its own, restarts with backoff when it dies — the group killed whole, so a
+//! wrapper's child does not outlive it (`process`) — and whose stderr goes to the gateway's log
+//! under the upstream's name) or over Streamable HTTP. Its link is supervised in the background: the
 //! tool list is read after every (re)connection and whenever the server sends
 //! `notifications/tools/list_changed`; [`Upstream::state`] says whether it is up and what it
 //! lists. [`McpTool`] is one upstream tool bound to a contract: the channel the pipeline
@@ -46,7 +47,9 @@ mod line_guard;
 mod link;
 mod outcome;
 mod passage;
+mod process;
 mod progress;
+mod reason;
 mod session_guard;
 mod tool;
 

@@ -31,6 +31,7 @@ impl Gateway {
                 .map(|u| UpstreamHealth {
                     up: u.down.is_none(),
                     why: u.down,
+                    pid: u.pid,
                     withheld_tools: u.tools.iter().filter(|t| t.state == "withheld").count(),
                     name: u.name,
                 })

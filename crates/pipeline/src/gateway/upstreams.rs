@@ -20,6 +20,8 @@ pub struct UpstreamView {
     pub name: String,
     /// `None` when up; else why not.
     pub down: Option<String>,
+    /// A stdio upstream's process (the leader of its process group) while it runs.
+    pub pid: Option<u32>,
     /// A stdio upstream's environment: the names of the variables its process receives (the
     /// safe base and its `env` table), never their values.
     pub environment: Option<Vec<String>>,
@@ -188,6 +190,7 @@ impl Gateway {
                         .map(|(tool, why)| NotServed { tool, why })
                         .collect(),
                     down: state.up.clone().err(),
+                    pid: state.pid,
                     environment: upstream.environment().map(<[String]>::to_vec),
                     tools,
                 }

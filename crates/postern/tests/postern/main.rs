@@ -44,6 +44,7 @@ mod upstream;
 mod upstream_edges;
 mod upstream_env;
 mod upstream_matrix;
+mod upstream_process;
 mod upstream_restart;
 mod upstream_sandbox;
 mod upstream_start;
