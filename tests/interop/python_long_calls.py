@@ -101,6 +101,9 @@ class Column:
         # holds what the second session's client gave, is not shown to it.
         async with self.open_session(sampling_callback=sampling) as session:
             out["another run"] = summary(await session.call_tool(tool, args), self.through)
+            if self.through:
+                status = await session.call_tool("execution_status", {"execution_id": out["with sampling"]["execution_id"]})
+                out["another run's execution_status"] = [getattr(c, "text", None) for c in status.content]
         return out
 
 

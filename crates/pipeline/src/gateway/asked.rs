@@ -2,13 +2,14 @@
 //! client for input (an MCP upstream's elicitation, sampling or roots request) is recorded
 //! with that noted; its answer may carry what the client answered — a name, an e-mail — so
 //! an identical call from another run is told the execution's state and never shown that
-//! answer from the record. The same run gets it back as any replay.
+//! answer from the record (nor by `execution_status`). The same run gets it back as any replay.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use postern_channels::ClientAsker;
 use postern_core::ExecutionId;
+use postern_ledger::ExecutionView;
 
 use super::{Gateway, ToolCall};
 use crate::error::GatewayError;
@@ -36,6 +37,18 @@ pub(super) fn watched(asker: ClientAsker, asked: Arc<AtomicBool>) -> ClientAsker
     }
 }
 
+/// Whether the execution's client answered a question of the target during a call of it.
+pub(super) fn asked_client(view: &ExecutionView) -> bool {
+    view.events
+        .iter()
+        .any(|e| e.body.detail.get(ASKED_CLIENT) == Some(&serde_json::Value::Bool(true)))
+}
+
+/// What another run is told instead of such an answer.
+pub(super) fn withheld_step(id: ExecutionId) -> String {
+    format!("execution {id} already performed this call for another run, and its answer holds what that run's client gave when the target asked it (elicitation, sampling or roots): it is shown only to that run")
+}
+
 impl Gateway {
     /// Takes the recorded answer out of `report` when the execution's client answered a
     /// question of the target and this call is of another run.
@@ -58,7 +71,8 @@ impl Gateway {
         if asked {
             report.response = None;
             report.next_step = Some(format!(
-                "execution {id} already performed this call for another run, and its answer holds what that run's client gave when the target asked it (elicitation, sampling or roots): it is shown only to that run. The action itself is not repeated: {}",
+                "{}. The action itself is not repeated: {}",
+                withheld_step(id),
                 crate::report::new_action(report.window_ends)
             ));
         }

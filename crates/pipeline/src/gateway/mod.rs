@@ -694,6 +694,10 @@ impl Gateway {
             ));
         };
         let mut r = self.stored_report(id, Attempt::Recovered).await?;
+        if view.summary.run_id != call.run_id && asked::asked_client(&view) {
+            r.response = None;
+            r.next_step = Some(asked::withheld_step(id));
+        }
         let events: Vec<Value> = view
             .events
             .iter()

@@ -168,6 +168,12 @@ async fn a_45_second_call_and_a_refusal_on_every_path() {
         // The answer holds what the second session's client gave: another run is told the
         // execution, never shown it from the record.
         let another = &row["another run"];
+        let status = &row["another run's execution_status"];
+        assert!(
+            status.to_string().contains("shown only to that run")
+                && !status.to_string().contains("long-calls-model"),
+            "refusal, {column}: execution_status withholds it too: {refusal:#}"
+        );
         assert_eq!(another["execution_id"], with["execution_id"], "{refusal:#}");
         assert!(
             !another.to_string().contains("long-calls-model")
