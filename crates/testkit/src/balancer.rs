@@ -36,14 +36,9 @@ impl Haproxy {
     /// Balances over `replicas` (`127.0.0.1:PORT` each). Panics with what to install when
     /// HAProxy is missing: a balancer test never passes by not running.
     pub fn start(replicas: &[&str], balance: Balance) -> Haproxy {
-        assert!(
-            std::path::Path::new(HAPROXY).exists(),
-            "{HAPROXY} is missing: install Debian's haproxy (scripts/test does)"
-        );
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("postern-haproxy-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         let mut backend = String::from("backend gateways\n  balance roundrobin\n");
         if balance == Balance::StickyBySession {
             backend.push_str(
@@ -56,6 +51,28 @@ impl Haproxy {
         let config = format!(
             "global\n  maxconn 4096\ndefaults\n  mode http\n  retries 2\n  option redispatch\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n  timeout http-request 10s\nfrontend mcp\n  bind 127.0.0.1:{port}\n  default_backend gateways\n{backend}"
         );
+        Haproxy::spawn(&config, port, dir)
+    }
+
+    /// Passes TCP connections to `gateway` (`127.0.0.1:PORT`) one for one, each opened with a
+    /// PROXY protocol v2 header naming the client's address (`send-proxy-v2`), as a load
+    /// balancer in front of a gateway with `trusted_proxies` does.
+    pub fn proxy_v2(gateway: &str) -> Haproxy {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("postern-haproxy-pp-{}-{port}", std::process::id()));
+        let config = format!(
+            "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\nfrontend mcp\n  bind 127.0.0.1:{port}\n  default_backend gateways\nbackend gateways\n  server g0 {gateway} send-proxy-v2\n"
+        );
+        Haproxy::spawn(&config, port, dir)
+    }
+
+    fn spawn(config: &str, port: u16, dir: PathBuf) -> Haproxy {
+        assert!(
+            std::path::Path::new(HAPROXY).exists(),
+            "{HAPROXY} is missing: install Debian's haproxy (scripts/test does)"
+        );
+        std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("haproxy.cfg");
         std::fs::write(&file, config).unwrap();
         let mut child = Command::new(HAPROXY)

@@ -9,7 +9,7 @@ use crate::duration::parse_duration;
 
 /// The gateway settings, each key checked in the order the table is read, so that the first
 /// error reported does not depend on how this function is arranged.
-pub(super) fn settings(g: RawGateway) -> Result<GatewaySettings, String> {
+pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
     if g.checkpoint_every.is_some() && g.signing_key.is_none() {
         return Err(
             "gateway.checkpoint_every: there is no signing_key to sign checkpoints with"
@@ -33,6 +33,7 @@ pub(super) fn settings(g: RawGateway) -> Result<GatewaySettings, String> {
         "gateway.max_streams_per_actor",
     )?;
     let max_connections_per_address = per_address(g.max_connections_per_address, max_connections)?;
+    let trusted_proxies = trusted_proxies(g.trusted_proxies.take().unwrap_or_default())?;
     let first_byte_timeout = positive(&g.first_byte_timeout, "5s", "gateway.first_byte_timeout")?;
     let header_read_timeout =
         positive(&g.header_read_timeout, "10s", "gateway.header_read_timeout")?;
@@ -58,6 +59,7 @@ pub(super) fn settings(g: RawGateway) -> Result<GatewaySettings, String> {
         max_streams_per_actor,
         max_connections,
         max_connections_per_address,
+        trusted_proxies,
         first_byte_timeout,
         header_read_timeout,
         idle_timeout,
@@ -171,4 +173,18 @@ fn check_vault(gateway: &GatewaySettings) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `trusted_proxies = ["10.0.0.0/8", "127.0.0.1", …]`: networks, or addresses standing alone.
+fn trusted_proxies(entries: Vec<String>) -> Result<Vec<ipnet::IpNet>, String> {
+    entries
+        .iter()
+        .map(|e| {
+            e.parse::<ipnet::IpNet>()
+                .or_else(|_| e.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!("gateway.trusted_proxies: {e:?} is neither an address nor a network (\"10.0.0.0/8\", \"127.0.0.1\")")
+                })
+        })
+        .collect()
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub use audit::Audit;
 pub use console::{Console, Webhook};
+pub use ipnet::IpNet;
 pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
 pub use tls::{CertificateFingerprint, ClientCertificate, ListenerTls};
@@ -87,6 +88,10 @@ pub struct GatewaySettings {
     pub max_connections: u32,
     /// Open connections from one source address (IPv6: its /64), so one client cannot take all.
     pub max_connections_per_address: u32,
+    /// Load balancers whose connections start with a PROXY protocol header (v1 or v2): the
+    /// client address it carries is the connection's, for the per-address cap and the logs. A
+    /// PROXY header from any other address is refused.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// A new connection that sends no byte this long is closed, freeing its slot.
     pub first_byte_timeout: Duration,
     /// How long a client may take to send a request's headers, counted from accepting its

@@ -49,6 +49,7 @@ pub(super) struct RawGateway {
     pub max_streams_per_actor: Option<u32>,
     pub max_connections: Option<u32>,
     pub max_connections_per_address: Option<u32>,
+    pub trusted_proxies: Option<Vec<String>>,
     pub first_byte_timeout: Option<String>,
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,

@@ -20,6 +20,7 @@
 mod addresses;
 mod connection;
 pub mod probation;
+pub mod proxy;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -47,12 +48,13 @@ use addresses::{Addresses, Admission};
 pub use connection::{serve_connection, Timeouts};
 pub use probation::Vouch;
 use probation::{kept_for_agents, Probation};
+pub use proxy::TrustedProxies;
 
 /// Connections over the cap being answered `503` at once; more are closed unanswered.
 pub const REFUSALS_AT_ONCE: usize = 64;
 
 /// The listener's bounds, from `[gateway]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ListenerLimits {
     pub timeouts: Timeouts,
     /// Open connections (the ones being refused not counted).
@@ -61,6 +63,8 @@ pub struct ListenerLimits {
     pub max_connections_per_address: usize,
     /// From the accept to the connection's first byte (a TLS client's hello included).
     pub first_byte: Duration,
+    /// The load balancers whose connections start with a PROXY header.
+    pub proxies: TrustedProxies,
 }
 
 impl ListenerLimits {
@@ -74,6 +78,7 @@ impl ListenerLimits {
             max_connections_per_address: usize::try_from(settings.max_connections_per_address)
                 .unwrap_or(usize::MAX),
             first_byte: settings.first_byte_timeout,
+            proxies: TrustedProxies::new(&settings.trusted_proxies),
         }
     }
 }
@@ -129,13 +134,13 @@ pub async fn serve<H: Handshake>(
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
     let kept = kept_for_agents(limits.max_connections);
-    let gate = Gate {
+    let gate = Arc::new(Gate {
         slots: Arc::new(Semaphore::new(limits.max_connections - kept)),
         kept: Arc::new(Semaphore::new(kept)),
         refusals: Arc::new(Semaphore::new(REFUSALS_AT_ONCE)),
         addresses: Addresses::default(),
         limits,
-    };
+    });
     let mut stop = pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -153,31 +158,83 @@ pub async fn serve<H: Handshake>(
         // TCP_NODELAY, Nagle holds that write for the client's delayed ACK (~40 ms per call,
         // measured by `bench/gateway-load`).
         let _ = tcp.set_nodelay(true);
-        let Some((tcp, slots, on_probation)) = gate.admit(tcp, peer.ip(), &handshake) else {
+        let accepted = Accepted {
+            gate: gate.clone(),
+            handshake: handshake.clone(),
+            app: app.clone(),
+            vouch: vouch.clone(),
+            stopping: stopping.clone(),
+            accepted_at,
+        };
+        if gate.limits.proxies.trusts(peer.ip()) {
+            // The client's address is in the PROXY header: read in the connection's own task,
+            // then counted under it.
+            connections.spawn(accepted.behind_proxy(tcp, peer.ip()));
+            continue;
+        }
+        let Some(admitted) = gate.admit(tcp, peer.ip(), &handshake) else {
             continue;
         };
-        let probation =
-            on_probation.then(|| Arc::new(Probation::new(vouch.clone(), limits.max_connections)));
-        let (handshake, app, stopping) = (handshake.clone(), app.clone(), stopping.clone());
-        connections.spawn(async move {
-            let _slots = slots;
-            if !first_byte(&tcp, limits.first_byte).await {
-                return;
-            }
-            let first_headers_due = accepted_at + limits.timeouts.header_read;
-            let Ok(Ok((io, peer))) =
-                tokio::time::timeout_at(first_headers_due, handshake.handshake(tcp)).await
-            else {
-                return;
-            };
-            let timers = (limits.timeouts, accepted_at);
-            serve_connection(io, peer, app, timers, probation, stopping).await;
-        });
+        connections.spawn(accepted.serve(admitted));
     }
     drop(listener);
     stopping.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// An accepted connection and what serving it takes.
+struct Accepted<H> {
+    gate: Arc<Gate>,
+    handshake: H,
+    app: Router,
+    vouch: Vouch,
+    stopping: CancellationToken,
+    accepted_at: Instant,
+}
+
+impl<H: Handshake> Accepted<H> {
+    /// A connection from a trusted proxy: its PROXY header first, then the gate under the
+    /// client's address; one without a valid header is closed.
+    async fn behind_proxy(self, mut tcp: TcpStream, proxy: IpAddr) {
+        let within = self.gate.limits.first_byte;
+        let client = match proxy::client_address(&mut tcp, proxy, within).await {
+            Ok(client) => client,
+            Err(why) => {
+                tracing::info!(%proxy, reason = %why, "a connection from a trusted proxy is closed: it did not start with a PROXY header");
+                return;
+            }
+        };
+        if let Some(admitted) = self.gate.admit(tcp, client, &self.handshake) {
+            self.serve(admitted).await;
+        }
+    }
+
+    async fn serve(self, (tcp, slots, on_probation): (TcpStream, Slots, bool)) {
+        let limits = &self.gate.limits;
+        let _slots = slots;
+        if !first_byte(&tcp, limits.first_byte).await {
+            return;
+        }
+        if proxy::starts_with_header(&tcp).await {
+            // Only a trusted proxy's header (read and consumed before this) says who the
+            // client is: a client must not choose the address it is counted under.
+            tracing::info!(
+                "a PROXY header from an address not in [gateway] trusted_proxies: closed"
+            );
+            return;
+        }
+        let probation = on_probation
+            .then(|| Arc::new(Probation::new(self.vouch.clone(), limits.max_connections)));
+        let first_headers_due = self.accepted_at + limits.timeouts.header_read;
+        let Ok(Ok((io, peer))) =
+            tokio::time::timeout_at(first_headers_due, self.handshake.handshake(tcp)).await
+        else {
+            return;
+        };
+        let timers = (limits.timeouts, self.accepted_at);
+        serve_connection(io, peer, self.app, timers, probation, self.stopping).await;
+    }
 }
 
 /// A failed accept: one connection's trouble (reset before accept) is skipped; anything else
@@ -251,7 +308,7 @@ impl Gate {
         let Ok(permit) = self.refusals.clone().try_acquire_owned() else {
             return;
         };
-        let (handshake, limits) = (handshake.clone(), self.limits);
+        let (handshake, limits) = (handshake.clone(), self.limits.clone());
         tokio::spawn(async move {
             let _held = (permit, address_slot);
             if !first_byte(&tcp, limits.first_byte).await {

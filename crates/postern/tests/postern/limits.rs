@@ -188,14 +188,14 @@ pub(crate) fn with_alice(config_text: &str, dir: &Dir) -> String {
 }
 
 /// The test config with `keys` added to `[gateway]`.
-fn bounded(keys: &str) -> String {
+pub(crate) fn bounded(keys: &str) -> String {
     config("http://127.0.0.1:9").replace("[gateway]\n", &format!("[gateway]\n{keys}\n"))
 }
 
-const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+pub(crate) const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 /// Sends `GET /healthz` on a kept-alive connection and reads its answer (`ok`, 2 bytes).
-async fn healthz_on(conn: &mut tokio::net::TcpStream) -> String {
+pub(crate) async fn healthz_on(conn: &mut tokio::net::TcpStream) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     conn.write_all(HEALTHZ).await.unwrap();
     let mut seen = Vec::new();
@@ -345,7 +345,10 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
 }
 
 /// Opens a TCP connection to `to` from the loopback address `from` (all of 127/8 is loopback).
-async fn connect_from(from: [u8; 4], to: &str) -> std::io::Result<tokio::net::TcpStream> {
+pub(crate) async fn connect_from(
+    from: [u8; 4],
+    to: &str,
+) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind((std::net::Ipv4Addr::from(from), 0).into())?;
     socket.connect(to.parse().unwrap()).await

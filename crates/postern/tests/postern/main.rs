@@ -23,6 +23,7 @@ mod limits;
 mod long_calls;
 mod lost_answer;
 mod onboarding;
+mod proxy_protocol;
 mod replicas;
 mod result_shapes;
 mod resume;
