@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::approvals::{cursor, PAGE};
 use crate::page::OperatorSession;
-use crate::page::{self, pretty, short, time};
+use crate::page::{self, pretty, short, shown, shown_or, time};
 use crate::session::url_escape;
 use crate::ConsoleState;
 
@@ -178,8 +178,8 @@ async fn list(
                     tr {
                         td { a href={"/ui/executions/" (e.id)} { (short(&e.id.to_string(), 16)) } }
                         td { (time(&e.accepted_at.to_string())) }
-                        td { (e.actor) }
-                        td { (e.tool) }
+                        td { (shown(&e.actor)) }
+                        td { (shown(&e.tool)) }
                         td.state { (e.lifecycle.state.name()) }
                         td { (e.lifecycle.dispatches) "×" }
                         td { @if let Some(k) = &e.operation_key { (short(k, 16)) } @else { "–" } }
@@ -211,7 +211,7 @@ fn event_facts(detail: &serde_json::Value) -> Vec<String> {
             out.push(format!(
                 "{}: {}",
                 key.replace('_', " "),
-                text.chars().take(160).collect::<String>()
+                shown(&text.chars().take(160).collect::<String>())
             ));
         }
     }
@@ -271,13 +271,13 @@ async fn timeline(
     let body = html! {
         h1 { "Execution " (short(&t.execution_id, 16)) }
         dl.facts {
-            dt { "Tool" } dd { strong { (t.tool) } " (" (v.class.as_str()) ")" }
-            dt { "Actor" } dd { (t.actor) }
+            dt { "Tool" } dd { strong { (shown(&t.tool)) } " (" (v.class.as_str()) ")" }
+            dt { "Actor" } dd { (shown(&t.actor)) }
             dt { "State" } dd.state #state { (t.state) }
             dt { "Sent" } dd { (v.lifecycle.dispatches) " time(s)" }
             dt { "Fingerprint" } dd { code { (t.fingerprint) } }
-            dt { "Operation key" } dd { (v.operation_key.as_deref().unwrap_or("–")) }
-            dt { "Run" } dd { (v.run_id.as_deref().unwrap_or("–")) }
+            dt { "Operation key" } dd { (shown_or(v.operation_key.as_deref(), "–")) }
+            dt { "Run" } dd { (shown_or(v.run_id.as_deref(), "–")) }
         }
         h2 { "Timeline" }
         (line(&found))
@@ -288,8 +288,8 @@ async fn timeline(
                 @for c in &found.calls {
                     tr {
                         td { (time(&c.at.to_string())) }
-                        td { (c.run_id.as_deref().unwrap_or("–")) }
-                        td { code { (c.request_id.as_deref().unwrap_or("–")) } }
+                        td { (shown_or(c.run_id.as_deref(), "–")) }
+                        td { code { (shown_or(c.request_id.as_deref(), "–")) } }
                         td.attempt { (c.attempt) }
                         td { (postern_pipeline::investigate::told(&c.outcome)) }
                         td { (c.instance) }
@@ -302,13 +302,13 @@ async fn timeline(
         ol.answers #answers {
             @for a in &t.answers {
                 li {
-                    h3 { (a.question) }
-                    p.answer { (a.answer) }
+                    h3 { (shown(a.question)) }
+                    p.answer { (shown(&a.answer)) }
                     @if !a.evidence.is_empty() {
                         details {
                             summary { "Evidence (" (a.evidence.len()) ")" }
                             ul { @for e in &a.evidence {
-                                li { (e.what) @if let Some(at) = &e.at { " — " (time(at)) } @if let Some(n) = e.event { " (event " (n) ")" } }
+                                li { (shown(&e.what)) @if let Some(at) = &e.at { " — " (time(at)) } @if let Some(n) = e.event { " (event " (n) ")" } }
                             } }
                         }
                     }

@@ -15,7 +15,7 @@ use postern_pipeline::{DecisionError, GatewayError, PendingDecision};
 use serde::Deserialize;
 
 use crate::page::OperatorSession;
-use crate::page::{self, countdown, csrf, pretty, short, time};
+use crate::page::{self, countdown, csrf, pretty, short, shown, shown_or, time};
 use crate::ConsoleState;
 
 /// Rows per page.
@@ -110,9 +110,9 @@ fn row(st: &ConsoleState, s: &OperatorSession, p: &PendingDecision) -> Markup {
         tr id={"row-" (id)} {
             td {
                 a href={"/ui/approvals/" (id)} { (short(id, 16)) }
-                div.tool { (p.tool) }
+                div.tool { (shown(&p.tool)) }
             }
-            td { (p.actor) }
+            td { (shown(&p.actor)) }
             td { @if let Some(run) = &p.run_id { (short(run, 12)) } @else { "–" } }
             td { pre.record { (pretty(&p.record)) } }
             td { (short(&p.fingerprint, 22)) }
@@ -221,13 +221,13 @@ fn decided_panel(p: &PendingDecision) -> Markup {
             h2 { "Decided" }
             p {
                 a href={"/ui/executions/" (p.execution_id)} { (short(&p.execution_id, 16)) }
-                " " strong { (p.tool) } " by " (p.actor) ": now " strong.state { (p.state) }
+                " " strong { (shown(&p.tool)) } " by " (shown(&p.actor)) ": now " strong.state { (p.state) }
             }
             @if let Some(d) = &p.decided {
                 p.decision {
-                    (d.decision.replace('_', " ")) " by " strong.by { (d.by.as_deref().unwrap_or("nobody (expired)")) }
+                    (d.decision.replace('_', " ")) " by " strong.by { (shown_or(d.by.as_deref(), "nobody (expired)")) }
                     " at " (time(&d.at))
-                    @if let Some(r) = &d.reason { " — " (r) }
+                    @if let Some(r) = &d.reason { " — " (shown(r)) }
                 }
             }
         }
@@ -280,9 +280,9 @@ async fn one(
     let body = html! {
         h1 { "Approval request " (short(&p.execution_id, 16)) }
         dl.facts {
-            dt { "Tool" } dd { strong { (p.tool) } }
-            dt { "Actor" } dd { (p.actor) }
-            dt { "Run" } dd { (p.run_id.as_deref().unwrap_or("–")) }
+            dt { "Tool" } dd { strong { (shown(&p.tool)) } }
+            dt { "Actor" } dd { (shown(&p.actor)) }
+            dt { "Run" } dd { (shown_or(p.run_id.as_deref(), "–")) }
             dt { "State" } dd.state { (p.state) }
             dt { "Fingerprint" } dd { code { (p.fingerprint) } }
             dt { "Waiting since" } dd { (time(&p.since)) }
@@ -334,7 +334,7 @@ fn non_semantic(request: &serde_json::Value) -> String {
     if names.is_empty() {
         "–".to_string()
     } else {
-        names.join(", ")
+        names.into_iter().map(shown).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -400,7 +400,7 @@ async fn reviews(
         @if pending.is_empty() { p.empty { "Nothing needs review." } }
         @for p in &pending {
             article.review id={"review-" (p.execution_id)} {
-                h2 { a href={"/ui/executions/" (p.execution_id)} { (short(&p.execution_id, 16)) } " " (p.tool) " by " (p.actor) }
+                h2 { a href={"/ui/executions/" (p.execution_id)} { (short(&p.execution_id, 16)) } " " (shown(&p.tool)) " by " (shown(&p.actor)) }
                 p { "Under review since " (time(&p.since)) ". Fingerprint " (short(&p.fingerprint, 22)) }
                 pre.record { (pretty(&p.record)) }
                 form.resolve method="post" action={"/ui/reviews/" (p.execution_id) "/resolve"} {

@@ -173,20 +173,36 @@ pub(crate) fn message(
     let body = html! {
         section.message {
             h1 { (title) }
-            p role="alert" { (text) }
+            p role="alert" { (shown(text)) }
             p { a href="/ui/approvals" { "Back to the console" } }
         }
     };
     (status, layout(title, session, "", body)).into_response()
 }
 
-/// A JSON value as indented text (shown in `<pre>`, escaped like every value).
-pub(crate) fn pretty(v: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
+/// A string Postern did not write (an agent's, a target's, an upstream's), as a person may
+/// read it: every character that changes what is seen (controls, bidi overrides and isolates,
+/// zero-width and other invisible format characters) written as `\u{…}`, a backslash as `\\`,
+/// as the CLI shows it (`postern_core::terminal_text`); maud then escapes it for HTML.
+pub(crate) fn shown(s: &str) -> String {
+    postern_core::terminal_text::escaped(s).into_owned()
 }
 
-/// The first characters of a long id, the whole in its title.
+/// [`shown`] for an optional string, `none` when absent.
+pub(crate) fn shown_or(s: Option<&str>, none: &str) -> String {
+    s.map_or_else(|| none.to_string(), shown)
+}
+
+/// A JSON value as indented text (shown in `<pre>`, escaped like every value): characters that
+/// change what is seen are JSON escapes (`\u202e`), so `"\u202e1234"` never reads `4321`.
+pub(crate) fn pretty(v: &serde_json::Value) -> String {
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    postern_core::terminal_text::escaped_json(&text).into_owned()
+}
+
+/// The first characters of a long id ([`shown`]), the whole in its title.
 pub(crate) fn short(id: &str, n: usize) -> Markup {
+    let id = shown(id);
     let head: String = id.chars().take(n).collect();
     html! { code title=(id) { (head) @if id.chars().count() > n { "…" } } }
 }

@@ -11,7 +11,7 @@ use maud::html;
 
 use crate::approvals::refused;
 use crate::page::OperatorSession;
-use crate::page::{self, csrf, short, time};
+use crate::page::{self, csrf, short, shown, shown_or, time};
 use crate::ConsoleState;
 
 /// The newest runs shown.
@@ -55,15 +55,15 @@ async fn list(
                 @for (r, n) in runs.iter().zip(&calls) {
                     tr id={"run-" (r.run_id)} {
                         td { (short(&r.run_id, 14)) }
-                        td { (r.actor) }
-                        td { (r.client.as_deref().unwrap_or("–")) " " (r.client_version.as_deref().unwrap_or("")) }
-                        td { (r.protocol_version.as_deref().unwrap_or("–")) " " small { (r.transport) } }
+                        td { (shown(&r.actor)) }
+                        td { (shown_or(r.client.as_deref(), "–")) " " (shown_or(r.client_version.as_deref(), "")) }
+                        td { (shown_or(r.protocol_version.as_deref(), "–")) " " small { (r.transport) } }
                         td { (time(&r.started_at)) }
                         td { @if let Some(at) = &r.ended_at { (time(at)) " " small { (r.end_reason.unwrap_or("")) } } @else { "open" } }
                         td.authorization {
                             (r.authorization)
-                            @if let Some(by) = &r.authorized_by { " by " strong { (by) } }
-                            @if let Some(by) = &r.revoked_by { " (revoked by " strong { (by) } ")" }
+                            @if let Some(by) = &r.authorized_by { " by " strong { (shown(by)) } }
+                            @if let Some(by) = &r.revoked_by { " (revoked by " strong { (shown(by)) } ")" }
                             @if !r.requires_authorization { small { " (not required)" } }
                         }
                         td { (n) }

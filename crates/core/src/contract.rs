@@ -323,7 +323,7 @@ impl ToolContractDraft {
             .unwrap_or_else(|| serde_json::json!({"type": "object"}));
         validate_schema(&input_schema).map_err(|r| err("input_schema", r))?;
         validate_arguments(&self.arguments, &input_schema, &err)?;
-        validate_channel(&channel, &err)?;
+        validate_channel(&channel, &input_schema, &err)?;
         self.check_placeholders(&channel, &input_schema)?;
         let (match_window, retention) = self.windows(class)?;
         let method = self.recovery_method(class)?;
@@ -596,7 +596,33 @@ fn validate_request(
     Ok(())
 }
 
-fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), ContractError> {
+/// The properties whose schema allows only an integer, a boolean or one of an enum's (or a
+/// `const`'s) operator-chosen values: all an SSH template may let bash read again.
+fn typed_properties(input_schema: &Value) -> Vec<&str> {
+    let Some(props) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter(|(_, p)| {
+            matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("integer" | "boolean")
+            ) || p
+                .get("enum")
+                .and_then(Value::as_array)
+                .is_some_and(|e| !e.is_empty())
+                || p.get("const").is_some()
+        })
+        .map(|(name, _)| name.as_str())
+        .collect()
+}
+
+fn validate_channel(
+    channel: &ChannelSpec,
+    input_schema: &Value,
+    err: FieldErr<'_>,
+) -> Result<(), ContractError> {
     match channel {
         ChannelSpec::Http(h) => {
             validate_request(&h.request, &|r| err("http", r))?;
@@ -629,7 +655,7 @@ fn validate_channel(channel: &ChannelSpec, err: FieldErr<'_>) -> Result<(), Cont
             if s.command.matches('{').count() != s.command.matches('}').count() {
                 return Err(err("ssh.command", "has an unbalanced {placeholder}".into()));
             }
-            crate::shell::check_command(&s.command)
+            crate::shell::check_command_typed(&s.command, &typed_properties(input_schema))
                 .map_err(|e| err("ssh.command", e.to_string()))?;
             if s.timeout.is_zero() {
                 return Err(err("ssh.timeout", "must be greater than zero".into()));

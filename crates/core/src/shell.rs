@@ -6,11 +6,19 @@
 //! value ends the comment. So [`check_command`] refuses, when the configuration is loaded, a
 //! placeholder that stands anywhere else.
 //!
+//! Quoting keeps a value data only where nothing reads it again. Bash evaluates arithmetic
+//! (`(( {n} ))`, `[[ {n} -eq 1 ]]`, an array subscript `a[{n}]`, `let`, `declare -i`) by
+//! expanding what it reads, so `a[$(cmd)]` runs `cmd`; `eval`, `sh -c`, `ssh` and the others
+//! of [`reread`] read their arguments again as code. [`check_command_typed`] refuses a
+//! placeholder there unless its schema allows only an integer, a boolean or an enum.
+//!
 //! Placeholders are found as the renderer finds them: every `{` opens one, up to the next `}`,
 //! whatever the shell context (a template has no literal braces). The lexer never reads inside
 //! a placeholder: the renderer replaces it whole.
 
 use std::fmt;
+
+mod reread;
 
 /// Where a placeholder stands that the gateway's quoting would not keep one word of data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +35,25 @@ pub enum Context {
     HereDocument,
     HereDelimiter,
     Comment,
+    /// `$[…]`, bash's old arithmetic expansion.
+    BracketArithmetic,
+    /// `((…))` and `for ((…))`: bash evaluates the words inside as arithmetic.
+    ArithmeticCommand,
+    /// `a[…]` in a word: an indexed array's subscript is arithmetic.
+    Subscript,
+    /// An argument of a command that reads it again as code or arithmetic (named).
+    Reread(&'static str),
+}
+
+impl Context {
+    /// Whether a value the schema keeps to an integer, a boolean or an enum may stand here:
+    /// the contexts where it is read again, not those where the quoting itself breaks.
+    fn typed_may_stand(self) -> bool {
+        matches!(
+            self,
+            Context::ArithmeticCommand | Context::Subscript | Context::Reread(_)
+        )
+    }
 }
 
 impl fmt::Display for Context {
@@ -42,6 +69,15 @@ impl fmt::Display for Context {
             Context::HereDocument => "inside a here-document body",
             Context::HereDelimiter => "as a here-document delimiter",
             Context::Comment => "inside a comment",
+            Context::BracketArithmetic => "inside an arithmetic expansion $[…]",
+            Context::ArithmeticCommand => "inside an arithmetic command ((…))",
+            Context::Subscript => "inside an array subscript […]",
+            Context::Reread("[[") => {
+                return f.write_str("inside [[ … ]], whose -eq, -lt … and subscripts are arithmetic")
+            }
+            Context::Reread(command) => {
+                return write!(f, "in a command that runs {command}, which reads its arguments again as code or arithmetic")
+            }
         })
     }
 }
@@ -57,25 +93,64 @@ pub enum TemplateError {
         column: usize,
         context: Context,
     },
+    /// Where bash reads the value again (arithmetic, `eval`, `sh -c` …) and the placeholder's
+    /// schema allows more than an integer, a boolean or an enum.
+    #[error("placeholder {placeholder} at line {line}, column {column} stands {context}: there the value is read again as code (`a[$(cmd)]` runs cmd in arithmetic), which no quoting prevents; give it an input_schema of type integer or boolean or an enum, or take it out of that command")]
+    Reread {
+        placeholder: String,
+        line: usize,
+        column: usize,
+        context: Context,
+    },
     #[error("the {{ at line {line}, column {column} opens a placeholder that no }} closes")]
     Unclosed { line: usize, column: usize },
 }
 
-/// Refuses a template with a placeholder anywhere but in plain shell code.
+/// Refuses a template with a placeholder anywhere but in plain shell code that nothing reads
+/// again ([`check_command_typed`] with no typed placeholder).
 pub fn check_command(template: &str) -> Result<(), TemplateError> {
+    check_command_typed(template, &[])
+}
+
+/// Refuses a template with a placeholder anywhere but in plain shell code; where bash reads
+/// the value again (arithmetic, a command of [`reread`]) only the placeholders named in
+/// `typed` (whose schema allows only an integer, a boolean or an enum) may stand.
+pub fn check_command_typed(template: &str, typed: &[&str]) -> Result<(), TemplateError> {
     let mut lexer = Lexer {
         s: template.chars().collect(),
         i: 0,
         stack: Vec::new(),
         word_start: true,
         pending: Vec::new(),
+        typed: typed.iter().map(|t| t.to_string()).collect(),
+        command: Command::default(),
     };
     while lexer.i < lexer.s.len() {
         lexer.step()?;
     }
     // An unterminated quote or substitution is left to the shell to report: everything after
     // its opening was read as inside it, so no placeholder there got through.
-    Ok(())
+    lexer.end_command()
+}
+
+/// A placeholder found in plain code at the top, judged when its simple command ends.
+struct Held {
+    placeholder: String,
+    line: usize,
+    column: usize,
+    /// It stands after a `=` in its word (a value, not a name).
+    value: bool,
+}
+
+/// The simple command being read at the top: its words (quotes removed, what quotes hold
+/// left out) and its placeholders.
+#[derive(Default)]
+struct Command {
+    words: Vec<String>,
+    word: String,
+    /// Inside `[…]` of a word that began before the `[` (an array subscript).
+    subscript: bool,
+    held: Vec<Held>,
 }
 
 /// What the lexer is inside of, and (for `$(…)` and `$((…))`) how many parentheses are open
@@ -96,6 +171,9 @@ struct Lexer {
     /// The next character starts a word (where `#` starts a comment).
     word_start: bool,
     pending: Vec<HereDoc>,
+    /// Placeholders whose schema allows only an integer, a boolean or an enum.
+    typed: Vec<String>,
+    command: Command,
 }
 
 impl Lexer {
@@ -121,18 +199,93 @@ impl Lexer {
         let Some(len) = self.s[self.i..].iter().position(|&c| c == '}') else {
             return Err(TemplateError::Unclosed { line, column });
         };
-        let Some(context) = context else {
-            self.i += len + 1;
-            self.word_start = false;
-            return Ok(());
+        let placeholder: String = self.s[self.i..=self.i + len].iter().collect();
+        let context = match context {
+            None if self.command.subscript => Some(Context::Subscript),
+            other => other,
         };
-        let placeholder = self.s[self.i..=self.i + len].iter().collect();
-        Err(TemplateError::Inside {
+        let held = Held {
             placeholder,
             line,
             column,
+            value: self.command.word.contains('='),
+        };
+        match context {
+            None => {
+                self.command.held.push(held);
+                self.command.word.push('\0');
+            }
+            Some(c) if c.typed_may_stand() => self.typed(&held, c)?,
+            Some(context) => {
+                return Err(TemplateError::Inside {
+                    placeholder: held.placeholder,
+                    line,
+                    column,
+                    context,
+                })
+            }
+        }
+        self.i += len + 1;
+        self.word_start = false;
+        Ok(())
+    }
+
+    /// A placeholder where its value is read again: refused unless it is typed.
+    fn typed(&self, held: &Held, context: Context) -> Result<(), TemplateError> {
+        let name = held
+            .placeholder
+            .trim_start_matches('{')
+            .trim_end_matches('}');
+        if self.typed.iter().any(|t| t == name) {
+            return Ok(());
+        }
+        Err(TemplateError::Reread {
+            placeholder: held.placeholder.clone(),
+            line: held.line,
+            column: held.column,
             context,
         })
+    }
+
+    /// The current word at the top ends (a blank, a redirection).
+    fn end_word(&mut self) {
+        let c = &mut self.command;
+        if !c.word.is_empty() {
+            c.words.push(std::mem::take(&mut c.word));
+        }
+        c.subscript = false;
+    }
+
+    /// The simple command at the top ends: its placeholders are judged by its words.
+    fn end_command(&mut self) -> Result<(), TemplateError> {
+        self.end_word();
+        let command = std::mem::take(&mut self.command);
+        for held in &command.held {
+            if let Some(by) = reread::rereading(&command.words, held.value) {
+                self.typed(held, Context::Reread(by))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A character of plain code at the top: words, subscripts and command ends.
+    fn top(&mut self, c: char) -> Result<(), TemplateError> {
+        let cmd = &mut self.command;
+        match c {
+            ' ' | '\t' | '<' | '>' => self.end_word(),
+            ';' | '&' | '|' | '\n' | '(' | ')' => self.end_command()?,
+            '[' if !cmd.word.is_empty() && !cmd.word.chars().all(|w| w == '[') => {
+                cmd.subscript = true;
+                cmd.word.push(c);
+            }
+            ']' => {
+                cmd.subscript = false;
+                cmd.word.push(c);
+            }
+            '\'' | '"' | '`' | '\\' => {}
+            _ => cmd.word.push(c),
+        }
+        Ok(())
     }
 
     fn step(&mut self) -> Result<(), TemplateError> {
@@ -172,7 +325,25 @@ impl Lexer {
     /// Plain code: at the top, inside `$(…)` or `$((…))` (no comments nor here-documents in
     /// arithmetic, where `#` is a base and `<<` a shift).
     fn code(&mut self, c: char) -> Result<(), TemplateError> {
-        let arith = self.context() == Some(Context::Arithmetic);
+        use Context::{Arithmetic, ArithmeticCommand, BracketArithmetic};
+        let context = self.context();
+        let arith = matches!(
+            context,
+            Some(Arithmetic | ArithmeticCommand | BracketArithmetic)
+        );
+        if context == Some(BracketArithmetic) && matches!(c, '[' | ']') {
+            self.bracket(c);
+            return Ok(());
+        }
+        if context.is_none() {
+            // `((…))` and `for ((…))`, not a subshell in a subshell.
+            if c == '(' && self.peek(1) == Some('(') && self.word_start {
+                self.end_command()?;
+                self.enter(ArithmeticCommand, 2);
+                return Ok(());
+            }
+            self.top(c)?;
+        }
         match c {
             '\'' => self.enter(Context::SingleQuotes, 1),
             '"' => self.enter(Context::DoubleQuotes, 1),
@@ -216,6 +387,7 @@ impl Lexer {
         self.word_start = false;
         match (self.peek(1), self.peek(2)) {
             (Some('('), Some('(')) => self.enter(Context::Arithmetic, 3),
+            (Some('['), _) => self.enter(Context::BracketArithmetic, 2),
             (Some('('), _) => {
                 self.enter(Context::CommandSubstitution, 2);
                 self.word_start = true;
@@ -233,23 +405,39 @@ impl Lexer {
     /// the second. A `case` pattern's lone `)` closes a `$(…)` early: what follows until the
     /// real `)` is then taken as plain code, where the quoting works as it does at the top.
     fn paren(&mut self, c: char) {
-        use Context::{Arithmetic, CommandSubstitution};
+        use Context::{Arithmetic, ArithmeticCommand, CommandSubstitution};
         self.i += 1;
         self.word_start = true;
         let Some(frame) = self.stack.last_mut() else {
             return; // a subshell at the top: nothing to track
         };
         match (*frame, c) {
-            ((CommandSubstitution | Arithmetic, d), '(') => frame.1 = d + 1,
-            ((CommandSubstitution | Arithmetic, d), ')') if d > 0 => frame.1 = d - 1,
+            ((CommandSubstitution | Arithmetic | ArithmeticCommand, d), '(') => frame.1 = d + 1,
+            ((CommandSubstitution | Arithmetic | ArithmeticCommand, d), ')') if d > 0 => {
+                frame.1 = d - 1;
+            }
             ((CommandSubstitution, _), ')') => drop(self.stack.pop()),
-            ((Arithmetic, _), ')') if self.s.get(self.i) == Some(&')') => {
+            ((Arithmetic | ArithmeticCommand, _), ')') if self.s.get(self.i) == Some(&')') => {
                 self.stack.pop();
                 self.i += 1;
             }
             // `$((a) )` is a subshell inside `$(…)`, as bash reads it.
             ((Arithmetic, _), ')') => frame.0 = CommandSubstitution,
+            // `((a) )` at the top was two subshells after all.
+            ((ArithmeticCommand, _), ')') => drop(self.stack.pop()),
             _ => {}
+        }
+    }
+
+    /// Brackets nest inside `$[…]`; the `]` at depth 0 closes it.
+    fn bracket(&mut self, c: char) {
+        self.i += 1;
+        if let Some(frame) = self.stack.last_mut() {
+            match (frame.1, c) {
+                (d, '[') => frame.1 = d + 1,
+                (0, _) => drop(self.stack.pop()),
+                (d, _) => frame.1 = d - 1,
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /ops/approvals` | `{"approvals": [PendingDecision…]}` awaiting approval, newest first |
+//! | `GET /ops/approvals?before=&limit=` | `{"approvals": [PendingDecision…], "more", "next_before"}` awaiting approval, newest first, a page (at most 1,000) and how many older ones it leaves out |
 //! | `GET /ops/approvals/{id}` | one execution's `PendingDecision`, whatever its state |
 //! | `POST /ops/approvals/{id}/approve` `{"fingerprint", "reason"?}` | the decision recorded |
 //! | `POST /ops/approvals/{id}/deny` `{"reason"?}` | the decision recorded |
@@ -19,7 +19,7 @@
 //! | `GET /ops/vault` | `{"configured", "locked", "names"}` |
 //! | `POST /ops/vault/unlock` `{"passphrase"}` | unlocked (403 a wrong passphrase, nothing unlocked) |
 //! | `POST /ops/vault/lock` | locked: the secrets and key are dropped from memory |
-//! | `GET /ops/reviews` | `{"reviews": [PendingDecision…]}` under review |
+//! | `GET /ops/reviews?before=&limit=` | `{"reviews": [PendingDecision…], "more", "next_before"}` under review, paged as approvals |
 //! | `POST /ops/reviews/{id}/resolve` `{"resolution": "applied"\|"not_applied", "reason"}` | the resolution recorded |
 //! | `GET /ops/upstreams` | `{"upstreams": [UpstreamView…]}`: links and their tools' pins |
 //! | `POST /ops/upstreams/{name}/tools/{tool}/accept` `{"digest"?}` | the listed version accepted |
@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -152,14 +152,57 @@ fn body<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, String> {
     serde_json::from_slice(raw).map_err(|e| format!("bad request body: {e}"))
 }
 
-async fn approvals(State(st): State<Arc<OpsState>>) -> Response {
-    let pending = st.gateway.pending(LifecycleState::AwaitingApproval).await;
-    answer(pending.map(|p| json!({"approvals": p})))
+/// A page of a list: at most `limit` (default and most [`PAGE_MAX`]) entries older than
+/// `before` (an execution id, the last of the previous page).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    before: Option<String>,
+    limit: Option<u32>,
 }
 
-async fn reviews(State(st): State<Arc<OpsState>>) -> Response {
-    let pending = st.gateway.pending(LifecycleState::NeedsReview).await;
-    answer(pending.map(|p| json!({"reviews": p})))
+/// The most entries one page of `/ops/approvals` or `/ops/reviews` holds.
+const PAGE_MAX: u32 = 1000;
+
+/// Executions in `state`, newest first, one page under `key`, with how many older ones the
+/// page leaves out (`more`) and the `before` that asks for them (`next_before`).
+async fn pending_page(st: &OpsState, state: LifecycleState, key: &str, q: PageQuery) -> Response {
+    let before = match q.before.as_deref().filter(|b| !b.is_empty()) {
+        None => None,
+        Some(b) => match b.parse() {
+            Ok(id) => Some(id),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("before: {b:?} is not an execution id"),
+                )
+            }
+        },
+    };
+    let limit = q.limit.unwrap_or(PAGE_MAX).clamp(1, PAGE_MAX);
+    let page = async {
+        let pending = st.gateway.pending_page(state, limit, before).await?;
+        let last = pending.last().and_then(|p| p.execution_id.parse().ok());
+        let more = match last {
+            Some(last) if pending.len() == limit as usize => {
+                st.gateway.pending_count(state, Some(last)).await?
+            }
+            _ => 0,
+        };
+        let next = (more > 0).then(|| last.map(|l: postern_core::ExecutionId| l.to_string()));
+        let mut page = json!({"more": more, "next_before": next.flatten()});
+        page[key] = serde_json::to_value(pending).unwrap_or_default();
+        Ok::<_, GatewayError>(page)
+    };
+    answer(page.await)
+}
+
+async fn approvals(State(st): State<Arc<OpsState>>, Query(q): Query<PageQuery>) -> Response {
+    pending_page(&st, LifecycleState::AwaitingApproval, "approvals", q).await
+}
+
+async fn reviews(State(st): State<Arc<OpsState>>, Query(q): Query<PageQuery>) -> Response {
+    pending_page(&st, LifecycleState::NeedsReview, "reviews", q).await
 }
 
 #[derive(Deserialize)]

@@ -414,6 +414,11 @@ impl Ledger {
         self.store.list(filter).await
     }
 
+    /// How many executions `filter` matches, whatever its `limit`.
+    pub async fn count(&self, filter: &ListFilter) -> Result<u64, LedgerError> {
+        self.store.count(filter).await
+    }
+
     /// Records an operator's decision about a run, if none of its kind is recorded yet (and,
     /// to authorize, it is not revoked): whether this one was.
     pub async fn decide_run(

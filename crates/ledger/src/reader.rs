@@ -128,41 +128,12 @@ impl StoreReader {
 
     /// Executions, newest first (by id: UUIDv7, minted when the ledger accepted them).
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionSummary>, LedgerError> {
-        let mut q = format!(
-            "SELECT {} FROM executions WHERE 1 = 1",
-            rows::SUMMARY_COLUMNS
-        );
-        let mut binds = Vec::new();
-        for (col, val) in [
-            ("actor", &filter.actor),
-            ("state", &filter.state),
-            ("run_id", &filter.run_id),
-            ("tool", &filter.tool),
-            ("fingerprint", &filter.fingerprint),
-            ("operation_key", &filter.operation_key),
-        ] {
-            if let Some(v) = val {
-                binds.push(v.clone());
-                q.push_str(&format!(" AND {col} = ${}", binds.len()));
-            }
-        }
-        // Ids are UUIDv7 in fixed-width base32, so they sort by acceptance time: a time range
-        // and a page boundary are both ranges of the primary key.
-        let bounds = [
-            (">=", filter.accepted_from.map(first_id_at)),
-            ("<", filter.accepted_to.map(first_id_at)),
-            ("<", filter.before),
-        ];
-        for (op, bound) in bounds {
-            if let Some(id) = bound {
-                binds.push(id.to_string());
-                q.push_str(&format!(" AND id {op} ${}", binds.len()));
-            }
-        }
-        q.push_str(&format!(
-            " ORDER BY id DESC LIMIT {}",
+        let (conditions, binds) = conditions(filter);
+        let q = format!(
+            "SELECT {} FROM executions WHERE 1 = 1{conditions} ORDER BY id DESC LIMIT {}",
+            rows::SUMMARY_COLUMNS,
             if filter.limit == 0 { 100 } else { filter.limit }
-        ));
+        );
         let mut query = sqlx::query(&q);
         for b in &binds {
             query = query.bind(b);
@@ -173,6 +144,18 @@ impl StoreReader {
             .iter()
             .map(rows::summary)
             .collect()
+    }
+
+    /// How many executions `filter` matches, whatever its `limit` (what a page leaves out).
+    pub async fn count(&self, filter: &ListFilter) -> Result<u64, LedgerError> {
+        let (conditions, binds) = conditions(filter);
+        let q = format!("SELECT COUNT(*) AS n FROM executions WHERE 1 = 1{conditions}");
+        let mut query = sqlx::query(&q);
+        for b in &binds {
+            query = query.bind(b);
+        }
+        let row = query.fetch_one(&self.pool).await?;
+        Ok(u64::try_from(rows::get_i64(&row, "n")?).unwrap_or(0))
     }
 
     /// Verifies the whole audit record as stored: every chain from its first event to its
@@ -608,4 +591,36 @@ fn scan_sqlite_events(
 fn first_id_at(t: Timestamp) -> ExecutionId {
     let millis = u128::from(u64::try_from(t.0.max(0)).unwrap_or(0) & 0xffff_ffff_ffff);
     ExecutionId::from_bytes((millis << 80).to_be_bytes())
+}
+
+/// The `AND …` conditions of `filter` and the values they bind (`$1`, `$2`, …).
+fn conditions(filter: &ListFilter) -> (String, Vec<String>) {
+    let (mut q, mut binds) = (String::new(), Vec::new());
+    for (col, val) in [
+        ("actor", &filter.actor),
+        ("state", &filter.state),
+        ("run_id", &filter.run_id),
+        ("tool", &filter.tool),
+        ("fingerprint", &filter.fingerprint),
+        ("operation_key", &filter.operation_key),
+    ] {
+        if let Some(v) = val {
+            binds.push(v.clone());
+            q.push_str(&format!(" AND {col} = ${}", binds.len()));
+        }
+    }
+    // Ids are UUIDv7 in fixed-width base32, so they sort by acceptance time: a time range
+    // and a page boundary are both ranges of the primary key.
+    let bounds = [
+        (">=", filter.accepted_from.map(first_id_at)),
+        ("<", filter.accepted_to.map(first_id_at)),
+        ("<", filter.before),
+    ];
+    for (op, bound) in bounds {
+        if let Some(id) = bound {
+            binds.push(id.to_string());
+            q.push_str(&format!(" AND id {op} ${}", binds.len()));
+        }
+    }
+    (q, binds)
 }

@@ -248,7 +248,8 @@ pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
                 let ops = Ops::new(a)?;
                 let v = ops.get("/ops/approvals").await?;
                 ops.print(&v, |v| {
-                    print_list(&v["approvals"], "no call awaits approval")
+                    print_list(&v["approvals"], "no call awaits approval");
+                    print_more(v, "/ops/approvals");
                 });
             }
             ApprovalsCommand::Show { execution, gateway } => {
@@ -420,7 +421,8 @@ pub fn review(cmd: &ReviewCommand) -> Result<i32> {
                 let ops = Ops::new(a)?;
                 let v = ops.get("/ops/reviews").await?;
                 ops.print(&v, |v| {
-                    print_list(&v["reviews"], "no execution is under review")
+                    print_list(&v["reviews"], "no execution is under review");
+                    print_more(v, "/ops/reviews");
                 });
             }
             ReviewCommand::Resolve {
@@ -492,6 +494,16 @@ fn print_list(items: &Value, none: &str) {
     }
     for line in list_lines(items) {
         println!("{line}");
+    }
+}
+
+/// How many older entries a page left out, and where they are.
+fn print_more(v: &Value, path: &str) {
+    if let Some(more) = v["more"].as_u64().filter(|&n| n > 0) {
+        println!(
+            "{more} more not shown (oldest shown last): GET {path}?before={}",
+            text(&v["next_before"])
+        );
     }
 }
 

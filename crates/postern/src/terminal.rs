@@ -15,21 +15,10 @@ pub(crate) fn text(v: &Value) -> Cow<'_, str> {
     shown(v.as_str().unwrap_or("?"))
 }
 
-/// `s` with every character a terminal would act on written as `\u{…}` (a backslash as `\\`).
+/// `s` with every character that changes what a person sees written as `\u{…}` (a backslash as
+/// `\\`): the console shows strings the same way (`postern_core::terminal_text`).
 pub(crate) fn shown(s: &str) -> Cow<'_, str> {
-    let acts = |c: char| c == '\\' || postern_core::terminal_text::acts_on_terminal(c);
-    if !s.chars().any(acts) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if acts(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    postern_core::terminal_text::escaped(s)
 }
 
 /// Rows of cells as aligned lines under `header`: each column as wide as its widest cell, a

@@ -32,6 +32,11 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
         256,
         "gateway.max_streams_per_actor",
     )?;
+    let max_pending_approvals_per_actor = count(
+        g.max_pending_approvals_per_actor,
+        100,
+        "gateway.max_pending_approvals_per_actor",
+    )?;
     let max_connections_per_address = per_address(g.max_connections_per_address, max_connections)?;
     let trusted_proxies = trusted_proxies(g.trusted_proxies.take().unwrap_or_default())?;
     let first_byte_timeout = positive(&g.first_byte_timeout, "5s", "gateway.first_byte_timeout")?;
@@ -57,6 +62,7 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
         max_calls_per_actor,
         max_sessions_per_actor,
         max_streams_per_actor,
+        max_pending_approvals_per_actor,
         max_connections,
         max_connections_per_address,
         trusted_proxies,

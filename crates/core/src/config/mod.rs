@@ -84,6 +84,9 @@ pub struct GatewaySettings {
     /// How many SSE streams one actor may keep open on one gateway (standalone `GET` streams,
     /// replays and request streams); one more is answered 429 before anything is recorded.
     pub max_streams_per_actor: u32,
+    /// How many of one actor's calls may await an operator's approval at once (counted in the
+    /// store); one more is recorded rejected, with the reason, and nothing is sent.
+    pub max_pending_approvals_per_actor: u32,
     /// Open HTTP connections; one more is answered 503 with `Retry-After` and closed.
     pub max_connections: u32,
     /// Open connections from one source address (IPv6: its /64), so one client cannot take all.

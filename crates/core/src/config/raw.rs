@@ -47,6 +47,7 @@ pub(super) struct RawGateway {
     pub max_calls_per_actor: Option<u32>,
     pub max_sessions_per_actor: Option<u32>,
     pub max_streams_per_actor: Option<u32>,
+    pub max_pending_approvals_per_actor: Option<u32>,
     pub max_connections: Option<u32>,
     pub max_connections_per_address: Option<u32>,
     pub trusted_proxies: Option<Vec<String>>,

@@ -288,8 +288,9 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
     assert_eq!(c.gateway.first_byte_timeout, Duration::from_secs(5));
     assert_eq!(c.gateway.max_sessions_per_actor, 64);
     assert_eq!(c.gateway.max_streams_per_actor, 256);
+    assert_eq!(c.gateway.max_pending_approvals_per_actor, 100);
     let set = Config::parse(
-        &format!("{GATEWAY}header_read_timeout = \"1s\"\nidle_timeout = \"500ms\"\nmax_connections = 2\nmax_sessions_per_actor = 3\nmax_streams_per_actor = 4\n"),
+        &format!("{GATEWAY}header_read_timeout = \"1s\"\nidle_timeout = \"500ms\"\nmax_connections = 2\nmax_sessions_per_actor = 3\nmax_streams_per_actor = 4\nmax_pending_approvals_per_actor = 5\n"),
         "ok.toml",
     )
     .unwrap();
@@ -299,6 +300,7 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
     assert_eq!(set.gateway.max_connections_per_address, 1, "at least 1");
     assert_eq!(set.gateway.max_sessions_per_actor, 3);
     assert_eq!(set.gateway.max_streams_per_actor, 4);
+    assert_eq!(set.gateway.max_pending_approvals_per_actor, 5);
     for (line, key, says) in [
         (
             "header_read_timeout = \"0s\"",
@@ -313,6 +315,11 @@ fn bounds_have_defaults_and_nonsense_values_are_refused() {
         ("idle_timeout = \"0ms\"", "idle_timeout", "longer than 0"),
         ("idle_timeout = \"2 minutes\"", "idle_timeout", "2 minutes"),
         ("max_connections = 0", "max_connections", "at least 1"),
+        (
+            "max_pending_approvals_per_actor = 0",
+            "max_pending_approvals_per_actor",
+            "at least 1",
+        ),
         (
             "max_connections_per_address = 0",
             "max_connections_per_address",

@@ -68,3 +68,60 @@ fn the_repository_s_configs_still_load() {
     let block = &block[..block.find("```").unwrap()];
     Config::parse(&format!("{GATEWAY}{block}"), "README.md").unwrap();
 }
+
+/// A config whose ssh tool `cmp` runs `command` with `n` of property schema `n_schema`.
+fn reread(command: &str, n_schema: &str) -> String {
+    format!(
+        "{GATEWAY}[credential.k]\nkind = \"ssh_key\"\nsecret = {{ env = \"S\" }}\n[[tool]]\nname = \"cmp\"\nclass = \"remote_command\"\nmatch_window = \"1m\"\ninput_schema = {{ type = \"object\", properties = {{ n = {n_schema}, msg = {{ type = \"string\" }} }} }}\nssh = {{ host = \"h\", user = \"u\", host_key = \"SHA256:x\", credential = \"k\", command = '''{command}''' }}\n"
+    )
+}
+
+/// Issue 49, point 7: a placeholder bash reads again (arithmetic, or an argument of a command
+/// that parses its arguments as code) stops the start-up, unless its schema types it.
+#[test]
+fn a_placeholder_bash_reads_again_stops_the_start_up_unless_typed() {
+    let forms = [
+        ("bash -c '(( $1 > 3 ))' _ {n}", "runs bash"),
+        ("(( {n} > 3 )) && echo big", "arithmetic command"),
+        ("let x={n}", "runs let"),
+        ("declare -i x={n}", "runs declare"),
+        ("[[ {n} -eq 3 ]]", "inside [[ … ]]"),
+        ("a[{n}]=1", "array subscript"),
+        ("eval echo {n}", "runs eval"),
+        ("sh -c 'echo $1' _ {n}", "runs sh"),
+        ("ssh other echo {n}", "runs ssh"),
+        ("su -c 'id' {n}", "runs su"),
+        ("sudo -u app bash -c 'echo $1' _ {n}", "runs bash"),
+        ("xargs echo {n}", "runs xargs"),
+        ("find /srv -exec sh -c 'ls $1' _ {n} ';'", "runs sh"),
+    ];
+    let string = r#"{ type = "string" }"#;
+    for (command, says) in forms {
+        let err = Config::parse(&reread(command, string), "postern.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tool \"cmp\": ssh.command: placeholder {n}") && err.contains(says),
+            "{command}: {err}"
+        );
+        for typed in [
+            r#"{ type = "integer" }"#,
+            r#"{ type = "boolean" }"#,
+            r#"{ type = "string", enum = ["small", "big"] }"#,
+        ] {
+            Config::parse(&reread(command, typed), "postern.toml")
+                .unwrap_or_else(|e| panic!("{command} with {typed}: {e}"));
+        }
+    }
+    // Typing one placeholder does not let another, untyped, through.
+    let err = Config::parse(
+        &reread(
+            "bash -c 'echo $1 $2' _ {n} {msg}",
+            r#"{ type = "integer" }"#,
+        ),
+        "postern.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("placeholder {msg}"), "{err}");
+}

@@ -140,9 +140,31 @@ impl Gateway {
                 NewEvent::new(EventKind::Dispatched).with_detail(target),
             ]);
         }
+        if let Some(why) = self.too_many_pending(&call.actor).await? {
+            return Ok(vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
+                "reason": why,
+                "next_step": format!("{why}: nothing was sent and no approval was requested. Repeat the identical call once an operator has decided some of them"),
+            }))]);
+        }
         // Nothing is authorized, let alone sent, until an operator says so.
         let ttl = per_use.unwrap_or(self.config.gateway.approval_ttl);
         Ok(vec![Gateway::approval_request(at, ttl, &waits)])
+    }
+
+    /// Why `actor` may not ask for one more approval (it has `max_pending_approvals_per_actor`
+    /// waiting), or `None`. Counted in the store, so across restarts and replicas; calls
+    /// accepted at the same moment may each see the count below the cap.
+    async fn too_many_pending(&self, actor: &str) -> Result<Option<String>, GatewayError> {
+        let cap = self.config.gateway.max_pending_approvals_per_actor;
+        let filter = ListFilter {
+            actor: Some(actor.to_string()),
+            state: Some(State::AwaitingApproval.as_str().to_string()),
+            ..ListFilter::default()
+        };
+        let waiting = self.ledger.count(&filter).await?;
+        Ok((waiting >= u64::from(cap)).then(|| {
+            format!("actor {actor} already has {waiting} calls awaiting an operator's approval (max_pending_approvals_per_actor = {cap})")
+        }))
     }
 
     /// Whether any call can wait for a person: a tool (or its credential) asks for a per-use

@@ -99,4 +99,19 @@ impl Gateway {
         }
         Ok(out)
     }
+
+    /// How many executions in `state` are older than `before` (all of them without it): what
+    /// a page ending at `before` leaves out.
+    pub async fn pending_count(
+        &self,
+        state: State,
+        before: Option<ExecutionId>,
+    ) -> Result<u64, GatewayError> {
+        let filter = ListFilter {
+            state: Some(state.as_str().to_string()),
+            before,
+            ..ListFilter::default()
+        };
+        Ok(self.ledger.count(&filter).await?)
+    }
 }

@@ -23,6 +23,7 @@ mod limits;
 mod long_calls;
 mod lost_answer;
 mod onboarding;
+mod pending_cap;
 mod proxy_protocol;
 mod replicas;
 mod result_shapes;

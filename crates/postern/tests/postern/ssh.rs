@@ -420,3 +420,114 @@ async fn a_changed_host_key_or_no_way_in_is_failed_with_nothing_run() {
     );
     assert_eq!(host.lines(), ["pinned"]);
 }
+
+/// A tool whose template hands `{n}` (of JSON type `n_type`) to `bash -c`, which evaluates it
+/// as arithmetic: issue 49, point 7.
+fn compare_tool(host: &Host, n_type: &str) -> String {
+    format!(
+        r#"
+[[tool]]
+name = "compare"
+description = "Say whether n is above 3"
+class = "remote_command"
+match_window = "10m"
+input_schema = {{ type = "object", required = ["n"], properties = {{ n = {{ type = "{n_type}" }} }} }}
+ssh = {{ host = "127.0.0.1", port = {port}, user = {user:?}, host_key = {host_key:?}, credential = "deploy", cwd = {cwd:?}, marker_dir = {markers:?}, command = '''bash -c '(( $1 > 3 )) && echo big || echo small' _ {{n}}''' }}
+"#,
+        port = host.proxy.port,
+        user = host.sshd.user,
+        host_key = host.sshd.host_key,
+        cwd = host.out.parent().unwrap().to_str().unwrap(),
+        markers = host.markers.to_str().unwrap(),
+    )
+}
+
+/// `postern serve` on the config in `dir`: `Err(stderr)` if it refused to start, or the
+/// `Child` and its MCP URL if it serves.
+fn serve_or_refusal(dir: &Path) -> Result<(std::process::Child, String), String> {
+    use std::io::{BufRead, Read};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["serve", "-c", dir.join("postern.toml").to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    match line.trim().strip_prefix("postern listening on ") {
+        Some(url) => Ok((child, url.to_string())),
+        None => {
+            let status = child.wait().unwrap();
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            assert_eq!(status.code(), Some(2), "{stderr}");
+            Err(stderr)
+        }
+    }
+}
+
+/// Issue 49, point 7: `bash -c '(( $1 > 3 ))' _ {n}` with `n = a[$(touch …)]` created the file
+/// on the host (bash expands the subscript when it evaluates the arithmetic). The gateway now
+/// refuses that template at start-up unless `n` is typed; typed `integer`, the attack is an
+/// invalid argument and the tool works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_bash_evaluates_is_refused_at_start_up_unless_typed() {
+    let dir = Dir::new("ssh-reread");
+    let host = Host::start(&dir.0).await;
+    let canary = dir.0.join("PWN");
+    let attack = json!({"n": format!("a[$(touch {})]", canary.display())});
+    let config = host.config(&host.sshd.host_key);
+    crate::harness::prepare(
+        &dir.0,
+        &format!("{config}{}", compare_tool(&host, "string")),
+    );
+    match serve_or_refusal(&dir.0) {
+        Err(stderr) => assert!(
+            stderr.contains("compare")
+                && stderr.contains("{n}")
+                && stderr.contains("runs bash")
+                && stderr.contains("integer"),
+            "{stderr}"
+        ),
+        Ok((mut child, url)) => {
+            // The old gateway: the attack reaches the host.
+            let mcp = Mcp::connect(&url, BILLING_TOKEN).await;
+            let resp = mcp.call("compare", attack.clone(), json!({})).await;
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the gateway served the template; the host file exists: {}; {resp}",
+                canary.exists()
+            );
+        }
+    }
+    assert!(!canary.exists());
+
+    std::fs::write(
+        dir.0.join("postern.toml"),
+        format!("{config}{}", compare_tool(&host, "integer")),
+    )
+    .unwrap();
+    let served = Served::spawn(&dir.0, "127.0.0.1:0");
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let refused = mcp.call("compare", attack, json!({})).await;
+    let why = &refused["result"]["_meta"]["io.postern/refused"];
+    assert_eq!(why["reason"], "invalid_arguments", "{refused}");
+    assert_eq!(
+        (&why["recorded"], &why["sent"]),
+        (&json!(false), &json!(false))
+    );
+    let resp = mcp.call("compare", json!({"n": 5}), json!({})).await;
+    assert_eq!(execution(&resp)["state"], "completed", "{resp}");
+    assert_eq!(stdout_of(&resp), "big\n", "{resp}");
+    assert!(!canary.exists(), "the attack never ran");
+    served.stop();
+}

@@ -23,6 +23,7 @@ use crate::harness::{
 mod elicit;
 mod forms;
 mod hardening;
+mod hidden_text;
 mod webhook;
 
 pub const BOB_TOKEN: &str = "bob-operator-token-0123456789ab";
