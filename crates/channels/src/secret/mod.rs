@@ -166,7 +166,12 @@ pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
     forms.push(percent_lower(&upper));
     forms.push(upper);
     let json = serde_json::to_string(secret).unwrap_or_default();
-    let json = json.trim_matches('"').to_string();
+    // The quotes around it, one at each end (a secret ending in `"` ends in `\"`).
+    let json = json
+        .strip_prefix('"')
+        .and_then(|j| j.strip_suffix('"'))
+        .unwrap_or_default()
+        .to_string();
     forms.push(json.replace('/', "\\/"));
     let ascii: String = json
         .chars()

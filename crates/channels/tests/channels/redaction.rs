@@ -254,6 +254,10 @@ fn the_forms_are_the_encodings_a_target_would_write() {
     }
     let padded = postern_channels::http::secret_forms("ab?");
     assert!(padded.contains(&b"YWI/".to_vec()) && padded.contains(&b"YWI_".to_vec()));
+    // A secret ending in `"`: its JSON form ends in `\"`, not in a lone backslash.
+    let quoted = postern_channels::http::secret_forms("ab\"");
+    assert!(quoted.contains(&br#"ab\""#.to_vec()), "{quoted:?}");
+    assert!(!quoted.contains(&br"ab\".to_vec()), "{quoted:?}");
     let padded = postern_channels::http::secret_forms("abcd");
     for f in ["YWJjZA==", "YWJjZA", "YWJjZA"] {
         assert!(padded.contains(&f.as_bytes().to_vec()), "{f}");
