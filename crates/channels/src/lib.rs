@@ -40,8 +40,10 @@
 //! fails once hyper started writing it is `Unknown` and is not sent again. Every
 //! secret the channel knows (the credential, and the call's `secret_fields` values in
 //! [`http::HttpDispatch::also_redact`]) is replaced by `[REDACTED]` in what the target answers,
-//! in each form a target may echo it (raw, base64, percent-encoded, JSON-escaped:
-//! [`secret::secret_forms`]), before the answer leaves this crate, so the ledger never stores it.
+//! in each form a target may echo it (raw, base64 — also inside a longer base64 text —,
+//! percent-encoded, JSON-escaped, or behind any JSON escapes: [`secret::secret_forms`]), before
+//! the answer leaves this crate, so the ledger never stores it; an answer is redacted whole and
+//! only then cut at its cap ([`secret::redact_answer`]).
 //!
 //! A rendered URL keeps its template's origin and path segments ([`http::render_url`]): an
 //! argument can never steer a request to another path or host.

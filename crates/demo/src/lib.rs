@@ -1,5 +1,5 @@
 //! What `postern demo` runs against, and what the tests reuse: a real invoice HTTP API with
-//! failure injection ([`target`]), a raw MCP client over Streamable HTTP ([`client`]), an MCP
+//! failure injection ([`target`]) and echo endpoints ([`echo`]), a raw MCP client over Streamable HTTP ([`client`]), an MCP
 //! server to put behind the gateway as an upstream ([`upstream`]), and a certificate authority
 //! made in memory ([`ca`]).
 //!
@@ -9,5 +9,6 @@
 
 pub mod ca;
 pub mod client;
+pub mod echo;
 pub mod target;
 pub mod upstream;

@@ -2,7 +2,8 @@
 //! Postern call. `POST /invoices` honours `Idempotency-Key`; `GET /invoices?idempotency_key=K`
 //! is the status query that turns an unknown outcome into a known one; an optional bearer token
 //! guards every endpoint. Effects are counted by business key ([`InvoiceApi::count_for`]) so a
-//! test can assert "the target holds ONE invoice"; every request is recorded.
+//! test can assert "the target holds ONE invoice"; every request is recorded. Two echo
+//! endpoints ([`crate::echo`]) say the request back, as real APIs do, for the redaction tests.
 //!
 //! Failure injection ([`Mode`]) is honest: the hang and drop modes apply the effect first and
 //! only then withhold the answer ("the target applied it, the gateway saw no answer"). A
@@ -22,7 +23,7 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -30,6 +31,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 use tokio::sync::watch;
+
+use crate::echo;
 
 /// One invoice the API created.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -158,6 +161,8 @@ impl InvoiceApi {
         let app = Router::new()
             .route("/invoices", get(list_or_find).post(create))
             .route("/invoices/{id}", get(show))
+            .route("/echo/escaped", post(echo::escaped))
+            .route("/echo/base64", post(echo::base64))
             .layer(middleware::from_fn_with_state(
                 api.clone(),
                 record_and_authorize,

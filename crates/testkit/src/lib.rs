@@ -7,11 +7,12 @@
 //! [`balancer`] a real HAProxy, [`postgres`] a private PostgreSQL cluster and fresh databases
 //! on the machine's cluster that no run leaves behind, (feature `browser`) a headless
 //! Chromium over WebDriver, and [`unprivileged`]: what the sandbox's user (`nobody`) may run
-//! and write.
+//! and write. [`leaks`] looks for a secret in what a test got back, escaped or base64-encoded.
 
 pub mod balancer;
 #[cfg(feature = "browser")]
 pub mod browser;
+pub mod leaks;
 pub mod postgres;
 pub mod sshd;
 pub mod unprivileged;

@@ -26,7 +26,8 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::{timeout_at, Instant};
 
 pub use crate::secret::{
-    basic_token, percent_encode, redact, redact_answer, secret_forms, Credential, Secret, REDACTED,
+    basic_token, lookahead, percent_encode, redact_answer, secret_forms, Credential, Secret,
+    REDACTED,
 };
 pub use client::{ConnectionReuse, POOL_IDLE_TIMEOUT};
 pub use outcome::{AnswerVerdict, HttpAnswer, HttpOutcome, OutcomeRules};
@@ -203,11 +204,11 @@ async fn read_answer(
         })
         .collect();
 
-    // Keep enough beyond the cap that a secret starting before the cap is seen whole.
-    let longest = needles.first().map_or(0, Vec::len);
+    // Keep enough beyond the cap that a secret starting before the cap is seen whole, in any
+    // of its forms and behind any escapes: the answer is redacted whole, then cut.
     let keep = req
         .max_response_bytes
-        .saturating_add(longest.saturating_sub(1));
+        .saturating_add(crate::secret::lookahead(needles));
     let mut body = response.into_body();
     let mut stored = Vec::new();
     let mut size: u64 = 0;
@@ -234,7 +235,8 @@ async fn read_answer(
         }
     }
     let cap = req.max_response_bytes;
-    let body = crate::secret::redact_answer(&stored, cap, cap, needles);
+    let whole = body_error.is_none() && stored.len() as u64 == size;
+    let body = crate::secret::redact_answer(&stored, cap, needles, whole);
     HttpOutcome::Answered(HttpAnswer {
         status,
         verdict: req.outcome_rules.verdict(status),

@@ -75,9 +75,9 @@ impl McpTool {
         let body = serde_json::to_vec(&body).unwrap_or_default();
         let body = redact_answer(
             &body,
-            body.len(),
             self.max_response_bytes,
             &action.redaction_needles(),
+            true,
         );
         Outcome::Answered(Answer {
             status: None,

@@ -164,7 +164,7 @@ impl McpTool {
     ) -> Answer {
         let bytes = serde_json::to_vec(result).unwrap_or_default();
         let cap = self.max_response_bytes;
-        let body = redact_answer(&bytes, bytes.len(), usize::MAX, &action.redaction_needles());
+        let body = redact_answer(&bytes, usize::MAX, &action.redaction_needles(), true);
         let size = body.len() as u64;
         if body.len() <= cap {
             return Answer {

@@ -1,7 +1,22 @@
 //! Credentials injected into a request, the secret wrapper that keeps them out of logs, and
-//! the redaction of every form of a secret from what a target answers ([`redact`]). Shared by
-//! every channel (HTTP, SSH, MCP), so it is a leaf: it imports no channel.
+//! the redaction of every form of a secret from what a target answers ([`redact_answer`]).
+//! Shared by every channel (HTTP, SSH, MCP), so it is a leaf: it imports no channel.
+//!
+//! What counts as a form of a secret ([`secret_forms`]): the secret raw, cased, hex,
+//! percent-encoded, JSON-escaped, and base64 (standard and URL-safe) standing alone and inside a
+//! longer encoded text: for each of the three byte alignments (the secret preceded by 0, 1 or 2
+//! other bytes) the characters that depend on the secret alone, so that a target echoing the
+//! whole request base64-encoded is caught. A form is also found behind JSON escapes of any
+//! subset of its characters (`+` as `\u002B`, `/` as `\/`).
+//!
+//! Redaction comes before the cap (issue 49): an answer is read up to its cap plus
+//! [`lookahead`] bytes (the longest form with every character escaped), redacted whole, and
+//! only then cut; where the cut falls in plain text, a tail that reads as the beginning of any
+//! form (or an escape cut in two) is dropped, and so is such a tail where the read stopped
+//! early. So no part of a secret's form that the cap or an early end cuts short reaches the
+//! stored answer.
 
+mod escaped;
 mod redact;
 
 use std::fmt;
@@ -11,7 +26,7 @@ use postern_core::config::CredentialKind;
 use crate::ChannelError;
 
 pub(crate) use redact::redact_text;
-pub use redact::{redact, redact_answer, REDACTED};
+pub use redact::{lookahead, redact_answer, REDACTED};
 
 /// A secret value. `Debug` prints `<redacted>`; the value is only reachable through
 /// [`Secret::expose`], which the channel calls when it builds the request.
@@ -115,9 +130,10 @@ impl Credential {
 }
 
 /// Every form in which a target may echo `secret`: raw, upper- and lower-cased, hex, base64
-/// (standard and URL-safe, with and without padding), percent-encoded (upper- and lower-case hex) and JSON-escaped (as serde
-/// writes it, with `/` escaped, and with everything outside ASCII as `\uXXXX`). Longest first,
-/// without repeats or empty forms.
+/// (standard and URL-safe, with and without padding, and the cores of `base64_cores` that
+/// stand inside the base64 of a longer text), percent-encoded (upper- and lower-case hex) and
+/// JSON-escaped (as serde writes it, with `/` escaped, and with everything outside ASCII as
+/// `\uXXXX`). Longest first, without repeats or empty forms.
 pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
     if secret.is_empty() {
         return Vec::new();
@@ -132,6 +148,10 @@ pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
         std,
         url_safe,
     ];
+    for core in base64_cores(bytes) {
+        forms.push(core.replace('+', "-").replace('/', "_"));
+        forms.push(core);
+    }
     // Hex (either case), and the secret in upper and lower case (a target that echoes it
     // normalised); a case-changed form is kept only when it is as long as the secret.
     let hex_lower = hex::encode(bytes);
@@ -146,7 +166,12 @@ pub fn secret_forms(secret: &str) -> Vec<Vec<u8>> {
     forms.push(percent_lower(&upper));
     forms.push(upper);
     let json = serde_json::to_string(secret).unwrap_or_default();
-    let json = json.trim_matches('"').to_string();
+    // The quotes around it, one at each end (a secret ending in `"` ends in `\"`).
+    let json = json
+        .strip_prefix('"')
+        .and_then(|j| j.strip_suffix('"'))
+        .unwrap_or_default()
+        .to_string();
     forms.push(json.replace('/', "\\/"));
     let ascii: String = json
         .chars()
@@ -214,8 +239,29 @@ pub fn basic_token(username: &str, password: &Secret) -> String {
     base64(format!("{username}:{}", password.expose()).as_bytes())
 }
 
+/// The base64 of `bytes` wherever they stand in a longer encoded text: for each alignment (the
+/// bytes preceded by 0, 1 or 2 others), the characters that depend on these bytes alone, the
+/// same whatever their neighbours are. A core shorter than 4 characters is left out (it would
+/// redact too much of anything base64, and carries under 3 bytes of the secret).
+pub(crate) fn base64_cores(bytes: &[u8]) -> Vec<String> {
+    (0..3)
+        .filter_map(|before: usize| {
+            let mut aligned = vec![0u8; before];
+            aligned.extend_from_slice(bytes);
+            // The first characters also hold the bits of the bytes before; a last one that is
+            // not whole holds bits of the byte after.
+            let skip = [0, 2, 3][before];
+            let whole = aligned.len() * 8 / 6;
+            base64(&aligned)
+                .get(skip..whole)
+                .filter(|core| core.len() >= 4)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
 /// Standard base64 (RFC 4648 §4) with padding.
-fn base64(input: &[u8]) -> String {
+pub(crate) fn base64(input: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {

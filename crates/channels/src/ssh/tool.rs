@@ -81,7 +81,7 @@ impl SshTool {
     /// (the output is shortened, never the JSON text cut).
     fn answer(&self, exit_code: i32, stdout: &[u8], stderr: &[u8], action: &Action<'_>) -> Answer {
         let needles = action.redaction_needles();
-        let clean = |b: &[u8]| redact_answer(b, b.len(), usize::MAX, &needles);
+        let clean = |b: &[u8]| redact_answer(b, usize::MAX, &needles, true);
         let (stdout, stderr) = (clean(stdout), clean(stderr));
         let size = (stdout.len() + stderr.len()) as u64;
         // Room for the JSON around the output; each stream gets at most half the rest.

@@ -3,6 +3,8 @@
 use postern_channels::http::{basic_token, Credential, HttpChannel, HttpOutcome, Secret, REDACTED};
 use postern_core::config::CredentialKind;
 
+use postern_testkit::leaks::{base64_of, leaked_windows};
+
 use crate::support::{answered, dispatch, TestServer};
 
 const TOKEN: &str = "sk_live_9f8e7d6c5b4a";
@@ -252,6 +254,10 @@ fn the_forms_are_the_encodings_a_target_would_write() {
     }
     let padded = postern_channels::http::secret_forms("ab?");
     assert!(padded.contains(&b"YWI/".to_vec()) && padded.contains(&b"YWI_".to_vec()));
+    // A secret ending in `"`: its JSON form ends in `\"`, not in a lone backslash.
+    let quoted = postern_channels::http::secret_forms("ab\"");
+    assert!(quoted.contains(&br#"ab\""#.to_vec()), "{quoted:?}");
+    assert!(!quoted.contains(&br"ab\".to_vec()), "{quoted:?}");
     let padded = postern_channels::http::secret_forms("abcd");
     for f in ["YWJjZA==", "YWJjZA", "YWJjZA"] {
         assert!(padded.contains(&f.as_bytes().to_vec()), "{f}");
@@ -322,11 +328,13 @@ fn json_escaped(secret: &str, escape: &[bool], upper: bool, slash: bool) -> Stri
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 96, ..Default::default() })]
     /// Issue 33: a secret written by any JSON encoder — any subset of its characters as
     /// `\uXXXX` (either hex case), `/` as `\/` — decodes, for whoever reads the answer, to the
     /// secret; the stored answer must decode to `[REDACTED]` instead, in a whole document and in
-    /// one cut short.
+    /// one cut short. Issue 49: and with any padding before it and a cap anywhere across it
+    /// (`cut`: the cap falls that many bytes into the written secret), read as a JSON reader
+    /// reads it, the answer holds no 4 characters of the secret in a row.
     #[test]
     fn a_secret_behind_any_json_escapes_is_redacted_where_it_would_decode(
         secret in "[ -~é€/+=]{6,24}",
@@ -334,6 +342,8 @@ proptest::proptest! {
         upper in proptest::bool::ANY,
         slash in proptest::bool::ANY,
         whole in proptest::bool::ANY,
+        pad in 0usize..48,
+        cut in proptest::option::of(0usize..160),
     ) {
         static WORLD: std::sync::OnceLock<(tokio::runtime::Runtime, TestServer)> = std::sync::OnceLock::new();
         let (rt, server) = WORLD.get_or_init(|| {
@@ -342,27 +352,99 @@ proptest::proptest! {
             (rt, server)
         });
         let written = json_escaped(&secret, &escape, upper, slash);
-        let body = if whole {
-            format!("{{\"received\":\"{written}\",\"n\":1}}")
-        } else {
-            format!("{{\"received\":\"{written}\",\"rest\":\"cut sh")
-        };
+        let before = format!("{{\"received\":\"{}", ".".repeat(pad));
+        let after = if whole { "\",\"n\":1}" } else { "\",\"rest\":\"cut sh" };
+        let body = format!("{before}{written}{after}");
         let mut req = dispatch("POST", server.url("/echo-body"));
         req.credential = Some(Credential::Bearer(Secret::new(secret.clone())));
         req.body = Some(body.into_bytes());
+        let cap = cut.map(|c| before.len() + c % (written.len() + 1));
+        if let Some(cap) = cap {
+            req.max_response_bytes = cap;
+        }
         let answer = answered(rt.block_on(HttpChannel::new().dispatch(req)));
         let text = String::from_utf8_lossy(&answer.body).into_owned();
-        if whole {
+        if let Some(cap) = cap {
+            proptest::prop_assert!(answer.body.len() <= cap && answer.truncated);
+        } else if whole {
             let decoded: serde_json::Value = serde_json::from_str(&text).unwrap();
-            proptest::prop_assert_eq!(&decoded["received"], "[REDACTED]", "{}", text);
+            let expected = format!("{}[REDACTED]", ".".repeat(pad));
+            proptest::prop_assert_eq!(&decoded["received"], &expected, "{}", text);
+        }
+        let leaked = leaked_windows(&secret, &format!("{before}\u{0}{after}"), &text);
+        proptest::prop_assert!(leaked.is_empty(), "{:?} of {:?} in {}", leaked, secret, text);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    /// Issue 49: a target that answers with the whole request base64-encoded (standard or
+    /// URL-safe, `+` and `/` JSON-escaped or not), the credential at any of the three byte
+    /// alignments, the cap anywhere across it: the answer holds no 4 characters in a row of
+    /// those that encode the credential alone (the characters that stay the same whatever the
+    /// bytes around it are).
+    #[test]
+    fn a_whole_request_echoed_in_base64_never_carries_the_credential(
+        secret in "[ -~é€]{8,24}",
+        pad in "[a-z]{0,5}",
+        url_safe in proptest::bool::ANY,
+        escaped in proptest::bool::ANY,
+        basic in proptest::bool::ANY,
+        cut in proptest::option::of(0usize..240),
+    ) {
+        static WORLD: std::sync::OnceLock<(tokio::runtime::Runtime, TestServer)> = std::sync::OnceLock::new();
+        let (rt, server) = WORLD.get_or_init(|| {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = rt.block_on(TestServer::start());
+            (rt, server)
+        });
+        let password = Secret::new(secret.clone());
+        let (credential, shown) = if basic {
+            let token = basic_token("alice", &password);
+            (Credential::Basic { username: "alice".into(), password }, format!("Basic {token}"))
         } else {
-            // Read as a reader that completes the document would read it.
-            proptest::prop_assert!(!text.contains(&secret), "{}", text);
-            if let Ok(read) = serde_json::from_str::<serde_json::Value>(&format!("{text}\"}}")) {
-                proptest::prop_assert!(!read.to_string().contains(&secret), "{}", text);
-                let received = read["received"].as_str().unwrap_or_default();
-                proptest::prop_assert!(!received.contains(&secret), "{}", text);
+            (Credential::Bearer(password), format!("Bearer {secret}"))
+        };
+        let head = format!("POST /echo?pad={pad} HTTP/1.1\r\nauthorization: ");
+        let request = format!("{head}{shown}\r\ncontent-length: 2\r\n\r\n{{}}");
+        // Which characters encode the credential alone: those unchanged when every other byte
+        // goes from all zeros to all ones.
+        let protected = head.len() + shown.find(' ').unwrap() + 1..head.len() + shown.len();
+        let with_others = |b: u8| {
+            let mut bytes = request.clone().into_bytes();
+            for (i, byte) in bytes.iter_mut().enumerate() {
+                if !protected.contains(&i) {
+                    *byte = b;
+                }
             }
+            base64_of(&bytes, url_safe)
+        };
+        let (zeros, ones) = (with_others(0), with_others(0xFF));
+        let encoded = base64_of(request.as_bytes(), url_safe);
+        let mut core = String::new();
+        let mut around = String::new();
+        for ((c, z), o) in encoded.chars().zip(zeros.chars()).zip(ones.chars()) {
+            if z == o && c != '=' {
+                core.push(c);
+            } else {
+                around.push(c);
+            }
+        }
+        let write = |s: &str| if escaped { s.replace('+', "\\u002B").replace('/', "\\/") } else { s.to_string() };
+        let body = format!("{{\"request\":\"{}\"}}", write(&encoded));
+        let mut req = dispatch("POST", server.url("/echo-body"));
+        req.credential = Some(credential);
+        req.body = Some(body.clone().into_bytes());
+        if let Some(c) = cut {
+            req.max_response_bytes = 12 + c % (body.len() - 11);
+        }
+        let answer = answered(rt.block_on(HttpChannel::new().dispatch(req)));
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
+        proptest::prop_assert!(core.len() >= 8, "{}", core);
+        let leaked = leaked_windows(&core, &write(&around), &text);
+        proptest::prop_assert!(leaked.is_empty(), "{:?} of {:?} in {}", leaked, core, text);
+        if cut.is_none() {
+            proptest::prop_assert!(text.contains("[REDACTED]"), "{}", text);
         }
     }
 }

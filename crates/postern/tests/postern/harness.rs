@@ -179,6 +179,21 @@ pub fn listening_url(child: &mut Child) -> String {
         .to_string()
 }
 
+/// `postern serve` with the config already in `dir`, its JSON log at trace level written to
+/// `log`: the process and its MCP URL.
+pub fn serve_logging_to(dir: &Path, log: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args(["serve", "-c", dir.join("postern.toml").to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .env("POSTERN_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = listening_url(&mut child);
+    (child, url)
+}
+
 pub struct Served {
     child: Child,
     pub url: String,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{
-    config, eventually, execution_id, http_client, listening_url, operator, prepare, write_private,
-    Dir, Mcp, Served, ALICE_TOKEN, BILLING_TOKEN,
+    config, eventually, execution_id, http_client, operator, prepare, write_private, Dir, Mcp,
+    Served, ALICE_TOKEN, BILLING_TOKEN,
 };
 
 fn with_operator(config_text: &str) -> String {
@@ -483,15 +483,7 @@ http = {{ method = "POST", url = "{}/invoices", credential = "api" }}
     prepare(&d.0, &text);
     write_private(&d.0.join("api.token"), CREDENTIAL);
     let log = d.0.join("stderr.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_postern"))
-        .args(["serve", "-c", d.0.join("postern.toml").to_str().unwrap()])
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .env("POSTERN_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let url = listening_url(&mut child);
+    let (mut child, url) = crate::harness::serve_logging_to(&d.0, &log);
     rt.block_on(async {
         let mcp = Mcp::connect(&url, BILLING_TOKEN).await;
         let r = mcp
