@@ -52,10 +52,15 @@ pub fn decode_json_escapes(text: &str) -> String {
             continue;
         }
         let hex: String = chars.iter().skip(i + 2).take(4).collect();
-        let Ok(unit) = u32::from_str_radix(&hex, 16) else {
-            if hex.len() < 4 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-                break;
-            }
+        let all_hex = hex.chars().all(|c| c.is_ascii_hexdigit());
+        if hex.len() < 4 && all_hex {
+            // An escape cut off at the end: nothing of it is a character yet.
+            break;
+        }
+        let Some(unit) = all_hex
+            .then(|| u32::from_str_radix(&hex, 16).ok())
+            .flatten()
+        else {
             out.push('\\');
             i += 1;
             continue;
