@@ -105,16 +105,12 @@ pub fn upstream_specs(
                 sandbox,
             } => {
                 let env = upstream_env(name, env, dir)?;
-                let cwd = cwd.as_ref().map(|c| dir.join(c));
-                let launcher =
-                    sandboxes.launcher(name, sandbox, &command[0], &env, cwd.as_deref(), dir)?;
-                ChannelTransport::Stdio {
-                    program: command[0].clone(),
-                    args: command[1..].to_vec(),
-                    env,
-                    cwd,
-                    launcher,
-                }
+                let stdio = Stdio {
+                    command,
+                    cwd: cwd.as_deref(),
+                    sandbox,
+                };
+                stdio_transport(&sandboxes, name, stdio, env, dir)?
             }
             UpstreamTransport::Http {
                 url,
@@ -155,6 +151,35 @@ pub fn upstream_specs(
         });
     }
     Ok(specs)
+}
+
+/// A stdio upstream as the config gives it.
+pub struct Stdio<'a> {
+    pub command: &'a [String],
+    /// Relative to the config file's directory.
+    pub cwd: Option<&'a str>,
+    pub sandbox: &'a postern_core::config::Sandbox,
+}
+
+/// A stdio upstream's transport with its variables' values `env`: its program started through
+/// its sandbox's launcher, in its `cwd` (serve and `init`'s tool listing alike).
+pub fn stdio_transport(
+    sandboxes: &crate::sandbox::Sandboxes,
+    name: &str,
+    stdio: Stdio<'_>,
+    env: std::collections::BTreeMap<String, Secret>,
+    dir: &Path,
+) -> Result<ChannelTransport> {
+    let cwd = stdio.cwd.map(|c| dir.join(c));
+    let program = &stdio.command[0];
+    let launcher = sandboxes.launcher(name, stdio.sandbox, program, &env, cwd.as_deref(), dir)?;
+    Ok(ChannelTransport::Stdio {
+        program: program.clone(),
+        args: stdio.command[1..].to_vec(),
+        env,
+        cwd,
+        launcher,
+    })
 }
 
 /// A stdio upstream's own variables, its secrets read now (a missing one is said at start-up,

@@ -116,22 +116,13 @@ fn spec(
                     Ok((k.clone(), Secret::new(v)))
                 })
                 .collect::<Result<BTreeMap<_, _>>>()?;
-            let cwd = cwd.as_ref().map(|c| dir.join(c));
-            let launcher = crate::sandbox::Sandboxes::new(config, dir)?.launcher(
-                name,
+            let sandboxes = crate::sandbox::Sandboxes::new(config, dir)?;
+            let stdio = crate::resolve::Stdio {
+                command,
+                cwd: cwd.as_deref(),
                 sandbox,
-                &command[0],
-                &env,
-                cwd.as_deref(),
-                dir,
-            )?;
-            ChannelTransport::Stdio {
-                program: command[0].clone(),
-                args: command[1..].to_vec(),
-                env,
-                cwd,
-                launcher,
-            }
+            };
+            crate::resolve::stdio_transport(&sandboxes, name, stdio, env, dir)?
         }
         UpstreamTransport::Http {
             url, credential, ..
