@@ -56,7 +56,10 @@ async fn list(
                     tr id={"run-" (r.run_id)} {
                         td { (short(&r.run_id, 14)) }
                         td { (shown(&r.actor)) }
-                        td { (shown_or(r.client.as_deref(), "–")) " " (shown_or(r.client_version.as_deref(), "")) }
+                        td {
+                            (shown_or(r.client.as_deref(), "–")) " " (shown_or(r.client_version.as_deref(), ""))
+                            @if let Some(from) = &r.client_address { " " small { "from " (shown(from)) } }
+                        }
                         td { (shown_or(r.protocol_version.as_deref(), "–")) " " small { (r.transport) } }
                         td { (time(&r.started_at)) }
                         td { @if let Some(at) = &r.ended_at { (time(at)) " " small { (r.end_reason.unwrap_or("")) } } @else { "open" } }

@@ -79,6 +79,25 @@ impl ReadBody {
     }
 }
 
+/// Why a body could not be read: too slow (`408`, and the connection closes), too large
+/// (`413`), or the client went away.
+fn unread(e: &axum::Error, max_body: usize, parts: &http::request::Parts) -> Response {
+    if let Some(slow) = crate::listener::pace::too_slow(e) {
+        let client = parts
+            .extensions
+            .get::<crate::listener::Peer>()
+            .and_then(|p| p.address);
+        tracing::debug!(%slow, ?client, "a request body was too slow; its connection closes");
+        let what = format!("{slow}: nothing was recorded or sent");
+        return (StatusCode::REQUEST_TIMEOUT, what).into_response();
+    }
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body is over the {max_body} byte limit"),
+    )
+        .into_response()
+}
+
 /// Reads a `POST` body (bounded by `max_body_bytes`) and parses it strictly: duplicate keys,
 /// inexact numbers and malformed JSON are refused here, naming where.
 pub(super) async fn read_body(
@@ -94,12 +113,9 @@ pub(super) async fn read_body(
             sessionless: false,
         });
     }
-    let Ok(bytes) = axum::body::to_bytes(body, st.max_body).await else {
-        return Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body is over the {} byte limit", st.max_body),
-        )
-            .into_response());
+    let bytes = match axum::body::to_bytes(body, st.max_body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return Err(unread(&e, st.max_body, parts)),
     };
     let v = match postern_core::canon::parse_strict(&String::from_utf8_lossy(&bytes)) {
         Ok(v) => v,

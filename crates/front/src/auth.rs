@@ -185,6 +185,7 @@ mod tests {
     fn peer(b: Option<u8>) -> Peer {
         Peer {
             client_certificate: b.map(|b| CertificateFingerprint([b; 32])),
+            address: None,
         }
     }
 

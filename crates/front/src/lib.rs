@@ -1,6 +1,6 @@
 //! Postern's MCP front: Streamable HTTP at `/mcp` (with bearer authentication, a strict look at
 //! the raw JSON, and delivery tracking) and stdio, its own HTTP listener ([`listener`]: caps,
-//! timeouts, TLS), the operator API `/ops` ([`ops`]), elicitation and durable streams. It turns
+//! timeouts, body rate, TLS, the PROXY protocol), the operator API `/ops` ([`ops`]), elicitation and durable streams. It turns
 //! MCP requests into the pipeline's [`ToolCall`]s and the pipeline's reports into MCP results.
 //!
 //! Architecture invariant: this is the only crate of the gateway's server side that knows MCP
@@ -81,6 +81,15 @@ struct Actor(String);
 #[derive(Clone, Debug, Default)]
 struct RawParams {
     idempotency_key: Option<String>,
+}
+
+/// The address the request's client connected from (behind a trusted proxy, the one its PROXY
+/// header named).
+fn client_address(extensions: &rmcp::model::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Peer>())
+        .and_then(|peer| peer.address)
 }
 
 /// The first MCP revision without sessions (ISO dates compare as strings).
@@ -207,11 +216,29 @@ async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> R
     if let Err(refused) = check_ownership(&st, req.headers(), session.as_deref(), &actor).await {
         return refused;
     }
+    // Counted before the body is read: one actor's slow bodies cannot hold every connection.
+    let seat = req.extensions().get::<Arc<listener::Seat>>().cloned();
+    let body_permit = match st.limits.connections.admit(seat.as_ref(), &actor) {
+        Ok(permit) => permit,
+        Err(refusal) => {
+            let client = req.extensions().get::<Peer>().and_then(|p| p.address);
+            tracing::debug!(
+                actor,
+                ?client,
+                "refused at max_connections_per_actor; the connection closes"
+            );
+            if let Some(seat) = &seat {
+                seat.close();
+            }
+            return refusal.response(Value::Null);
+        }
+    };
     let (parts, body) = req.into_parts();
     let read = match read_body(&st, &parts, body).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };
+    drop(body_permit);
     let mut held = match st
         .limits
         .admit(
@@ -422,6 +449,7 @@ impl PosternMcp {
             let run = Run {
                 client_name: info.as_ref().map(|i| i.client_info.name.clone()),
                 client_version: info.as_ref().map(|i| i.client_info.version.clone()),
+                client_address: client_address(&ctx.extensions).map(|a| a.to_string()),
                 protocol_version: ctx.protocol_version().map(|v| v.to_string()),
                 ..Run::new(
                     id.clone(),
@@ -542,6 +570,7 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
+            client_address: client_address(&ctx.extensions).map(|a| a.to_string()),
             request_id: serde_json::to_string(&ctx.id).ok(),
             // MCP's trace-context convention: W3C trace context in the request's `_meta`.
             trace_parent: ctx

@@ -19,7 +19,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::jsonrpc_error;
 
+mod connections;
 mod streams;
+pub(super) use connections::ConnectionSlots;
 pub(super) use streams::{StreamPermit, StreamSlots};
 
 /// Which per-actor limit refused a request.
@@ -28,6 +30,7 @@ pub(super) enum Limit {
     Calls,
     Sessions,
     Streams,
+    Connections,
 }
 
 impl Limit {
@@ -37,6 +40,7 @@ impl Limit {
             Limit::Calls => "max_calls_per_actor",
             Limit::Sessions => "max_sessions_per_actor",
             Limit::Streams => "max_streams_per_actor",
+            Limit::Connections => "max_connections_per_actor",
         }
     }
 }
@@ -90,6 +94,11 @@ impl Refusal {
                 "actor {actor} already has {value} streams open, none of them idle (the \
                  gateway's {key}): nothing was recorded or sent; try again after Retry-After"
             ),
+            Limit::Connections => format!(
+                "actor {actor} already has {value} connections busy or request bodies in \
+                 flight (the gateway's {key}): this connection closes, and nothing was \
+                 recorded or sent; try again after Retry-After"
+            ),
         };
         let mut response = jsonrpc_error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -108,6 +117,7 @@ impl Refusal {
 /// The per-actor limits of one front.
 pub(super) struct ActorLimits {
     pub(super) calls: Slots,
+    pub(super) connections: ConnectionSlots,
     pub(super) streams: StreamSlots,
     pub(super) sessions: SessionLimits,
 }
@@ -121,6 +131,7 @@ impl ActorLimits {
         let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
         ActorLimits {
             calls: Slots::new(Limit::Calls, count(settings.max_calls_per_actor)),
+            connections: ConnectionSlots::new(count(settings.max_connections_per_actor)),
             streams: StreamSlots::new(count(settings.max_streams_per_actor)),
             sessions: SessionLimits::new(count(settings.max_sessions_per_actor), sessions),
         }

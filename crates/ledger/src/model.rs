@@ -25,6 +25,8 @@ pub struct AcceptRequest {
     /// carries an operation key (which already does that, and more).
     pub reissue_key: Option<String>,
     pub run_id: Option<String>,
+    /// The address the caller connected from, for the audit record (`accepted`'s detail).
+    pub client_address: Option<String>,
     /// Events appended in the same commit when (and only when) a new execution is created,
     /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
     pub then: Vec<NewEvent>,
@@ -55,6 +57,7 @@ impl AcceptRequest {
             operation_key: None,
             reissue_key: None,
             run_id: None,
+            client_address: None,
             then: Vec::new(),
             now,
             withdrawn: None,
@@ -200,6 +203,9 @@ pub struct Run {
     pub actor: String,
     pub client_name: Option<String>,
     pub client_version: Option<String>,
+    /// The address its client connected from (a trusted proxy's PROXY header's, behind one);
+    /// `None` for stdio.
+    pub client_address: Option<String>,
     pub protocol_version: Option<String>,
     pub transport: String,
     pub started_at: Timestamp,
@@ -220,6 +226,7 @@ impl Run {
             actor,
             client_name: None,
             client_version: None,
+            client_address: None,
             protocol_version: None,
             transport,
             started_at,

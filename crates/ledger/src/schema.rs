@@ -92,6 +92,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0012_checkpoint_chain.sql"),
         postgres: include_str!("../migrations/postgres/0012_checkpoint_chain.sql"),
     },
+    Migration {
+        version: 13,
+        name: "run client address",
+        sqlite: include_str!("../migrations/sqlite/0013_run_client_address.sql"),
+        postgres: include_str!("../migrations/postgres/0013_run_client_address.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

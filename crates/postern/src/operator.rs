@@ -390,10 +390,14 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
 }
 
 fn client(r: &Value) -> String {
-    match (r["client"].as_str(), r["client_version"].as_str()) {
+    let named = match (r["client"].as_str(), r["client_version"].as_str()) {
         (Some(n), Some(v)) => format!("{} {}", shown(n), shown(v)),
         (Some(n), None) => shown(n).into_owned(),
         _ => "-".to_string(),
+    };
+    match r["client_address"].as_str() {
+        Some(from) => format!("{named} from {}", shown(from)),
+        None => named,
     }
 }
 

@@ -32,6 +32,11 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The address [`Haproxy::start`] connects to the replicas from, each connection opened with a
+/// PROXY protocol v2 header naming its client: the replicas' `[gateway] trusted_proxies`. A test
+/// that reaches a replica directly (from 127.0.0.1) is not taken for the balancer.
+pub const PROXY_SOURCE: &str = "127.0.0.9";
+
 impl Haproxy {
     /// Balances over `replicas` (`127.0.0.1:PORT` each). Panics with what to install when
     /// HAProxy is missing: a balancer test never passes by not running.
@@ -46,7 +51,9 @@ impl Haproxy {
             );
         }
         for (i, r) in replicas.iter().enumerate() {
-            backend.push_str(&format!("  server g{i} {r}\n"));
+            backend.push_str(&format!(
+                "  server g{i} {r} send-proxy-v2 source {PROXY_SOURCE}\n"
+            ));
         }
         let config = format!(
             "global\n  maxconn 4096\ndefaults\n  mode http\n  retries 2\n  option redispatch\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n  timeout http-request 10s\nfrontend mcp\n  bind 127.0.0.1:{port}\n  default_backend gateways\n{backend}"

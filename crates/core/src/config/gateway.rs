@@ -37,11 +37,18 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
         100,
         "gateway.max_pending_approvals_per_actor",
     )?;
+    let max_connections_per_actor = count(
+        g.max_connections_per_actor,
+        64,
+        "gateway.max_connections_per_actor",
+    )?;
     let max_connections_per_address = per_address(g.max_connections_per_address, max_connections)?;
     let trusted_proxies = trusted_proxies(g.trusted_proxies.take().unwrap_or_default())?;
     let first_byte_timeout = positive(&g.first_byte_timeout, "5s", "gateway.first_byte_timeout")?;
     let header_read_timeout =
         positive(&g.header_read_timeout, "10s", "gateway.header_read_timeout")?;
+    let body_read_timeout = positive(&g.body_read_timeout, "10s", "gateway.body_read_timeout")?;
+    let min_body_rate = count(g.min_body_rate, 1024, "gateway.min_body_rate")?;
     let idle_timeout = positive(&g.idle_timeout, "2m", "gateway.idle_timeout")?;
     let session_idle = positive(&g.session_idle, "1h", "gateway.session_idle")?;
     let instance_lease = instance_lease(&g.instance_lease, &store)?;
@@ -63,11 +70,14 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
         max_sessions_per_actor,
         max_streams_per_actor,
         max_pending_approvals_per_actor,
+        max_connections_per_actor,
         max_connections,
         max_connections_per_address,
         trusted_proxies,
         first_byte_timeout,
         header_read_timeout,
+        body_read_timeout,
+        min_body_rate: u64::from(min_body_rate),
         idle_timeout,
         session_idle,
         instance_lease,

@@ -87,6 +87,11 @@ pub struct GatewaySettings {
     /// How many of one actor's calls may await an operator's approval at once (counted in the
     /// store); one more is recorded rejected, with the reason, and nothing is sent.
     pub max_pending_approvals_per_actor: u32,
+    /// How many connections one actor may hold, and request bodies it may have in flight, on
+    /// one gateway, counted as soon as a request's credentials are read, before its body. At
+    /// the cap a new connection of the actor's closes its idlest one; only when none is idle is
+    /// the request answered 429 (nothing recorded, nothing sent) and its connection closed.
+    pub max_connections_per_actor: u32,
     /// Open HTTP connections; one more is answered 503 with `Retry-After` and closed.
     pub max_connections: u32,
     /// Open connections from one source address (IPv6: its /64), so one client cannot take all.
@@ -101,6 +106,11 @@ pub struct GatewaySettings {
     /// connection or from the first byte of a later request on it; a slower client is
     /// disconnected (slowloris).
     pub header_read_timeout: Duration,
+    /// A request body must arrive within this, plus one second per `min_body_rate` bytes
+    /// received; a slower one is answered 408 and its connection closed.
+    pub body_read_timeout: Duration,
+    /// Bytes per second a request body must keep up after `body_read_timeout`.
+    pub min_body_rate: u64,
     /// How long a kept-alive connection may stay open with no request in flight.
     pub idle_timeout: Duration,
     /// A run (the Sessions log) with no call for this long is recorded ended, `idle_expired`.

@@ -5,10 +5,20 @@
 //! An IPv6 client is counted by its /64, the block one subscriber (or one cloud VM) is usually
 //! given whole; counting each /128 would let it open as many addresses as it likes. An
 //! IPv4-mapped IPv6 address (a dual-stack listener) is its IPv4 address.
+//!
+//! A cap never locks out an agent that shares its address with a flood (issue 49: a NAT, or
+//! anonymous connections from the agent's own host): at the cap, a new connection displaces the
+//! oldest connection of its address on which no request has authenticated, and is itself served
+//! ([`Admission::Displace`]). Only when every connection of the address has authenticated is a
+//! new one refused. A flood thus only churns its own connections, and an agent's connection is
+//! given up only if the address opens `max_connections_per_address` more before its first
+//! request's headers arrive.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::seat::{Seat, Slots};
 
 /// Connections over an address's cap answered `503` at once, per address: the rest are closed
 /// unanswered, so one address cannot take every one of the listener's refusals.
@@ -18,6 +28,9 @@ pub const REFUSALS_PER_ADDRESS: usize = 4;
 pub enum Admission {
     /// Under the cap: served, counted until the slot is dropped.
     Serve(AddressSlot),
+    /// At the cap: served on the slots of the address's oldest unauthenticated connection,
+    /// which has been ended.
+    Displace(Slots),
     /// Over the cap: answered `503`, counted (as a refusal) until the slot is dropped.
     Refuse(AddressSlot),
     /// Over the cap with [`REFUSALS_PER_ADDRESS`] refusals of its own in progress: closed.
@@ -32,17 +45,25 @@ pub struct Addresses(Arc<Mutex<HashMap<IpAddr, Count>>>);
 struct Count {
     served: usize,
     refused: usize,
+    /// The address's connections in the order they were accepted (those that have ended or
+    /// authenticated are dropped as they are met).
+    seats: VecDeque<Weak<Seat>>,
 }
 
 impl Addresses {
     /// Counts a new connection from `peer`, under `cap` served connections per address.
     pub fn admit(&self, peer: IpAddr, cap: usize) -> Admission {
         let key = source(peer);
+        // Seats met here are dropped after the lock is released: the last reference to an
+        // ended connection's seat drops its address slot, which takes this lock.
+        let mut met = Vec::new();
         let mut map = self.lock();
         let count = map.entry(key).or_default();
         let refusal = if count.served < cap {
             count.served += 1;
             false
+        } else if let Some(slots) = displaced(&mut count.seats, &mut met) {
+            return Admission::Displace(slots);
         } else if count.refused < REFUSALS_PER_ADDRESS {
             count.refused += 1;
             true
@@ -57,6 +78,27 @@ impl Addresses {
         match refusal {
             false => Admission::Serve(slot),
             true => Admission::Refuse(slot),
+        }
+    }
+
+    /// Remembers a served connection of `peer`'s, to be displaced while it has not
+    /// authenticated.
+    pub fn seated(&self, peer: IpAddr, seat: &Arc<Seat>, cap: usize) {
+        let mut met = Vec::new();
+        let mut map = self.lock();
+        let Some(count) = map.get_mut(&source(peer)) else {
+            return;
+        };
+        count.seats.push_back(Arc::downgrade(seat));
+        if count.seats.len() > 2 * cap + 8 {
+            count.seats.retain(|weak| match weak.upgrade() {
+                Some(seat) => {
+                    let keep = !seat.is_vouched();
+                    met.push(seat);
+                    keep
+                }
+                None => false,
+            });
         }
     }
 
@@ -91,6 +133,22 @@ impl Drop for AddressSlot {
             }
         }
     }
+}
+
+/// Takes the slots of the oldest connection in `seats` that has not authenticated, ending it;
+/// the seats passed over are put in `met` (to be dropped outside the lock).
+fn displaced(seats: &mut VecDeque<Weak<Seat>>, met: &mut Vec<Arc<Seat>>) -> Option<Slots> {
+    while let Some(weak) = seats.pop_front() {
+        let Some(seat) = weak.upgrade() else {
+            continue;
+        };
+        let slots = (!seat.is_vouched()).then(|| seat.give_up()).flatten();
+        met.push(seat);
+        if slots.is_some() {
+            return slots;
+        }
+    }
+    None
 }
 
 /// The address a connection is counted under.
@@ -140,6 +198,55 @@ mod tests {
         drop(served);
         assert!(matches!(a.admit(ip("127.0.0.1"), 2), Admission::Serve(_)));
         assert_eq!(a.tracked(), 0, "nothing open, nothing kept");
+    }
+
+    /// A seat holding `slot` (and a gateway permit), on a kept slot or not, authenticated or not.
+    fn seat(slot: AddressSlot, vouched: bool) -> Arc<Seat> {
+        use super::super::probation::Vouch;
+        let slots = Slots::alone(slot, false);
+        let vouch: Vouch = Arc::new(move |_, _| vouched);
+        let seat = Seat::new(tokio::time::Instant::now(), Some(slots), Some(vouch), 8);
+        let request = http::Request::builder().uri("/mcp").body(()).unwrap();
+        seat.judge(&request, &super::super::Peer::default());
+        seat
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_the_oldest_unauthenticated_connection_gives_way() {
+        let a = Addresses::default();
+        let peer = ip("127.0.0.1");
+        let mut seats = Vec::new();
+        for vouched in [true, false, false] {
+            let Admission::Serve(slot) = a.admit(peer, 3) else {
+                panic!("under the cap")
+            };
+            let s = seat(slot, vouched);
+            a.seated(peer, &s, 3);
+            seats.push(s);
+        }
+        // The first is an agent's: passed over. The second, the oldest anonymous, gives way.
+        let Admission::Displace(slots) = a.admit(peer, 3) else {
+            panic!("displaces")
+        };
+        assert!(seats[1].cut().is_cancelled() && !seats[0].cut().is_cancelled());
+        let newest = Seat::new(tokio::time::Instant::now(), Some(slots), None, 8);
+        a.seated(peer, &newest, 3);
+        let Admission::Displace(held) = a.admit(peer, 3) else {
+            panic!("displaces")
+        };
+        assert!(seats[2].cut().is_cancelled());
+        // Left: the agent's and `newest`, which has not authenticated: it gives way next; then
+        // nothing is left to take, and a new connection is refused.
+        let Admission::Displace(held_too) = a.admit(peer, 3) else {
+            panic!("displaces")
+        };
+        assert!(newest.cut().is_cancelled());
+        assert!(matches!(a.admit(peer, 3), Admission::Refuse(_)));
+        drop((held, held_too));
+        assert!(
+            !seats[0].cut().is_cancelled(),
+            "an authenticated connection is never taken"
+        );
     }
 
     #[test]

@@ -34,49 +34,55 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::probation::{Probation, Verdict};
+use super::pace::{Pace, Paced};
+use super::probation::Verdict;
+use super::seat::Seat;
 
-/// The two timers of a connection.
+/// The timers of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
     /// From accept, or from a later request's first byte, to the end of its headers.
     pub header_read: Duration,
     /// With no request in flight, before a kept-alive connection is closed.
     pub idle: Duration,
+    /// How fast a request's body must arrive.
+    pub body: Pace,
 }
 
-/// Serves `app` on one accepted connection until the client closes it, a timer closes it, or
-/// `stopping` is cancelled (then requests in flight finish and the connection closes).
-/// `accepted_at` starts the first request's header-read timer, so a TLS handshake done before
-/// this call counts against it.
-/// A connection on `probation` holds a kept slot: see [`super::probation`].
+/// Serves `app` on one accepted connection until the client closes it, a timer closes it, its
+/// seat is given up, or `stopping` is cancelled (then requests in flight finish and the
+/// connection closes). The seat's accept time starts the first request's header-read timer, so
+/// a TLS handshake done before this call counts against it. Each request is judged against the
+/// seat (a kept slot asks it to authenticate: see [`super::probation`]) and carries it.
 pub async fn serve_connection<I>(
     io: I,
     peer: super::Peer,
     app: Router,
-    (timeouts, accepted_at): (Timeouts, Instant),
-    probation: Option<Arc<Probation>>,
+    timeouts: Timeouts,
+    seat: Arc<Seat>,
     stopping: CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity::new(accepted_at));
+    let activity = seat.activity().clone();
+    let cut = seat.cut().clone();
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             let in_flight = InFlight::start(&activity, request.version());
-            let (verdict, of) = probation
-                .as_ref()
-                .map_or((Verdict::Serve, 0), |p| (p.judge(&request, &peer), p.of));
+            let verdict = seat.judge(&request, &peer);
             if verdict != Verdict::Serve {
-                activity.update(|s| s.close_asked = true);
+                activity.ask_close();
             }
             request.extensions_mut().insert(peer);
+            request.extensions_mut().insert(seat.clone());
+            let of = seat.max_connections();
+            let request = request.map(|body| Paced::body(body, timeouts.body, &seat));
             let app = app.clone();
             async move {
                 let response = match verdict {
                     Verdict::Refuse => super::full_response(super::Full::Kept(of)),
-                    _ => app.oneshot(request.map(Body::new)).await?,
+                    _ => app.oneshot(request).await?,
                 };
                 Ok::<_, Infallible>(response.map(|body| {
                     Body::new(CountedBody {
@@ -98,6 +104,7 @@ pub async fn serve_connection<I>(
         let deadline = activity.deadline(timeouts);
         tokio::select! {
             _ = connection.as_mut() => return,
+            () = cut.cancelled() => return,
             () = stopping.cancelled(), if !stop_asked => {
                 stop_asked = true;
                 connection.as_mut().graceful_shutdown();
@@ -138,8 +145,8 @@ enum Expiry {
 }
 
 /// What a connection does, as far as its timers care; shared by the connection's task, its
-/// requests and its byte stream.
-struct Activity {
+/// requests, its byte stream and its seat.
+pub(super) struct Activity {
     state: Mutex<State>,
     /// Woken on every change, so the task re-reads its deadline.
     changed: Notify,
@@ -168,7 +175,7 @@ enum Waiting {
 }
 
 impl Activity {
-    fn new(accepted_at: Instant) -> Activity {
+    pub(super) fn new(accepted_at: Instant) -> Activity {
         Activity {
             state: Mutex::new(State {
                 requests: 0,
@@ -210,6 +217,24 @@ impl Activity {
         self.deadline(timeouts)
             .filter(|(at, _)| *at <= now)
             .map(|(_, expiry)| expiry)
+    }
+
+    /// Since when no request has been in flight; `None` while one is.
+    pub(super) fn idle_since(&self) -> Option<Instant> {
+        let state = self.lock();
+        (state.requests == 0).then_some(match state.waiting {
+            Waiting::Headers(since) | Waiting::Idle(since) => since,
+        })
+    }
+
+    /// Closes the connection once its requests in flight are answered.
+    pub(super) fn ask_close(&self) {
+        self.update(|s| s.close_asked = true);
+    }
+
+    pub(super) fn close_asked(&self) -> bool {
+        let state = self.lock();
+        state.close_asked || state.closing_since.is_some()
     }
 
     fn closing(&self, now: Instant) {
@@ -343,9 +368,15 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
 mod tests {
     use super::*;
 
+    const PACE: Pace = Pace {
+        grace: Duration::from_secs(10),
+        min_rate: 1024,
+    };
+
     const T: Timeouts = Timeouts {
         header_read: Duration::from_secs(10),
         idle: Duration::from_secs(120),
+        body: PACE,
     };
 
     #[tokio::test]
@@ -418,14 +449,15 @@ mod tests {
         let timeouts = Timeouts {
             header_read: Duration::from_millis(300),
             idle: Duration::from_secs(60),
+            body: PACE,
         };
         let (mut client, server) = tokio::io::duplex(4096);
         let connection = tokio::spawn(serve_connection(
             server,
             super::super::Peer::default(),
             app(),
-            (timeouts, Instant::now()),
-            None,
+            timeouts,
+            Seat::uncounted(Instant::now()),
             CancellationToken::new(),
         ));
         client
@@ -450,14 +482,15 @@ mod tests {
         let timeouts = Timeouts {
             header_read: Duration::from_secs(60),
             idle: Duration::from_millis(300),
+            body: PACE,
         };
         let (client_io, server) = tokio::io::duplex(65536);
         let connection = tokio::spawn(serve_connection(
             server,
             super::super::Peer::default(),
             app(),
-            (timeouts, Instant::now()),
-            None,
+            timeouts,
+            Seat::uncounted(Instant::now()),
             CancellationToken::new(),
         ));
         let (mut sender, client_connection) =
@@ -492,6 +525,7 @@ mod tests {
         let timeouts = Timeouts {
             header_read: Duration::from_secs(60),
             idle: Duration::from_secs(60),
+            body: PACE,
         };
         let stopping = CancellationToken::new();
         let (mut client, server) = tokio::io::duplex(4096);
@@ -499,8 +533,8 @@ mod tests {
             server,
             super::super::Peer::default(),
             app(),
-            (timeouts, Instant::now()),
-            None,
+            timeouts,
+            Seat::uncounted(Instant::now()),
             stopping.clone(),
         ));
         client

@@ -16,11 +16,21 @@
 //! from the accept and bounds a client that trickles its headers). A quarter of
 //! `max_connections` is kept for connections whose first request authenticates
 //! ([`probation`]), so anonymous clients from many addresses cannot take every slot either.
+//! At its address's cap a new connection displaces the address's oldest one that has not
+//! authenticated ([`addresses`]): an agent behind the same NAT as a flood is still served.
+//!
+//! Connections from `[gateway] trusted_proxies` start with a PROXY protocol header (v1 or v2,
+//! [`proxy`]): the client address it carries is the one counted, logged and recorded; a PROXY
+//! header from any other address is refused. Every request carries its connection's [`Seat`],
+//! which the front claims for the request's actor (`max_connections_per_actor`), and its body
+//! must arrive at a minimum rate ([`pace`]).
 
 mod addresses;
 mod connection;
+pub mod pace;
 pub mod probation;
 pub mod proxy;
+pub mod seat;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -39,16 +49,19 @@ use hyper_util::server::conn::auto::Builder;
 use postern_core::config::GatewaySettings;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use addresses::{Addresses, Admission};
 pub use connection::{serve_connection, Timeouts};
+pub use pace::Pace;
+use probation::kept_for_agents;
 pub use probation::Vouch;
-use probation::{kept_for_agents, Probation};
 pub use proxy::TrustedProxies;
+pub use seat::Seat;
+use seat::Slots;
 
 /// Connections over the cap being answered `503` at once; more are closed unanswered.
 pub const REFUSALS_AT_ONCE: usize = 64;
@@ -73,6 +86,10 @@ impl ListenerLimits {
             timeouts: Timeouts {
                 header_read: settings.header_read_timeout,
                 idle: settings.idle_timeout,
+                body: Pace {
+                    grace: settings.body_read_timeout,
+                    min_rate: settings.min_body_rate,
+                },
             },
             max_connections: usize::try_from(settings.max_connections).unwrap_or(usize::MAX),
             max_connections_per_address: usize::try_from(settings.max_connections_per_address)
@@ -101,6 +118,8 @@ pub trait Handshake: Clone + Send + Sync + 'static {
 pub struct Peer {
     /// The fingerprint of the client certificate the client proved it holds the key of.
     pub client_certificate: Option<postern_core::config::CertificateFingerprint>,
+    /// The client's address: the TCP peer's, or the one a trusted proxy's PROXY header names.
+    pub address: Option<IpAddr>,
 }
 
 /// Plain HTTP: no handshake.
@@ -172,10 +191,10 @@ pub async fn serve<H: Handshake>(
             connections.spawn(accepted.behind_proxy(tcp, peer.ip()));
             continue;
         }
-        let Some(admitted) = gate.admit(tcp, peer.ip(), &handshake) else {
+        let Some((tcp, slots)) = gate.admit(tcp, peer.ip(), &handshake) else {
             continue;
         };
-        connections.spawn(accepted.serve(admitted));
+        connections.spawn(accepted.serve(tcp, peer.ip(), slots));
     }
     drop(listener);
     stopping.cancel();
@@ -205,14 +224,32 @@ impl<H: Handshake> Accepted<H> {
                 return;
             }
         };
-        if let Some(admitted) = self.gate.admit(tcp, client, &self.handshake) {
-            self.serve(admitted).await;
+        if let Some((tcp, slots)) = self.gate.admit(tcp, client, &self.handshake) {
+            self.serve(tcp, client, slots).await;
         }
     }
 
-    async fn serve(self, (tcp, slots, on_probation): (TcpStream, Slots, bool)) {
+    /// Serves a connection counted under `client`'s address, until it closes or its seat is
+    /// given up to a newer connection of the address.
+    async fn serve(self, tcp: TcpStream, client: IpAddr, slots: Slots) {
         let limits = &self.gate.limits;
-        let _slots = slots;
+        let seat = Seat::new(
+            self.accepted_at,
+            Some(slots),
+            Some(self.vouch.clone()),
+            limits.max_connections,
+        );
+        let per_address = limits.max_connections_per_address;
+        self.gate.addresses.seated(client, &seat, per_address);
+        let cut = seat.cut().clone();
+        tokio::select! {
+            () = cut.cancelled() => {}
+            () = self.serve_seated(tcp, client, seat) => {}
+        }
+    }
+
+    async fn serve_seated(self, tcp: TcpStream, client: IpAddr, seat: Arc<Seat>) {
+        let limits = &self.gate.limits;
         if !first_byte(&tcp, limits.first_byte).await {
             return;
         }
@@ -220,20 +257,19 @@ impl<H: Handshake> Accepted<H> {
             // Only a trusted proxy's header (read and consumed before this) says who the
             // client is: a client must not choose the address it is counted under.
             tracing::info!(
+                %client,
                 "a PROXY header from an address not in [gateway] trusted_proxies: closed"
             );
             return;
         }
-        let probation = on_probation
-            .then(|| Arc::new(Probation::new(self.vouch.clone(), limits.max_connections)));
         let first_headers_due = self.accepted_at + limits.timeouts.header_read;
-        let Ok(Ok((io, peer))) =
+        let Ok(Ok((io, mut peer))) =
             tokio::time::timeout_at(first_headers_due, self.handshake.handshake(tcp)).await
         else {
             return;
         };
-        let timers = (limits.timeouts, self.accepted_at);
-        serve_connection(io, peer, self.app, timers, probation, self.stopping).await;
+        peer.address = Some(client);
+        serve_connection(io, peer, self.app, limits.timeouts, seat, self.stopping).await;
     }
 }
 
@@ -262,37 +298,50 @@ struct Gate {
     limits: ListenerLimits,
 }
 
-/// What a served connection holds until it closes: its source address's slot and the gateway's.
-type Slots = (addresses::AddressSlot, OwnedSemaphorePermit);
-
 impl Gate {
     /// Counts an accepted connection against its source address and the gateway's cap: the
-    /// connection, its slots to serve it with and whether it holds a kept one (on probation),
-    /// or `None` when it was refused (answered `503` in the background, or closed).
+    /// slots to serve it with, or `None` when it was refused (answered `503` in the background,
+    /// or closed). At its address's cap it may take over the slots of the address's oldest
+    /// unauthenticated connection ([`addresses`]).
     fn admit<H: Handshake>(
         &self,
         tcp: TcpStream,
         peer: IpAddr,
         handshake: &H,
-    ) -> Option<(TcpStream, Slots, bool)> {
+    ) -> Option<(TcpStream, Slots)> {
         let per_address = self.limits.max_connections_per_address;
-        let address_slot = match self.addresses.admit(peer, per_address) {
+        let address = match self.addresses.admit(peer, per_address) {
             Admission::Serve(slot) => slot,
+            Admission::Displace(slots) => {
+                tracing::debug!(client = %peer, "at its address's cap, a new connection displaced the address's oldest unauthenticated one");
+                return Some((tcp, slots));
+            }
             Admission::Refuse(slot) => {
                 self.refuse(tcp, handshake, Full::Address(per_address), Some(slot));
                 return None;
             }
             Admission::Close => return None,
         };
-        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
-            return Some((tcp, (address_slot, slot), false));
-        }
-        if let Ok(kept) = self.kept.clone().try_acquire_owned() {
-            return Some((tcp, (address_slot, kept), true));
-        }
-        let full = Full::Gateway(self.limits.max_connections);
-        self.refuse(tcp, handshake, full, None);
-        None
+        let gateway = match self.slots.clone().try_acquire_owned() {
+            Ok(open) => Some((open, false)),
+            Err(_) => self
+                .kept
+                .clone()
+                .try_acquire_owned()
+                .ok()
+                .map(|k| (k, true)),
+        };
+        let Some((gateway, kept)) = gateway else {
+            let full = Full::Gateway(self.limits.max_connections);
+            self.refuse(tcp, handshake, full, None);
+            return None;
+        };
+        let slots = Slots {
+            _address: address,
+            _gateway: gateway,
+            kept,
+        };
+        Some((tcp, slots))
     }
 
     /// Answers a connection over a cap with `503` (in the background, bounded), or closes it

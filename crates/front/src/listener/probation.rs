@@ -9,7 +9,6 @@
 //! that probes a full gateway) and the connection is closed after it, so an anonymous client
 //! holds a kept slot for at most one request.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::Peer;
@@ -22,15 +21,7 @@ pub fn kept_for_agents(max_connections: usize) -> usize {
     max_connections / 4
 }
 
-/// A connection in the kept reserve, until its first request authenticates.
-pub struct Probation {
-    vouch: Vouch,
-    vouched: AtomicBool,
-    /// The gateway's `max_connections`, for the refusal's words.
-    pub of: usize,
-}
-
-/// What a request on probation gets.
+/// What a request gets from its connection's seat ([`super::seat::Seat::judge`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Serve,
@@ -40,32 +31,10 @@ pub enum Verdict {
     Refuse,
 }
 
-impl Probation {
-    pub fn new(vouch: Vouch, of: usize) -> Probation {
-        Probation {
-            vouch,
-            vouched: AtomicBool::new(false),
-            of,
-        }
-    }
-
-    pub fn judge<B>(&self, request: &http::Request<B>, peer: &Peer) -> Verdict {
-        if self.vouched.load(Ordering::Acquire) {
-            return Verdict::Serve;
-        }
-        if (self.vouch)(request.headers(), peer) {
-            self.vouched.store(true, Ordering::Release);
-            return Verdict::Serve;
-        }
-        match request.uri().path() {
-            "/healthz" => Verdict::ServeThenClose,
-            _ => Verdict::Refuse,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::addresses::{Addresses, Admission};
+    use super::super::seat::{Seat, Slots};
     use super::*;
 
     fn request(path: &str, token: Option<&str>) -> http::Request<()> {
@@ -76,14 +45,28 @@ mod tests {
         r.body(()).unwrap()
     }
 
-    #[test]
-    fn a_kept_slot_serves_an_authenticated_connection_and_one_anonymous_request() {
+    fn kept_seat(vouch: &Vouch, addresses: &Addresses) -> Arc<Seat> {
+        let Admission::Serve(address) = addresses.admit("127.0.0.1".parse().unwrap(), 8) else {
+            panic!("under the cap")
+        };
+        let slots = Slots::alone(address, true);
+        Seat::new(
+            tokio::time::Instant::now(),
+            Some(slots),
+            Some(vouch.clone()),
+            8,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_kept_slot_serves_an_authenticated_connection_and_one_anonymous_request() {
         let vouch: Vouch = Arc::new(|h, _| {
             h.get(http::header::AUTHORIZATION)
                 .is_some_and(|v| v == "Bearer good")
         });
         let peer = Peer::default();
-        let anonymous = Probation::new(vouch.clone(), 8);
+        let addresses = Addresses::default();
+        let anonymous = kept_seat(&vouch, &addresses);
         assert_eq!(
             anonymous.judge(&request("/mcp", None), &peer),
             Verdict::Refuse
@@ -96,7 +79,8 @@ mod tests {
             anonymous.judge(&request("/healthz", None), &peer),
             Verdict::ServeThenClose
         );
-        let agent = Probation::new(vouch, 8);
+        assert!(!anonymous.is_vouched());
+        let agent = kept_seat(&vouch, &addresses);
         assert_eq!(
             agent.judge(&request("/mcp", Some("good")), &peer),
             Verdict::Serve
@@ -106,6 +90,7 @@ mod tests {
             Verdict::Serve,
             "vouched once, the connection is the agent's"
         );
+        assert!(agent.is_vouched());
         assert_eq!(kept_for_agents(1024), 256);
         assert_eq!(kept_for_agents(2), 0, "too few to keep any");
     }

@@ -165,7 +165,11 @@ impl Handshake for TlsHandshake {
             .peer_certificates()
             .and_then(|chain| chain.first())
             .map(fingerprint);
-        Ok((tls, Peer { client_certificate }))
+        let peer = Peer {
+            client_certificate,
+            address: None,
+        };
+        Ok((tls, peer))
     }
 }
 

@@ -181,7 +181,7 @@ impl<C: WriteConn> Writer<C> {
             first_dispatched_at: None,
             rejection_retryable: false,
         };
-        let detail = json!({
+        let mut detail = json!({
             "fingerprint": s.fingerprint.to_string(),
             "actor": s.actor,
             "tool": s.tool,
@@ -191,6 +191,9 @@ impl<C: WriteConn> Writer<C> {
             "run_id": s.run_id,
             "record_sha256": record_sha256,
         });
+        if let Some(address) = &req.client_address {
+            detail["client_address"] = json!(address);
+        }
         self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         if req.is_withdrawn() {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});

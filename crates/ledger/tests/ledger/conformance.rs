@@ -395,6 +395,7 @@ async fn runs_are_recorded() {
             actor: "billing".into(),
             client_name: Some("rmcp".into()),
             client_version: Some("3.11".into()),
+            client_address: Some("192.0.2.7".into()),
             protocol_version: Some("2025-06-18".into()),
             transport: "streamable-http".into(),
             started_at: now(),
@@ -411,6 +412,11 @@ async fn runs_are_recorded() {
         let runs = ledger.runs(10).await.unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].client_name.as_deref(), Some("rmcp"));
+        assert_eq!(
+            runs[0].client_address.as_deref(),
+            Some("192.0.2.7"),
+            "{backend:?}"
+        );
         assert!(runs[0].ended_at.is_some(), "{backend:?}");
         assert_eq!(runs[0].end_reason, Some(postern_ledger::RunEnd::Closed));
     }

@@ -86,6 +86,9 @@ pub struct ToolCall {
     pub reissue_key: Option<String>,
     pub intent_scope: Option<String>,
     pub run_id: Option<String>,
+    /// The address the caller connected from (behind a trusted proxy, the one it named): kept
+    /// in the audit record of a new execution. `None` over stdio.
+    pub client_address: Option<String>,
     /// The JSON-RPC id of the request, as the client sent it (the calls log's evidence).
     pub request_id: Option<String>,
     /// The client's W3C `traceparent` (`_meta.traceparent`): the call's span joins that trace.
@@ -503,6 +506,7 @@ impl Gateway {
         request.operation_key = call.operation_key.clone();
         request.reissue_key = call.reissue_key.clone();
         request.run_id = call.run_id.clone();
+        request.client_address = call.client_address.clone();
         // A caller that goes away while its request waits for the writer is recorded
         // `cancelled` instead of dispatched (contract §3 rule 6).
         let withdrawn = call

@@ -32,6 +32,8 @@ pub struct RunView {
     pub actor: String,
     pub client: Option<String>,
     pub client_version: Option<String>,
+    /// The address the client connected from (behind a trusted proxy, the one it named).
+    pub client_address: Option<String>,
     pub protocol_version: Option<String>,
     pub transport: String,
     pub started_at: String,
@@ -315,6 +317,7 @@ impl Gateway {
             actor: run.actor.clone(),
             client: run.client_name.clone(),
             client_version: run.client_version.clone(),
+            client_address: run.client_address.clone(),
             protocol_version: run.protocol_version.clone(),
             transport: run.transport.clone(),
             started_at: run.started_at.to_string(),

@@ -160,6 +160,7 @@ impl Run {
             reissue_key: None,
             intent_scope: None,
             run_id: None,
+            client_address: None,
             request_id: None,
             trace_parent: None,
             cancel: None,

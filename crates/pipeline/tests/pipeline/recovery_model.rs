@@ -408,6 +408,7 @@ impl Run {
             reissue_key: case.with_reissue_key.then(|| "connect:model:1".to_string()),
             intent_scope: None,
             run_id: None,
+            client_address: None,
             request_id: None,
             trace_parent: None,
             cancel: Some(Cancellation::new(asked, gone)),

@@ -347,6 +347,18 @@ pub fn http_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// A client builder whose connections come from the loopback address `from` (all of 127/8 is
+/// loopback): another client, as far as the gateway's per-address limits and records go.
+pub fn http_from(from: [u8; 4]) -> reqwest::ClientBuilder {
+    http_builder().local_address(std::net::IpAddr::from(from))
+}
+
+/// `GET url` of the operator API as operator alice ([`ALICE_TOKEN`]), over `http`: its JSON.
+pub async fn ops_get(http: &reqwest::Client, url: &str) -> Value {
+    let response = http.get(url).bearer_auth(ALICE_TOKEN).send().await;
+    response.unwrap().json().await.unwrap()
+}
+
 pub fn http_client() -> reqwest::Client {
     http_builder().build().expect("an HTTP client")
 }
@@ -375,6 +387,12 @@ impl Mcp {
     /// Ends the session (`DELETE /mcp`); the HTTP status.
     pub async fn close(&self) -> u16 {
         self.0.close().await.unwrap()
+    }
+
+    /// From the loopback address `from`, to `url`.
+    pub async fn connect_from(from: [u8; 4], url: &str, token: &str) -> Mcp {
+        let http = http_from(from).build().unwrap();
+        Mcp::connect_with(http, url, token).await.unwrap()
     }
 
     /// Over `http`, a client of the test's choosing (one that trusts a test CA, say).

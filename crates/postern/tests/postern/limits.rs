@@ -313,11 +313,13 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
         &dir.0,
         &bounded("max_connections = 2\nmax_connections_per_address = 2"),
     );
-    let mut first = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
-    let mut second = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    // Three addresses: the gateway's cap, not an address's (where the oldest anonymous
+    // connection would give way to the newest: `fair_connections`).
+    let mut first = connect_from([127, 0, 0, 11], served.addr()).await.unwrap();
+    let mut second = connect_from([127, 0, 0, 12], served.addr()).await.unwrap();
     assert!(healthz_on(&mut first).await.starts_with("HTTP/1.1 200"));
     assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"));
-    let mut third = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+    let mut third = connect_from([127, 0, 0, 13], served.addr()).await.unwrap();
     third.write_all(HEALTHZ).await.unwrap();
     let mut answer = String::new();
     tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut answer))
@@ -332,7 +334,7 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
     drop(first);
     let mut served_again = false;
     for _ in 0..50 {
-        let mut next = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+        let mut next = connect_from([127, 0, 0, 13], served.addr()).await.unwrap();
         next.write_all(HEALTHZ).await.unwrap();
         let mut head = [0u8; 12];
         if next.read_exact(&mut head).await.is_ok() && head.ends_with(b"200") {
@@ -354,6 +356,22 @@ pub(crate) async fn connect_from(
     socket.connect(to.parse().unwrap()).await
 }
 
+/// Reads (and drops) whatever comes on `conn` until the gateway closes it or `stop` is set.
+pub(crate) async fn held_until_closed(
+    conn: &mut tokio::net::TcpStream,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 512];
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let read = conn.read(&mut buf);
+        match tokio::time::timeout(Duration::from_millis(200), read).await {
+            Err(_) | Ok(Ok(1..)) => {}
+            Ok(_) => break,
+        }
+    }
+}
+
 /// Issue 33: one anonymous client reopening 200 idle connections from one address holds only
 /// its share (`max_connections_per_address`, a quarter of `max_connections` by default), each
 /// for at most `first_byte_timeout`; an agent and `/healthz` from another address are served
@@ -361,7 +379,6 @@ pub(crate) async fn connect_from(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_from_one_address_leave_other_addresses_served() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-    use tokio::io::AsyncReadExt;
     let target = InvoiceApi::start().await.unwrap();
     let dir = Dir::new("per-address");
     let keys = "[gateway]\nmax_connections = 64\nfirst_byte_timeout = \"2s\"\n";
@@ -382,15 +399,8 @@ async fn idle_connections_from_one_address_leave_other_addresses_served() {
                 while !stop.load(Relaxed) {
                     if let Ok(mut conn) = connect_from([127, 0, 0, 1], &addr).await {
                         opened.fetch_add(1, Relaxed);
-                        let mut buf = [0u8; 256];
                         // Hold it, sending nothing, until the gateway closes it.
-                        while !stop.load(Relaxed) {
-                            let read = conn.read(&mut buf);
-                            match tokio::time::timeout(Duration::from_millis(200), read).await {
-                                Err(_) | Ok(Ok(1..)) => {}
-                                Ok(_) => break,
-                            }
-                        }
+                        held_until_closed(&mut conn, &stop).await;
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -398,10 +408,7 @@ async fn idle_connections_from_one_address_leave_other_addresses_served() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let agent_http = crate::harness::http_builder()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
-        .build()
-        .unwrap();
+    let agent_http = crate::harness::http_from([127, 0, 0, 2]).build().unwrap();
     let mcp = Mcp::connect_with(agent_http.clone(), &served.url, BILLING_TOKEN)
         .await
         .unwrap();
@@ -424,10 +431,7 @@ async fn idle_connections_from_one_address_leave_other_addresses_served() {
     // Cut at `first_byte_timeout` (2 s), not at the header-read timeout (10 s).
     let cut = silent.await.unwrap();
     assert!(cut >= Duration::from_millis(1500), "cut after {cut:?}");
-    let other = crate::harness::http_builder()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 3]))
-        .build()
-        .unwrap();
+    let other = crate::harness::http_from([127, 0, 0, 3]).build().unwrap();
     let healthz = other.get(format!("http://{addr}/healthz")).send().await;
     assert_eq!(healthz.unwrap().status(), 200, "a third address connects");
     stop.store(true, Relaxed);
@@ -518,10 +522,7 @@ async fn anonymous_clients_cannot_take_the_slots_kept_for_agents() {
     assert!(healthz_on(&mut probe).await.starts_with("HTTP/1.1 200"));
     closed_by_server(&mut probe, Duration::from_secs(2)).await;
     // An agent is served, call after call, from yet another address.
-    let agent_http = crate::harness::http_builder()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
-        .build()
-        .unwrap();
+    let agent_http = crate::harness::http_from([127, 0, 0, 2]).build().unwrap();
     let mcp = Mcp::connect_with(agent_http, &served.url, BILLING_TOKEN)
         .await
         .unwrap();

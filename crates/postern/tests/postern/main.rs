@@ -13,6 +13,7 @@ mod connect;
 mod console;
 mod delivery;
 mod demo;
+mod fair_connections;
 mod fingerprint;
 mod foreign;
 mod harness;

@@ -46,14 +46,22 @@ async fn behind_haproxy_the_per_address_cap_counts_the_real_clients() {
     );
     let lb = Haproxy::proxy_v2(served.addr());
     let lb_addr = lb.addr.to_string();
-    // Client A (127.0.0.2) through the balancer: its 3 connections are served and kept.
+    // Client A (127.0.0.2), an agent, through the balancer: its 3 connections authenticate and
+    // are kept.
+    let authenticated = format!(
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        crate::harness::BILLING_TOKEN
+    );
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut conn = connect_from([127, 0, 0, 2], &lb_addr).await.unwrap();
-        assert!(healthz_on(&mut conn).await.starts_with("HTTP/1.1 200"));
+        conn.write_all(authenticated.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await.unwrap();
+        assert!(head.ends_with(b"200"), "{head:?}");
         held.push(conn);
     }
-    // Its fourth is over its own cap.
+    // Its fourth is over its own cap (no connection of the address is anonymous, to give way).
     let mut fourth = connect_from([127, 0, 0, 2], &lb_addr).await.unwrap();
     let refused = answer_after(&mut fourth, b"").await;
     assert!(
@@ -95,6 +103,55 @@ async fn behind_haproxy_the_per_address_cap_counts_the_real_clients() {
         ""
     );
     drop(held);
+    drop(lb);
+    served.stop();
+}
+
+/// Behind the balancer, the address the PROXY header names is the client's in the Sessions log
+/// (`/ops/runs`) and in the audit record of the call (`accepted`'s detail), not the balancer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_the_sessions_log_and_the_audit_record_name_the_real_client() {
+    use crate::harness::{Mcp, BILLING_TOKEN};
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("proxy-recorded");
+    let text = crate::harness::config(&format!("http://{}", target.addr)).replace(
+        "[gateway]\n",
+        "[gateway]\ntrusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    let served = Served::start(&dir.0, &crate::limits::with_alice(&text, &dir));
+    let lb = Haproxy::proxy_v2(served.addr());
+    // The agent, at 127.0.0.2, reaches the gateway through the balancer only.
+    let through_lb = format!("http://{}/mcp", lb.addr);
+    let mcp = Mcp::connect_from([127, 0, 0, 2], &through_lb, BILLING_TOKEN).await;
+    let args = serde_json::json!({"customer": "behind-lb", "amount": 5});
+    let r = mcp
+        .call("create_invoice", args, serde_json::json!({}))
+        .await;
+    assert!(r["result"].is_object(), "{r}");
+    // The operator asks directly, from an address that is not a trusted proxy.
+    let operator = crate::harness::http_from([127, 0, 0, 5]).build().unwrap();
+    let runs =
+        crate::harness::ops_get(&operator, &format!("http://{}/ops/runs", served.addr())).await;
+    let run = runs["runs"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["run_id"] == mcp.run_id()))
+        .unwrap_or_else(|| panic!("the run is in the Sessions log: {runs}"));
+    assert_eq!(run["client_address"], "127.0.0.2", "{run}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .current_dir(&dir.0)
+        .args(["audit", "export", "-c", "postern.toml", "--out", "a.jsonl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let export = std::fs::read_to_string(dir.0.join("a.jsonl")).unwrap();
+    let accepted = export
+        .lines()
+        .find(|l| l.contains("\"accepted\"") && l.contains("create_invoice"))
+        .unwrap_or_else(|| panic!("an accepted event: {export}"));
+    assert!(
+        accepted.contains("\"client_address\":\"127.0.0.2\""),
+        "{accepted}"
+    );
     drop(lb);
     served.stop();
 }

@@ -46,7 +46,10 @@ token = {{ file = "alice.token" }}
 "#,
         text.replace(
             sqlite,
-            &format!("store = \"{store}\"\ninstance_lease = \"2s\"")
+            &format!(
+                "store = \"{store}\"\ninstance_lease = \"2s\"\ntrusted_proxies = [\"{}\"]",
+                postern_testkit::balancer::PROXY_SOURCE
+            )
         ),
         target.addr,
         target.addr,
@@ -183,7 +186,9 @@ async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
         let a = Served::start(&dirs[0].0, &text);
         let b = Served::start(&dirs[1].0, &text);
         let lb = Haproxy::start(&[a.addr(), b.addr()], balance);
-        let agent = Mcp::connect(&format!("http://{}/mcp", lb.addr), BILLING_TOKEN).await;
+        // The agent at 127.0.0.2: HAProxy's PROXY header names it to whichever replica.
+        let lb_url = format!("http://{}/mcp", lb.addr);
+        let agent = Mcp::connect_from([127, 0, 0, 2], &lb_url, BILLING_TOKEN).await;
         let mut ids = Vec::new();
         for i in 0..4 {
             let args = json!({"customer": format!("lb-{tag}-{i}"), "amount": 10 + i});
@@ -230,15 +235,7 @@ async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
         let http = crate::harness::http_client();
         for (n, replica) in [&a, &b].into_iter().enumerate() {
             let base = replica.url.trim_end_matches("/mcp");
-            let shown: Value = http
-                .get(format!("{base}/ops/approvals/{id}"))
-                .bearer_auth(crate::harness::ALICE_TOKEN)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let shown = crate::harness::ops_get(&http, &format!("{base}/ops/approvals/{id}")).await;
             let fingerprint = shown["fingerprint"].as_str().unwrap().to_string();
             let status = http
                 .post(format!("{base}/ops/approvals/{id}/approve"))
@@ -293,6 +290,10 @@ async fn calls_behind_haproxy_match_whichever_replica_they_land_on() {
             Balance::RoundRobin => assert_eq!(served_by, 2, "round-robin spreads one session"),
             Balance::StickyBySession => assert_eq!(served_by, 1, "a session sticks to a replica"),
         }
+        // The Sessions log names the agent's address, not the balancer's.
+        let runs = query(&store, "SELECT DISTINCT client_address FROM runs").await;
+        let addresses: Vec<Option<String>> = runs.iter().map(|r| r.get("client_address")).collect();
+        assert_eq!(addresses, [Some("127.0.0.2".to_string())], "{balance:?}");
         drop(lb);
     }
 }

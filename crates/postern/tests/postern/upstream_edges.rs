@@ -280,18 +280,9 @@ read_only = ["invoice_*", "*_report"]
     assert_ne!(ids[0], ids[1], "{first}\n{second}");
     assert_eq!(execution(&second)["attempt"], "new", "{second}");
     // The operators' view: each tool's class and why.
-    let view: Value = crate::harness::http_client()
-        .get(format!(
-            "{}/ops/upstreams",
-            served.url.trim_end_matches("/mcp")
-        ))
-        .bearer_auth(crate::harness::ALICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let base = served.url.trim_end_matches("/mcp");
+    let http = crate::harness::http_client();
+    let view = crate::harness::ops_get(&http, &format!("{base}/ops/upstreams")).await;
     let shown = |t: &str| {
         view["upstreams"][0]["tools"]
             .as_array()

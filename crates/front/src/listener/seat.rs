@@ -1,0 +1,169 @@
+//! One accepted connection as the caps see it (issues 33 and 49): the slots it holds (its
+//! source address's and the gateway's), whether a request on it has authenticated, the actor
+//! that claimed it, and the means to close or end it.
+//!
+//! Every request carries its connection's seat (an `Arc<Seat>` extension): the listener judges
+//! the request against it ([`Seat::judge`]) and the front claims the connection for its actor
+//! (`max_connections_per_actor`). A seat whose connection has not authenticated can be given up
+//! to a newer connection from its address at the per-address cap ([`Seat::give_up`]); one that
+//! has is never taken, so a flood of anonymous connections from an agent's own address (a NAT, a
+//! load balancer without the PROXY protocol) does not lock the agent out.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::addresses::AddressSlot;
+use super::connection::Activity;
+use super::probation::{Verdict, Vouch};
+use super::Peer;
+
+/// What a served connection holds until it closes, or gives up to a connection that displaces
+/// it: its source address's slot and one of the gateway's.
+/// The two slots are held, never read: dropping them gives them back.
+pub struct Slots {
+    pub(super) _address: AddressSlot,
+    pub(super) _gateway: OwnedSemaphorePermit,
+    /// The gateway slot is one of those kept for agents: the connection is on probation until
+    /// a request on it authenticates ([`super::probation`]).
+    pub(super) kept: bool,
+}
+
+impl Slots {
+    /// `address` with a gateway slot of a semaphore of its own (the listener's unit tests).
+    #[cfg(test)]
+    pub(super) fn alone(address: AddressSlot, kept: bool) -> Slots {
+        let gateway = Arc::new(tokio::sync::Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a free permit");
+        Slots {
+            _address: address,
+            _gateway: gateway,
+            kept,
+        }
+    }
+}
+
+/// One accepted connection.
+pub struct Seat {
+    activity: Arc<Activity>,
+    slots: Mutex<Option<Slots>>,
+    /// `None`: no authentication is asked of it (a connection served outside the listener).
+    vouch: Option<Vouch>,
+    vouched: AtomicBool,
+    /// The gateway's `max_connections`, for the words of a refusal on a kept slot.
+    max_connections: usize,
+    /// Ends the connection at once (it was given up).
+    cut: CancellationToken,
+    /// The actor whose connection this is: the first to claim it.
+    owner: OnceLock<String>,
+}
+
+impl Seat {
+    pub(super) fn new(
+        accepted_at: Instant,
+        slots: Option<Slots>,
+        vouch: Option<Vouch>,
+        max_connections: usize,
+    ) -> Arc<Seat> {
+        Arc::new(Seat {
+            activity: Arc::new(Activity::new(accepted_at)),
+            slots: Mutex::new(slots),
+            vouch,
+            vouched: AtomicBool::new(false),
+            max_connections,
+            cut: CancellationToken::new(),
+            owner: OnceLock::new(),
+        })
+    }
+
+    /// A connection no cap counts (served directly, as in the listener's own tests).
+    pub fn uncounted(accepted_at: Instant) -> Arc<Seat> {
+        Seat::new(accepted_at, None, None, 0)
+    }
+
+    /// What a request on this connection gets: a connection whose request authenticates is
+    /// served from then on; an anonymous one too, unless it holds a slot kept for agents.
+    pub fn judge<B>(&self, request: &http::Request<B>, peer: &Peer) -> Verdict {
+        if self.is_vouched() {
+            return Verdict::Serve;
+        }
+        if self
+            .vouch
+            .as_ref()
+            .is_some_and(|vouch| vouch(request.headers(), peer))
+        {
+            self.vouched.store(true, Ordering::Release);
+            return Verdict::Serve;
+        }
+        if !self.lock().as_ref().is_some_and(|s| s.kept) {
+            return Verdict::Serve;
+        }
+        match request.uri().path() {
+            "/healthz" => Verdict::ServeThenClose,
+            _ => Verdict::Refuse,
+        }
+    }
+
+    /// A request on it has authenticated.
+    pub fn is_vouched(&self) -> bool {
+        self.vouched.load(Ordering::Acquire)
+    }
+
+    /// The gateway's `max_connections`.
+    pub(super) fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+
+    /// Hands its slots to a connection that displaces it, and ends it; `None` when it has
+    /// given them up already.
+    pub(super) fn give_up(&self) -> Option<Slots> {
+        let slots = self.lock().take();
+        if slots.is_some() {
+            self.cut.cancel();
+        }
+        slots
+    }
+
+    /// Cancelled when the connection is to end at once.
+    pub(super) fn cut(&self) -> &CancellationToken {
+        &self.cut
+    }
+
+    pub(super) fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    /// Makes the connection `actor`'s unless another actor's already: whether it is `actor`'s.
+    pub fn claim(&self, actor: &str) -> bool {
+        self.owner.get_or_init(|| actor.to_string()) == actor
+    }
+
+    /// The actor that claimed it.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.get().map(String::as_str)
+    }
+
+    /// Since when it has had no request in flight; `None` while one is.
+    pub fn idle_since(&self) -> Option<Instant> {
+        self.activity.idle_since()
+    }
+
+    /// Closes it once its requests in flight are answered (an idle HTTP/1.1 connection at once,
+    /// HTTP/2 with `GOAWAY`).
+    pub fn close(&self) {
+        self.activity.ask_close();
+    }
+
+    /// It has been asked to close, or ended.
+    pub fn is_closing(&self) -> bool {
+        self.cut.is_cancelled() || self.activity.close_asked()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Slots>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
