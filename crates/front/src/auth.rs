@@ -141,6 +141,31 @@ impl IntoResponse for Unauthenticated {
     }
 }
 
+/// Whether a request authenticates as an actor (token or client certificate, as `/mcp` checks)
+/// or an operator (token): what a connection on a kept slot must prove ([`super::listener::probation`]).
+pub fn vouch(
+    gateway: &postern_pipeline::Gateway,
+    tokens: &super::Tokens,
+) -> super::listener::Vouch {
+    let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
+    let operators = tokens.operators.clone();
+    std::sync::Arc::new(move |headers, peer| {
+        if actors.authenticate(headers, Some(peer)).is_ok() {
+            return true;
+        }
+        bearer(headers).is_some_and(|p| holder_of(&operators, p).is_some())
+    })
+}
+
+/// The address the request's client connected from (behind a trusted proxy, the one its PROXY
+/// header named).
+pub(super) fn client_address(extensions: &rmcp::model::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Peer>())
+        .and_then(|peer| peer.address)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

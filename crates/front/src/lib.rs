@@ -61,6 +61,7 @@ use admission::{check_ownership, evict_session, read_body, ReadBody};
 use errors::to_error;
 use result::tool_result;
 
+pub use auth::vouch;
 use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use limits::{ActorLimits, Held};
@@ -81,15 +82,6 @@ struct Actor(String);
 #[derive(Clone, Debug, Default)]
 struct RawParams {
     idempotency_key: Option<String>,
-}
-
-/// The address the request's client connected from (behind a trusted proxy, the one its PROXY
-/// header named).
-fn client_address(extensions: &rmcp::model::Extensions) -> Option<std::net::IpAddr> {
-    extensions
-        .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Peer>())
-        .and_then(|peer| peer.address)
 }
 
 /// The first MCP revision without sessions (ISO dates compare as strings).
@@ -116,19 +108,6 @@ pub struct Tokens {
     pub actors: HashMap<String, String>,
     /// token → operator (for `/ops`)
     pub operators: HashMap<String, String>,
-}
-
-/// Whether a request authenticates as an actor (token or client certificate, as `/mcp` checks)
-/// or an operator (token): what a connection on a kept slot must prove ([`listener::probation`]).
-pub fn vouch(gateway: &Gateway, tokens: &Tokens) -> listener::Vouch {
-    let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
-    let operators = tokens.operators.clone();
-    Arc::new(move |headers, peer| {
-        if actors.authenticate(headers, Some(peer)).is_ok() {
-            return true;
-        }
-        auth::bearer(headers).is_some_and(|p| auth::holder_of(&operators, p).is_some())
-    })
 }
 
 /// The HTTP application: `/mcp`, the operator API `/ops` and `/healthz`. Cancelling `shutdown`
@@ -449,7 +428,7 @@ impl PosternMcp {
             let run = Run {
                 client_name: info.as_ref().map(|i| i.client_info.name.clone()),
                 client_version: info.as_ref().map(|i| i.client_info.version.clone()),
-                client_address: client_address(&ctx.extensions).map(|a| a.to_string()),
+                client_address: auth::client_address(&ctx.extensions).map(|a| a.to_string()),
                 protocol_version: ctx.protocol_version().map(|v| v.to_string()),
                 ..Run::new(
                     id.clone(),
@@ -570,7 +549,7 @@ impl ServerHandler for PosternMcp {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             run_id,
-            client_address: client_address(&ctx.extensions).map(|a| a.to_string()),
+            client_address: auth::client_address(&ctx.extensions).map(|a| a.to_string()),
             request_id: serde_json::to_string(&ctx.id).ok(),
             // MCP's trace-context convention: W3C trace context in the request's `_meta`.
             trace_parent: ctx
