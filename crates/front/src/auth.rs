@@ -141,6 +141,32 @@ impl IntoResponse for Unauthenticated {
     }
 }
 
+/// The actor a `/mcp` request's credentials prove — a static token or client certificate, else
+/// a JWT access token of an `[[issuer]]` (with its principal) — or the refusal to answer with
+/// (a 401 points to the protected resource metadata when issuers are configured).
+pub(super) async fn identify(
+    credentials: &ActorCredentials,
+    oauth: Option<&super::oauth::ResourceServer>,
+    headers: &http::HeaderMap,
+    peer: Option<&Peer>,
+) -> Result<(String, Option<postern_core::config::Principal>), Response> {
+    let refused = match credentials.authenticate(headers, peer) {
+        Ok(actor) => return Ok((actor, None)),
+        Err(refused) => refused,
+    };
+    let Some(oauth) = oauth else {
+        return Err(refused.into_response());
+    };
+    if refused == Unauthenticated::MissingOrUnknown {
+        if let Some(verified) = oauth.actor(headers, peer).await {
+            return verified.map(|(actor, principal)| (actor, Some(principal)));
+        }
+    }
+    let mut response = refused.into_response();
+    oauth.challenge(headers, &mut response);
+    Err(response)
+}
+
 /// Whether a request authenticates as an actor (token or client certificate, as `/mcp` checks)
 /// or an operator (token): what a connection on a kept slot must prove ([`super::listener::probation`]).
 pub fn vouch(
@@ -149,8 +175,12 @@ pub fn vouch(
 ) -> super::listener::Vouch {
     let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
     let operators = tokens.operators.clone();
+    let oauth = tokens.resource_server.clone();
     std::sync::Arc::new(move |headers, peer| {
         if actors.authenticate(headers, Some(peer)).is_ok() {
+            return true;
+        }
+        if oauth.as_ref().is_some_and(|o| o.vouches(headers, peer)) {
             return true;
         }
         bearer(headers).is_some_and(|p| holder_of(&operators, p).is_some())
@@ -177,6 +207,7 @@ mod tests {
             token: None,
             client_cert_fingerprint: pin.map(|b| CertificateFingerprint([b; 32])),
             session_approval: SessionApproval::Auto,
+            claims: None,
             tools: None,
         }
     }

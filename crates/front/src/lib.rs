@@ -46,6 +46,7 @@ mod elicit;
 mod errors;
 mod limits;
 pub mod listener;
+mod oauth;
 pub mod ops;
 mod passage;
 mod plain;
@@ -66,6 +67,7 @@ use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use limits::{ActorLimits, Held};
 use listener::Peer;
+pub use oauth::ResourceServer;
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 use tool_list::{annotations, listed_tool};
@@ -97,6 +99,7 @@ struct FrontState {
     gateway: Arc<Gateway>,
     streams: Arc<DurableStreams>,
     credentials: ActorCredentials,
+    oauth: Option<Arc<ResourceServer>>,
     max_body: usize,
     limits: ActorLimits,
 }
@@ -108,6 +111,8 @@ pub struct Tokens {
     pub actors: HashMap<String, String>,
     /// token → operator (for `/ops`)
     pub operators: HashMap<String, String>,
+    /// JWT access tokens from the `[[issuer]]`s (for `/mcp`); `None` without issuers.
+    pub resource_server: Option<Arc<ResourceServer>>,
 }
 
 /// The HTTP application: `/mcp`, the operator API `/ops` and `/healthz`. Cancelling `shutdown`
@@ -115,6 +120,7 @@ pub struct Tokens {
 pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken) -> Router {
     let actor_tokens: Vec<String> = tokens.actors.keys().cloned().collect();
     let ops = ops::router(gateway.clone(), tokens.operators, actor_tokens);
+    let oauth = tokens.resource_server.clone();
     let tokens = tokens.actors;
     let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);
     let hosts = postern_core::hosts::allowed_hosts(&gateway.config().gateway.listen);
@@ -151,14 +157,19 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken
         gateway,
         streams,
         credentials,
+        oauth: oauth.clone(),
         max_body,
         limits,
     });
-    Router::new()
+    let app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn_with_state(state, guard))
         .merge(ops)
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/healthz", axum::routing::get(|| async { "ok" }));
+    match oauth {
+        Some(server) => app.merge(oauth::routes(server)),
+        None => app,
+    }
 }
 
 fn jsonrpc_error(
@@ -179,13 +190,24 @@ fn jsonrpc_error(
 
 /// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
 /// fully written.
-async fn guard(State(st): State<Arc<FrontState>>, req: Request, next: Next) -> Response {
-    let actor = match st
-        .credentials
-        .authenticate(req.headers(), req.extensions().get::<Peer>())
-    {
-        Ok(actor) => actor,
-        Err(refused) => return refused.into_response(),
+async fn guard(State(st): State<Arc<FrontState>>, mut req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<Peer>().copied();
+    let identified = auth::identify(
+        &st.credentials,
+        st.oauth.as_deref(),
+        req.headers(),
+        peer.as_ref(),
+    )
+    .await;
+    let actor = match identified {
+        Ok((actor, principal)) => {
+            // The call's record names whom the agent acted for (never the token).
+            if let Some(principal) = principal {
+                req.extensions_mut().insert(principal);
+            }
+            actor
+        }
+        Err(refused) => return refused,
     };
     let session = req
         .headers()
@@ -550,6 +572,11 @@ impl ServerHandler for PosternMcp {
                 .map(str::to_string),
             run_id,
             client_address: auth::client_address(&ctx.extensions).map(|a| a.to_string()),
+            principal: ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<postern_core::config::Principal>())
+                .cloned(),
             request_id: serde_json::to_string(&ctx.id).ok(),
             // MCP's trace-context convention: W3C trace context in the request's `_meta`.
             trace_parent: ctx

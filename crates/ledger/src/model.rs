@@ -27,6 +27,8 @@ pub struct AcceptRequest {
     pub run_id: Option<String>,
     /// The address the caller connected from, for the audit record (`accepted`'s detail).
     pub client_address: Option<String>,
+    /// Whom the caller acted for (an issuer's access token), for `accepted`'s detail.
+    pub principal: Option<postern_core::config::Principal>,
     /// Events appended in the same commit when (and only when) a new execution is created,
     /// e.g. `authorized` and `dispatched`: accept and dispatch then cost one fsync together.
     pub then: Vec<NewEvent>,
@@ -58,6 +60,7 @@ impl AcceptRequest {
             reissue_key: None,
             run_id: None,
             client_address: None,
+            principal: None,
             then: Vec::new(),
             now,
             withdrawn: None,

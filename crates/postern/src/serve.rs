@@ -75,9 +75,15 @@ pub async fn assemble(config_path: &Path, operator_api: bool) -> Result<Assemble
         }
         false => (HashMap::new(), None),
     };
+    let resource_server = postern_front::ResourceServer::new(&config);
+    if let Some(server) = &resource_server {
+        // Each issuer's metadata and keys, fetched now; one that is down is tried again later.
+        server.warm().await;
+    }
     let tokens = Tokens {
         actors: tokens,
         operators,
+        resource_server,
     };
     let resolved = crate::resolve::resolve(&config, &dir)?;
     // Upstream MCP servers are started (or dialled) now, and waited for (each up to its

@@ -12,6 +12,8 @@
 pub mod balancer;
 #[cfg(feature = "browser")]
 pub mod browser;
+#[cfg(feature = "issuer")]
+pub mod issuer;
 pub mod leaks;
 pub mod postgres;
 pub mod sshd;

@@ -39,7 +39,7 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
     )?;
     let max_connections_per_actor = count(
         g.max_connections_per_actor,
-        64,
+        256,
         "gateway.max_connections_per_actor",
     )?;
     let max_connections_per_address = per_address(g.max_connections_per_address, max_connections)?;
@@ -57,6 +57,7 @@ pub(super) fn settings(mut g: RawGateway) -> Result<GatewaySettings, String> {
     let vault = vault(g.vault)?;
     let gateway = GatewaySettings {
         listen: g.listen.unwrap_or_else(|| "127.0.0.1:8750".to_string()),
+        public_url: public_url(g.public_url)?,
         store,
         fingerprint_key: g.fingerprint_key,
         signing_key: g.signing_key,
@@ -189,6 +190,19 @@ fn check_vault(gateway: &GatewaySettings) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `public_url = "https://postern.example.com"`: a scheme and a host, no path to append to.
+fn public_url(value: Option<String>) -> Result<Option<String>, String> {
+    let Some(url) = value else { return Ok(None) };
+    let url = url.trim_end_matches('/').to_string();
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(['/', '?', '#']) => Ok(Some(url)),
+        _ => Err(format!("gateway.public_url: {url:?} is not a URL of scheme and host alone (\"https://postern.example.com\")")),
+    }
 }
 
 /// `trusted_proxies = ["10.0.0.0/8", "127.0.0.1", …]`: networks, or addresses standing alone.

@@ -5,6 +5,7 @@
 mod audit;
 mod console;
 mod gateway;
+mod identity;
 mod people;
 mod raw;
 mod secret;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 pub use audit::Audit;
 pub use console::{Console, Webhook};
+pub use identity::{ClaimMatch, Issuer, Principal, ASYMMETRIC_ALGORITHMS};
 pub use ipnet::IpNet;
 pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
@@ -43,6 +45,8 @@ pub struct ConfigError {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub gateway: GatewaySettings,
+    /// Identity providers whose access tokens authenticate agents (`[[issuer]]`).
+    pub issuers: Vec<Issuer>,
     pub actors: Vec<Actor>,
     /// The people who decide approvals and resolve reviews (never an actor).
     pub operators: Vec<Operator>,
@@ -57,6 +61,10 @@ pub struct Config {
 #[derive(Clone, Debug)]
 pub struct GatewaySettings {
     pub listen: String,
+    /// The URL clients reach the gateway at (`https://postern.example.com`): `/mcp`'s resource
+    /// URL (RFC 9728, RFC 8707) is this plus `/mcp`; `None`: the scheme and `Host` a request
+    /// came with.
+    pub public_url: Option<String>,
     pub store: String,
     pub fingerprint_key: SecretRef,
     pub signing_key: Option<SecretRef>,
@@ -89,8 +97,9 @@ pub struct GatewaySettings {
     pub max_pending_approvals_per_actor: u32,
     /// How many connections one actor may hold, and request bodies it may have in flight, on
     /// one gateway, counted as soon as a request's credentials are read, before its body. At
-    /// the cap a new connection of the actor's closes its idlest one; only when none is idle is
-    /// the request answered 429 (nothing recorded, nothing sent) and its connection closed.
+    /// the cap a new connection of the actor's closes its idlest one (idle 2 s at least); only
+    /// when none is is the request answered 429 (nothing recorded, nothing sent) and its
+    /// connection closed.
     pub max_connections_per_actor: u32,
     /// Open HTTP connections; one more is answered 503 with `Retry-After` and closed.
     pub max_connections: u32,
@@ -152,6 +161,8 @@ pub struct Actor {
     /// both on the same request.
     pub client_cert_fingerprint: Option<CertificateFingerprint>,
     pub session_approval: SessionApproval,
+    /// The access tokens that are this actor's (`[actor.claims]`), from an `[[issuer]]`.
+    pub claims: Option<ClaimMatch>,
     /// Tools the actor may call; `None` means all. `"PREFIX*"` names every tool of the
     /// `expose = "all"` upstream with that prefix.
     pub tools: Option<BTreeSet<String>>,
@@ -218,8 +229,15 @@ impl Config {
         let upstreams = upstreams(raw.upstream, &credentials, &gateway).map_err(|m| at(0, m))?;
         let tools = tools(raw.tool, &gateway, &credentials, &upstreams)
             .map_err(|(offset, m)| at(offset, m))?;
-        let actors = people::actors(raw.actor, &tools, &upstreams, gateway.tls.is_some())
-            .map_err(|(offset, m)| at(offset, m))?;
+        let issuers = identity::issuers(raw.issuer).map_err(|m| at(0, m))?;
+        let actors = people::actors(
+            raw.actor,
+            &tools,
+            &upstreams,
+            &issuers,
+            gateway.tls.is_some(),
+        )
+        .map_err(|(offset, m)| at(offset, m))?;
         let operators = people::operators(raw.operator).map_err(|(offset, m)| at(offset, m))?;
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let audit = raw.audit.build().map_err(|e| at(0, e))?;
@@ -227,6 +245,7 @@ impl Config {
             console::build(raw.console, raw.approver, operators.len()).map_err(|e| at(0, e))?;
         Ok(Config {
             gateway,
+            issuers,
             actors,
             operators,
             credentials,

@@ -15,6 +15,7 @@ pub(super) fn actors(
     raw: Vec<RawActor>,
     tools: &[ToolContract],
     upstreams: &BTreeMap<String, Upstream>,
+    issuers: &[super::Issuer],
     tls: bool,
 ) -> Result<Vec<Actor>, Fault> {
     let mut actors: Vec<Actor> = Vec::new();
@@ -100,11 +101,17 @@ pub(super) fn actors(
         if matches!(a.token, Some(SecretRef::Vault(_))) {
             return Err((offset, format!("actor {name:?}: a token cannot come from the vault (calls are authenticated before it is unlocked)")));
         }
+        let claims = a
+            .claims
+            .map(|c| super::identity::claims(c, &name, issuers))
+            .transpose()
+            .map_err(|m| (offset, m))?;
         actors.push(Actor {
             name,
             token: a.token,
             client_cert_fingerprint,
             session_approval,
+            claims,
             tools: allowed,
         });
     }

@@ -12,6 +12,8 @@ use super::{EnvValue, SecretRef};
 pub(super) struct RawConfig {
     pub gateway: RawGateway,
     #[serde(default)]
+    pub issuer: Vec<super::identity::RawIssuer>,
+    #[serde(default)]
     pub actor: Vec<RawActor>,
     #[serde(default)]
     pub operator: Vec<RawOperator>,
@@ -35,6 +37,7 @@ pub(super) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGateway {
     pub listen: Option<String>,
+    pub public_url: Option<String>,
     pub store: Option<String>,
     pub fingerprint_key: SecretRef,
     pub signing_key: Option<SecretRef>,
@@ -79,6 +82,7 @@ pub(super) struct RawActor {
     pub client_cert_fingerprint: Option<String>,
     pub session_approval: Option<String>,
     pub tools: Option<Vec<String>>,
+    pub claims: Option<super::identity::RawClaims>,
 }
 
 #[derive(Deserialize)]

@@ -6,18 +6,24 @@
 //!
 //! A connection is its actor's from the first request that claims it ([`Seat::claim`]). At the
 //! cap, a new connection of the actor's closes the actor's idlest connection (no request in
-//! flight, longest so); only when every one is busy is the request refused (429) and its own
-//! connection closed. Bodies being read are counted too (an HTTP/2 connection carries many), and
-//! are never given up.
+//! flight for [`IDLE_BEFORE_GIVING_WAY`] at least, longest so); only when none is is the request
+//! refused (429) and its own connection closed. A connection just answered is not closed: its
+//! client may be sending its next request on it, and a request sent into a closing connection
+//! is lost to the client (the gateway-load benchmark's pooled clients met exactly that). Bodies
+//! being read are counted too (an HTTP/2 connection carries many), and are never given up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::listener::Seat;
 
 use super::{Limit, Refusal};
 
 type ByActor = Arc<Mutex<HashMap<String, ActorConnections>>>;
+
+/// How long a connection must have been idle before it is closed to make room at the cap.
+pub(crate) const IDLE_BEFORE_GIVING_WAY: Duration = Duration::from_secs(2);
 
 /// Connections and bodies in flight, per actor.
 pub(crate) struct ConnectionSlots {
@@ -87,6 +93,7 @@ impl ConnectionSlots {
                     .iter()
                     .enumerate()
                     .filter_map(|(i, s)| s.idle_since().map(|since| (since, i)))
+                    .filter(|(since, _)| since.elapsed() >= IDLE_BEFORE_GIVING_WAY)
                     .min();
                 let Some((_, i)) = idlest else {
                     return Err(Refusal::over(Limit::Connections, actor, self.per_actor));

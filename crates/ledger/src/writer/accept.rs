@@ -194,6 +194,10 @@ impl<C: WriteConn> Writer<C> {
         if let Some(address) = &req.client_address {
             detail["client_address"] = json!(address);
         }
+        if let Some(p) = &req.principal {
+            detail["principal"] =
+                json!({"issuer": p.issuer, "subject": p.subject, "client_id": p.client_id});
+        }
         self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         if req.is_withdrawn() {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});

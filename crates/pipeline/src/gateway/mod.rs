@@ -89,6 +89,9 @@ pub struct ToolCall {
     /// The address the caller connected from (behind a trusted proxy, the one it named): kept
     /// in the audit record of a new execution. `None` over stdio.
     pub client_address: Option<String>,
+    /// Whom the agent acted for, when it authenticated with an `[[issuer]]`'s access token:
+    /// kept in the audit record of a new execution (never the token).
+    pub principal: Option<postern_core::config::Principal>,
     /// The JSON-RPC id of the request, as the client sent it (the calls log's evidence).
     pub request_id: Option<String>,
     /// The client's W3C `traceparent` (`_meta.traceparent`): the call's span joins that trace.
@@ -507,6 +510,7 @@ impl Gateway {
         request.reissue_key = call.reissue_key.clone();
         request.run_id = call.run_id.clone();
         request.client_address = call.client_address.clone();
+        request.principal = call.principal.clone();
         // A caller that goes away while its request waits for the writer is recorded
         // `cancelled` instead of dispatched (contract §3 rule 6).
         let withdrawn = call

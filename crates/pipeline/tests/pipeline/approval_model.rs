@@ -161,6 +161,7 @@ impl Run {
             intent_scope: None,
             run_id: None,
             client_address: None,
+            principal: None,
             request_id: None,
             trace_parent: None,
             cancel: None,

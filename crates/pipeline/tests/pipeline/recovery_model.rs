@@ -409,6 +409,7 @@ impl Run {
             intent_scope: None,
             run_id: None,
             client_address: None,
+            principal: None,
             request_id: None,
             trace_parent: None,
             cancel: Some(Cancellation::new(asked, gone)),

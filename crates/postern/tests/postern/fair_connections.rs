@@ -217,3 +217,34 @@ async fn an_agent_sharing_a_flooding_address_is_served() {
         assert!(took.len() >= 10, "the agent was served throughout");
     }
 }
+
+/// The actor cap never locks its owner out for longer than its connections are busy: at
+/// `max_connections_per_actor` a new connection of the actor's is refused (429 naming the key)
+/// while the actor's other connections were just used, and closes the idlest of them once one
+/// has been idle 2 s; the client whose pooled connection was closed simply opens another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_actor_cap_an_idle_connection_gives_way() {
+    let target = InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("actor-cap");
+    let keys = "[gateway]\nmax_connections_per_actor = 2\n";
+    let text = config(&format!("http://{}", target.addr)).replace("[gateway]\n", keys);
+    let served = Served::start(&dir.0, &text);
+    let a = Mcp::connect_from([127, 0, 0, 21], &served.url, BILLING_TOKEN).await;
+    let b = Mcp::connect_from([127, 0, 0, 22], &served.url, BILLING_TOKEN).await;
+    // Both of the actor's connections were just used: a third is refused, saying why.
+    let http = crate::harness::http_from([127, 0, 0, 23]).build().unwrap();
+    let refused = Mcp::connect_with(http, &served.url, BILLING_TOKEN).await;
+    let why = format!("{:?}", refused.err().expect("refused at the cap"));
+    assert!(why.contains("max_connections_per_actor"), "{why}");
+    // Once they have been idle 2 s, the idlest gives way to the new one.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let c = Mcp::connect_from([127, 0, 0, 23], &served.url, BILLING_TOKEN).await;
+    // A's connection was the one closed: its client opens another, and B's (idle) gives way.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for (name, agent) in [("a", &a), ("c", &c)] {
+        let args = json!({"customer": format!("cap-{name}"), "amount": 1});
+        let r = agent.call("create_invoice", args, json!({})).await;
+        assert!(r["result"].is_object(), "{name}: {r}");
+    }
+    drop(b);
+}

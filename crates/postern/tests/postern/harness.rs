@@ -353,6 +353,24 @@ pub fn http_from(from: [u8; 4]) -> reqwest::ClientBuilder {
     http_builder().local_address(std::net::IpAddr::from(from))
 }
 
+/// `postern audit export` of the gateway configured in `dir`: the export's text, and its
+/// `accepted` event for a call of `tool`.
+pub fn exported_acceptance(dir: &Path, tool: &str) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_postern"))
+        .current_dir(dir)
+        .args(["audit", "export", "-c", "postern.toml", "--out", "a.jsonl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let export = std::fs::read_to_string(dir.join("a.jsonl")).unwrap();
+    let accepted = export
+        .lines()
+        .find(|l| l.contains("\"accepted\"") && l.contains(tool))
+        .unwrap_or_else(|| panic!("no accepted event of {tool}: {export}"))
+        .to_string();
+    (export, accepted)
+}
+
 /// `GET url` of the operator API as operator alice ([`ALICE_TOKEN`]), over `http`: its JSON.
 pub async fn ops_get(http: &reqwest::Client, url: &str) -> Value {
     let response = http.get(url).bearer_auth(ALICE_TOKEN).send().await;

@@ -24,6 +24,7 @@ mod investigate;
 mod limits;
 mod long_calls;
 mod lost_answer;
+mod oauth;
 mod onboarding;
 mod pending_cap;
 mod proxy_protocol;

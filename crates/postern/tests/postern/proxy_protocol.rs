@@ -137,17 +137,7 @@ async fn behind_haproxy_the_sessions_log_and_the_audit_record_name_the_real_clie
         .and_then(|r| r.iter().find(|r| r["run_id"] == mcp.run_id()))
         .unwrap_or_else(|| panic!("the run is in the Sessions log: {runs}"));
     assert_eq!(run["client_address"], "127.0.0.2", "{run}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
-        .current_dir(&dir.0)
-        .args(["audit", "export", "-c", "postern.toml", "--out", "a.jsonl"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let export = std::fs::read_to_string(dir.0.join("a.jsonl")).unwrap();
-    let accepted = export
-        .lines()
-        .find(|l| l.contains("\"accepted\"") && l.contains("create_invoice"))
-        .unwrap_or_else(|| panic!("an accepted event: {export}"));
+    let (_, accepted) = crate::harness::exported_acceptance(&dir.0, "create_invoice");
     assert!(
         accepted.contains("\"client_address\":\"127.0.0.2\""),
         "{accepted}"

@@ -66,6 +66,7 @@ fn every_crate_depends_only_on_what_its_job_needs() {
         "postern-console",
         "postern-demo",
         "postern-sandbox",
+        "postern-identity",
     ];
     // The graph was read (a parse that found nothing would pass every rule below).
     assert!(deps("postern-front").contains("rmcp") && deps("postern-ledger").contains("sqlx"));
@@ -148,6 +149,26 @@ fn every_crate_depends_only_on_what_its_job_needs() {
         "postern-front",
         "the front is above the pipeline",
     );
+    for krate in libraries.iter().filter(|k| **k != "postern-identity") {
+        forbid(
+            krate,
+            "jsonwebtoken",
+            "only the identity crate knows JWT and JWK",
+        );
+    }
+    for dep in [
+        "postern-pipeline",
+        "postern-front",
+        "postern-ledger",
+        "rmcp",
+        "axum",
+    ] {
+        forbid(
+            "postern-identity",
+            dep,
+            "identity turns a token into a principal: it knows no request, actor or record",
+        );
+    }
     // The sandbox is planned and applied by the binary (its launcher is the binary): the
     // channels run a launcher they are given and know nothing of what it enforces.
     for krate in libraries.iter().filter(|k| **k != "postern-sandbox") {

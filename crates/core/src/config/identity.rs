@@ -1,0 +1,221 @@
+//! `[[issuer]]` and an actor's `claims` (issue 50): the identity providers whose JWT access
+//! tokens authenticate agents at `/mcp`, and which of a token's claims make it an actor's.
+//! A principal is what a verified token says (issuer, subject, client, groups, scopes); the
+//! identity crate produces it, and the front matches it to an actor here.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::duration::parse_duration;
+
+/// Algorithms an issuer may sign with: asymmetric only. `none` and the HMAC family are refused
+/// at start-up: with a public key as an HMAC secret, anyone could sign.
+pub const ASYMMETRIC_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIssuer {
+    pub url: String,
+    pub audience: Option<String>,
+    pub algorithms: Option<Vec<String>>,
+    pub leeway: Option<String>,
+    pub jwks_refresh: Option<String>,
+    pub groups_claim: Option<String>,
+}
+
+/// An identity provider Postern accepts access tokens from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issuer {
+    /// Its `iss`, exactly; its metadata is discovered under it.
+    pub url: String,
+    /// The `aud` a token must carry; `None`: the resource URL `/mcp` was reached at (RFC 8707).
+    pub audience: Option<String>,
+    pub algorithms: Vec<String>,
+    /// Allowed clock difference for `exp` and `nbf`.
+    pub leeway: Duration,
+    /// At most one fetch of the key set per this, however many unknown key ids arrive.
+    pub jwks_refresh: Duration,
+    /// The claim that lists the subject's groups (or roles).
+    pub groups_claim: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClaims {
+    pub issuer: String,
+    pub subject: Option<String>,
+    pub client_id: Option<String>,
+    pub group: Option<String>,
+}
+
+/// Which tokens are an actor's: from `issuer`, with every claim given here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimMatch {
+    pub issuer: String,
+    pub subject: Option<String>,
+    pub client_id: Option<String>,
+    pub group: Option<String>,
+}
+
+/// What a verified access token says about whom a call is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub issuer: String,
+    pub subject: String,
+    /// `client_id`, else `azp`.
+    pub client_id: Option<String>,
+    pub groups: Vec<String>,
+    pub scopes: Vec<String>,
+}
+
+impl ClaimMatch {
+    pub fn matches(&self, p: &Principal) -> bool {
+        self.issuer == p.issuer
+            && self.subject.as_ref().is_none_or(|s| *s == p.subject)
+            && self
+                .client_id
+                .as_ref()
+                .is_none_or(|c| p.client_id.as_ref() == Some(c))
+            && self.group.as_ref().is_none_or(|g| p.groups.contains(g))
+    }
+}
+
+pub(super) fn issuers(raw: Vec<RawIssuer>) -> Result<Vec<Issuer>, String> {
+    let mut issuers: Vec<Issuer> = Vec::new();
+    for r in raw {
+        let url = r.url.trim_end_matches('/').to_string();
+        let field = |key: &str| format!("issuer {url:?}: {key}");
+        if !provider_url(&url) {
+            return Err(format!(
+                "{}: an issuer is an https URL (http only on a loopback address)",
+                field("url")
+            ));
+        }
+        if issuers.iter().any(|i| i.url == url) {
+            return Err(format!("issuer {url:?} is declared twice"));
+        }
+        let algorithms = r.algorithms.unwrap_or_else(|| {
+            ASYMMETRIC_ALGORITHMS
+                .iter()
+                .map(|a| a.to_string())
+                .collect()
+        });
+        if algorithms.is_empty() {
+            return Err(format!("{}: name at least one", field("algorithms")));
+        }
+        if let Some(bad) = algorithms
+            .iter()
+            .find(|a| !ASYMMETRIC_ALGORITHMS.contains(&a.as_str()))
+        {
+            return Err(format!("{}: {bad:?} is refused: only asymmetric algorithms are accepted ({}); `none` and HMAC (HS*) would let anyone holding the public key sign", field("algorithms"), ASYMMETRIC_ALGORITHMS.join(", ")));
+        }
+        let duration = |v: &Option<String>, default: &str, key: &str| {
+            parse_duration(v.as_deref().unwrap_or(default))
+                .map_err(|e| format!("{}: {e}", field(key)))
+        };
+        issuers.push(Issuer {
+            audience: r.audience,
+            algorithms,
+            leeway: duration(&r.leeway, "60s", "leeway")?,
+            jwks_refresh: duration(&r.jwks_refresh, "1m", "jwks_refresh")?,
+            groups_claim: r.groups_claim.unwrap_or_else(|| "groups".to_string()),
+            url,
+        });
+    }
+    Ok(issuers)
+}
+
+/// `https://…`, or `http://` to a loopback host (a provider on the same machine, tests).
+fn provider_url(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// An actor's `claims`, checked against the issuers.
+pub(super) fn claims(
+    raw: RawClaims,
+    actor: &str,
+    issuers: &[Issuer],
+) -> Result<ClaimMatch, String> {
+    let issuer = raw.issuer.trim_end_matches('/').to_string();
+    if !issuers.iter().any(|i| i.url == issuer) {
+        return Err(format!(
+            "actor {actor:?}: claims.issuer {issuer:?} is not an [[issuer]]"
+        ));
+    }
+    if raw.subject.is_none() && raw.client_id.is_none() && raw.group.is_none() {
+        return Err(format!("actor {actor:?}: claims needs a subject, a client_id or a group besides the issuer (any token of the issuer would be this actor's)"));
+    }
+    Ok(ClaimMatch {
+        issuer,
+        subject: raw.subject,
+        client_id: raw.client_id,
+        group: raw.group,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(url: &str, algorithms: Option<&[&str]>) -> RawIssuer {
+        RawIssuer {
+            url: url.into(),
+            audience: None,
+            algorithms: algorithms.map(|a| a.iter().map(|s| s.to_string()).collect()),
+            leeway: None,
+            jwks_refresh: None,
+            groups_claim: None,
+        }
+    }
+
+    #[test]
+    fn symmetric_algorithms_and_plain_http_elsewhere_are_refused() {
+        let e = issuers(vec![raw("https://id.example", Some(&["HS256"]))]).unwrap_err();
+        assert!(e.contains("\"HS256\" is refused"), "{e}");
+        let e = issuers(vec![raw("https://id.example", Some(&["none"]))]).unwrap_err();
+        assert!(e.contains("\"none\" is refused"), "{e}");
+        let e = issuers(vec![raw("http://id.example", None)]).unwrap_err();
+        assert!(e.contains("https URL"), "{e}");
+        let ok = issuers(vec![raw("http://127.0.0.1:9000/realms/a/", None)]).unwrap();
+        assert_eq!(ok[0].url, "http://127.0.0.1:9000/realms/a");
+        assert!(!ok[0].algorithms.iter().any(|a| a.starts_with("HS")));
+    }
+
+    #[test]
+    fn a_principal_matches_every_claim_given() {
+        let m = ClaimMatch {
+            issuer: "https://id".into(),
+            subject: None,
+            client_id: Some("ci".into()),
+            group: Some("agents".into()),
+        };
+        let mut p = Principal {
+            issuer: "https://id".into(),
+            subject: "u1".into(),
+            client_id: Some("ci".into()),
+            groups: vec!["agents".into()],
+            scopes: vec![],
+        };
+        assert!(m.matches(&p));
+        p.groups.clear();
+        assert!(!m.matches(&p), "the group is missing");
+        p.groups.push("agents".into());
+        p.issuer = "https://other".into();
+        assert!(!m.matches(&p), "another issuer");
+    }
+}

@@ -1,0 +1,215 @@
+//! The front as an OAuth 2.1 resource server for `/mcp` (issue 50). A bearer token that is a
+//! JWT is verified against the `[[issuer]]`s (`postern-identity`) for `/mcp`'s resource URL
+//! (RFC 8707: `[gateway] public_url` + `/mcp`, else the scheme and `Host` the request came
+//! with), and its principal is matched to the one actor whose `claims` it meets. The protected
+//! resource metadata (RFC 9728) is served at `/.well-known/oauth-protected-resource` and its
+//! `/mcp`-suffixed form, and every 401 of `/mcp` points to it in `WWW-Authenticate`, which is
+//! how a hosted client finds the authorization server.
+//!
+//! A token is never kept: the principal (issuer, subject, client id) is what the record gets,
+//! and the token itself is never passed to an upstream or a target (each has its own
+//! credentials).
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use postern_core::config::{CertificateFingerprint, ClaimMatch, Config, Principal};
+use postern_identity::Issuers;
+use serde_json::json;
+
+use super::auth::bearer;
+use super::listener::Peer;
+
+/// The issuers, and which principals are which actors.
+pub struct ResourceServer {
+    issuers: Issuers,
+    /// (what the token must say, the actor, the certificate the actor is pinned to)
+    actors: Vec<(ClaimMatch, String, Option<CertificateFingerprint>)>,
+    public_url: Option<String>,
+    /// The listener's scheme and address, for a request whose `Host` is not one of ours.
+    scheme: &'static str,
+    listen: String,
+    hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for ResourceServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceServer")
+            .field("issuers", &self.issuers.urls())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResourceServer {
+    /// `None` when no `[[issuer]]` is configured.
+    pub fn new(config: &Config) -> Option<Arc<ResourceServer>> {
+        if config.issuers.is_empty() {
+            return None;
+        }
+        let actors = config
+            .actors
+            .iter()
+            .filter_map(|a| {
+                let claims = a.claims.clone()?;
+                Some((claims, a.name.clone(), a.client_cert_fingerprint))
+            })
+            .collect();
+        let g = &config.gateway;
+        Some(Arc::new(ResourceServer {
+            issuers: Issuers::new(&config.issuers),
+            actors,
+            public_url: g.public_url.clone(),
+            scheme: if g.tls.is_some() { "https" } else { "http" },
+            listen: g.listen.clone(),
+            hosts: postern_core::hosts::allowed_hosts(&g.listen),
+        }))
+    }
+
+    /// Fetches the issuers' keys (at start-up).
+    pub async fn warm(&self) {
+        self.issuers.warm().await;
+    }
+
+    /// `scheme://host` this gateway is reached at, for a request with `headers`.
+    fn base(&self, headers: &http::HeaderMap) -> String {
+        if let Some(url) = &self.public_url {
+            return url.clone();
+        }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| {
+                let name = h.rsplit_once(':').map_or(*h, |(n, _)| n);
+                self.hosts.iter().any(|a| a.eq_ignore_ascii_case(name))
+            });
+        format!("{}://{}", self.scheme, host.unwrap_or(&self.listen))
+    }
+
+    /// `/mcp`'s resource URL (the audience a token must carry unless its issuer names one).
+    pub fn resource(&self, headers: &http::HeaderMap) -> String {
+        format!("{}/mcp", self.base(headers))
+    }
+
+    /// Points a 401 of `/mcp` at the protected resource metadata (RFC 9728 §5.1).
+    pub fn challenge(&self, headers: &http::HeaderMap, response: &mut Response) {
+        if response.status() != StatusCode::UNAUTHORIZED {
+            return;
+        }
+        let url = format!(
+            "{}/.well-known/oauth-protected-resource/mcp",
+            self.base(headers)
+        );
+        if let Ok(value) = HeaderValue::from_str(&format!("Bearer resource_metadata=\"{url}\"")) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+    }
+
+    /// The actor a JWT bearer token stands for, and its principal; `None` when the bearer is
+    /// not a JWT (a static token, or none).
+    pub async fn actor(
+        &self,
+        headers: &http::HeaderMap,
+        peer: Option<&Peer>,
+    ) -> Option<Result<(String, Principal), Response>> {
+        let token = bearer(headers).filter(|t| postern_identity::looks_like_jwt(t))?;
+        let verified = self.issuers.verify(token, &self.resource(headers)).await;
+        Some(match verified {
+            Ok(principal) => self
+                .actor_of(principal, peer)
+                .map_err(|why| (StatusCode::FORBIDDEN, why).into_response()),
+            Err(why) => {
+                tracing::info!(reason = %why, "a bearer JWT was refused");
+                let mut refused =
+                    (StatusCode::UNAUTHORIZED, format!("invalid_token: {why}")).into_response();
+                self.challenge(headers, &mut refused);
+                Err(refused)
+            }
+        })
+    }
+
+    /// Whether a JWT bearer token proves an actor, with the keys already held (the listener's
+    /// question for a connection on a slot kept for agents: no I/O there).
+    pub fn vouches(&self, headers: &http::HeaderMap, peer: &Peer) -> bool {
+        bearer(headers)
+            .filter(|t| postern_identity::looks_like_jwt(t))
+            .and_then(|t| self.issuers.verify_cached(t, &self.resource(headers)).ok())
+            .is_some_and(|p| self.actor_of(p, Some(peer)).is_ok())
+    }
+
+    /// The one actor whose claims `principal` meets, or why there is none (a 403's words).
+    fn actor_of(
+        &self,
+        principal: Principal,
+        peer: Option<&Peer>,
+    ) -> Result<(String, Principal), String> {
+        let matching: Vec<_> = self
+            .actors
+            .iter()
+            .filter(|(claims, _, _)| claims.matches(&principal))
+            .collect();
+        let who = format!(
+            "subject {:?} of {} (client {:?})",
+            principal.subject,
+            principal.issuer,
+            principal.client_id.as_deref().unwrap_or("-")
+        );
+        let forbidden = Err;
+        match matching.as_slice() {
+            [] => forbidden(format!(
+                "{who} is no actor's: no [[actor]] claims match the token"
+            )),
+            [(_, actor, pin)] => {
+                let presented = peer.and_then(|p| p.client_certificate);
+                if pin.is_some() && presented != *pin {
+                    return forbidden(format!("actor {actor:?} also needs the client certificate its client_cert_fingerprint names"));
+                }
+                Ok((actor.clone(), principal))
+            }
+            several => {
+                let names: Vec<&str> = several.iter().map(|(_, a, _)| a.as_str()).collect();
+                forbidden(format!(
+                    "{who} matches several actors ({}): make their claims exclusive",
+                    names.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The protected resource metadata for a request with `headers`.
+    fn metadata(&self, headers: &http::HeaderMap) -> Response {
+        let body = json!({
+            "resource": self.resource(headers),
+            "authorization_servers": self.issuers.urls(),
+            "bearer_methods_supported": ["header"],
+            "resource_name": "Postern",
+        });
+        (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, "max-age=300"),
+            ],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}
+
+/// `/.well-known/oauth-protected-resource` and `/.well-known/oauth-protected-resource/mcp`.
+pub fn routes(server: Arc<ResourceServer>) -> Router {
+    let serve = |server: Arc<ResourceServer>| {
+        axum::routing::get(move |headers: http::HeaderMap| {
+            let server = server.clone();
+            async move { server.metadata(&headers) }
+        })
+    };
+    Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource",
+            serve(server.clone()),
+        )
+        .route("/.well-known/oauth-protected-resource/mcp", serve(server))
+}

@@ -1,0 +1,238 @@
+//! One issuer's keys: its metadata discovered once, its key set fetched when needed — at most
+//! once per `jwks_refresh` — and kept in use while the provider cannot be reached.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::DecodingKey;
+use postern_core::config::Issuer;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::TokenError;
+
+/// How long one fetch (metadata or key set) may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(super) fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(FETCH_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
+/// An issuer and what is known of its keys.
+pub(crate) struct IssuerKeys {
+    pub(crate) issuer: Issuer,
+    http: reqwest::Client,
+    held: RwLock<Held>,
+    /// One fetch at a time; whoever waited finds the keys it brought.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Held {
+    jwks_uri: Option<String>,
+    keys: HashMap<String, Arc<DecodingKey>>,
+    /// The keys without a `kid` (used when a token names none and there is exactly one).
+    unnamed: Vec<Arc<DecodingKey>>,
+    /// When a fetch was last tried, and why it failed if it did.
+    tried: Option<(Instant, Option<String>)>,
+}
+
+impl IssuerKeys {
+    pub(crate) fn new(issuer: Issuer, http: reqwest::Client) -> IssuerKeys {
+        IssuerKeys {
+            issuer,
+            http,
+            held: RwLock::new(Held::default()),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Held> {
+        self.held.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The key `kid` names among those held.
+    pub(crate) fn cached_key(&self, kid: Option<&str>) -> Result<Arc<DecodingKey>, TokenError> {
+        let held = self.read();
+        let found = match kid {
+            Some(kid) => held.keys.get(kid).cloned(),
+            None if held.unnamed.len() + held.keys.len() == 1 => {
+                held.unnamed.first().or(held.keys.values().next()).cloned()
+            }
+            None => None,
+        };
+        found.ok_or_else(|| match &held.tried {
+            Some((_, Some(reason))) => TokenError::KeysUnavailable {
+                issuer: self.issuer.url.clone(),
+                reason: reason.clone(),
+            },
+            _ => TokenError::UnknownKey {
+                kid: kid.unwrap_or("(none)").chars().take(100).collect(),
+                issuer: self.issuer.url.clone(),
+            },
+        })
+    }
+
+    /// The key `kid` names, fetching the key set first when it is not held and the last fetch
+    /// is older than `jwks_refresh`.
+    pub(crate) async fn key(
+        &self,
+        kid: Option<&str>,
+        may_fetch: bool,
+    ) -> Result<Arc<DecodingKey>, TokenError> {
+        if let Ok(key) = self.cached_key(kid) {
+            return Ok(key);
+        }
+        if may_fetch {
+            let _one = self.fetching.lock().await;
+            // Another request may have fetched while this one waited.
+            if let Ok(key) = self.cached_key(kid) {
+                return Ok(key);
+            }
+            if self.may_fetch_now() {
+                if let Err(reason) = self.refresh().await {
+                    tracing::warn!(issuer = %self.issuer.url, %reason, "an issuer's key set could not be fetched; the keys held stay in use");
+                }
+            }
+        }
+        self.cached_key(kid)
+    }
+
+    fn may_fetch_now(&self) -> bool {
+        self.read()
+            .tried
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.issuer.jwks_refresh)
+    }
+
+    /// Discovers the metadata (once) and fetches the key set; on failure the keys held stay.
+    pub(crate) async fn refresh(&self) -> Result<(), String> {
+        let fetched = self.fetch().await;
+        let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+        match fetched {
+            Ok((jwks_uri, keys, unnamed)) => {
+                held.jwks_uri = Some(jwks_uri);
+                held.keys = keys;
+                held.unnamed = unnamed;
+                held.tried = Some((Instant::now(), None));
+                Ok(())
+            }
+            Err(reason) => {
+                held.tried = Some((Instant::now(), Some(reason.clone())));
+                Err(reason)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn fetch(
+        &self,
+    ) -> Result<
+        (
+            String,
+            HashMap<String, Arc<DecodingKey>>,
+            Vec<Arc<DecodingKey>>,
+        ),
+        String,
+    > {
+        let known = self.read().jwks_uri.clone();
+        let jwks_uri = match known {
+            Some(uri) => uri,
+            None => self.discover().await?,
+        };
+        let set: JwkSet = self.get_json(&jwks_uri).await.and_then(|v| {
+            serde_json::from_value(v).map_err(|e| format!("{jwks_uri}: not a JWK set ({e})"))
+        })?;
+        let (mut keys, mut unnamed) = (HashMap::new(), Vec::new());
+        for jwk in &set.keys {
+            // A key of a type or use jsonwebtoken cannot verify with is skipped, not fatal.
+            let Ok(key) = DecodingKey::from_jwk(jwk) else {
+                continue;
+            };
+            match &jwk.common.key_id {
+                Some(kid) => {
+                    keys.insert(kid.clone(), Arc::new(key));
+                }
+                None => unnamed.push(Arc::new(key)),
+            }
+        }
+        Ok((jwks_uri, keys, unnamed))
+    }
+
+    /// The issuer's `jwks_uri`: OpenID Connect discovery, else RFC 8414. The metadata must
+    /// name this issuer exactly (a provider that answers for another is not believed).
+    async fn discover(&self) -> Result<String, String> {
+        let url = &self.issuer.url;
+        let oidc = format!("{url}/.well-known/openid-configuration");
+        let metadata = match self.get_json(&oidc).await {
+            Ok(m) => m,
+            Err(first) => self
+                .get_json(&rfc8414(url))
+                .await
+                .map_err(|second| format!("{first}; {second}"))?,
+        };
+        if metadata.get("issuer").and_then(Value::as_str) != Some(url.as_str()) {
+            return Err(format!("the metadata under {url} names another issuer"));
+        }
+        metadata
+            .get("jwks_uri")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| format!("the metadata of {url} has no jwks_uri"))
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, String> {
+        let response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {}", without_url(&e)))?;
+        if !response.status().is_success() {
+            return Err(format!("{url}: HTTP {}", response.status().as_u16()));
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| format!("{url}: not JSON ({})", without_url(&e)))
+    }
+}
+
+/// RFC 8414 §3: the well-known segment goes between the host and the issuer's path.
+fn rfc8414(issuer: &str) -> String {
+    let (scheme, rest) = issuer.split_once("://").unwrap_or(("https", issuer));
+    let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let path = if path.is_empty() {
+        String::new()
+    } else {
+        format!("/{path}")
+    };
+    format!("{scheme}://{host}/.well-known/oauth-authorization-server{path}")
+}
+
+fn without_url(e: &reqwest::Error) -> String {
+    let e = e.to_string();
+    e.split(" for url").next().unwrap_or(&e).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc8414_puts_the_well_known_segment_before_the_path() {
+        assert_eq!(
+            super::rfc8414("https://id.example/realms/acme"),
+            "https://id.example/.well-known/oauth-authorization-server/realms/acme"
+        );
+        assert_eq!(
+            super::rfc8414("https://id.example"),
+            "https://id.example/.well-known/oauth-authorization-server"
+        );
+    }
+}
