@@ -24,7 +24,9 @@ signing_key = {{ file = "signing.key" }}
 instance_lease = "{}s"
 attach_wait = "2s"
 max_calls_per_actor = 512
+max_connections_per_actor = 4096
 max_connections = 4096
+trusted_proxies = ["{proxy}"]
 
 [[actor]]
 name = "agents"
@@ -43,7 +45,9 @@ input_schema = {{ type = "object", required = ["customer", "amount"], properties
 http = {{ method = "POST", url = "http://{target}/invoices", connect_timeout = "1s", response_timeout = "1s" }}
 recovery = {{ status_query = {{ method = "GET", url = "http://{target}/invoices?idempotency_key={{execution_id}}" }} }}
 "#,
-        LEASE.as_secs()
+        LEASE.as_secs(),
+        // HAProxy names each agent's address in a PROXY v2 header, from this address.
+        proxy = postern_testkit::balancer::PROXY_SOURCE,
     )
 }
 

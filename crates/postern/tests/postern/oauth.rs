@@ -171,3 +171,89 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     }
     served.stop();
 }
+
+/// A certified provider (oidc-provider, pinned in `tests/interop/package.json`) on loopback,
+/// killed when dropped.
+struct OidcProvider {
+    child: std::process::Child,
+    issuer: String,
+}
+
+impl Drop for OidcProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl OidcProvider {
+    /// On `port`, issuing client-credentials JWTs to `client_id` for `resource` only.
+    fn start_on(port: u16, resource: &str, client_id: &str, secret: &str) -> OidcProvider {
+        use std::io::BufRead;
+        let node = crate::foreign::NodeClients::require();
+        let script = crate::foreign::repo_root().join("tests/interop/oidc_provider.mjs");
+        let mut command = node.node(&script);
+        command
+            .arg(node.package("oidc-provider"))
+            .args([&port.to_string(), resource, client_id, secret])
+            .stdout(std::process::Stdio::piped());
+        let mut child = command.spawn().expect("node runs oidc_provider.mjs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("listening"), "oidc-provider: {line:?}");
+        OidcProvider {
+            child,
+            issuer: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+/// Issue 50's interoperability: the Python SDK's OAuth client (client credentials) goes from
+/// the first 401 through the protected resource metadata and a certified provider's metadata to
+/// a token for this resource, and the call completes; the record names the client. The gateway
+/// starts before the provider (its keys are fetched when the first token arrives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_gets_a_token_from_a_certified_provider_and_calls() {
+    crate::interop::require_sdk().await;
+    let target = postern_demo::target::InvoiceApi::start().await.unwrap();
+    let dir = Dir::new("oauth-python");
+    // The provider's port is chosen first: the gateway names it before it runs.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let issuer = format!("http://127.0.0.1:{port}");
+    let served = Served::start(
+        &dir.0,
+        &with_issuer(&format!("http://{}", target.addr), &issuer),
+    );
+    let secret = "a-client-secret-for-the-oauth-test-0123456789";
+    let provider = OidcProvider::start_on(port, &served.url, "claude", secret);
+    assert_eq!(provider.issuer, issuer);
+    let script = crate::foreign::repo_root().join("tests/interop/python_oauth.py");
+    let out = crate::foreign::output({
+        let mut c = crate::interop::python3(&[script.to_str().unwrap()]);
+        c.args([&served.url, "claude", secret, &issuer]);
+        c
+    })
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python_oauth.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(result["state"], "completed", "{result}");
+    assert_eq!(result["token_type"], "Bearer", "{result}");
+    let (_, accepted) = crate::harness::exported_acceptance(&dir.0, "create_invoice");
+    assert!(accepted.contains("\"client_id\":\"claude\""), "{accepted}");
+    assert!(
+        accepted.contains(&format!("\"issuer\":\"{issuer}\"")),
+        "{accepted}"
+    );
+    served.stop();
+}
