@@ -68,6 +68,7 @@ use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use limits::{ActorLimits, Held};
 use listener::Peer;
 pub use oauth::ResourceServer;
+use postern_core::config::Principal;
 use streams::{DurableSessions, DurableStreams};
 use tokio_util::sync::CancellationToken;
 use tool_list::{annotations, listed_tool};
@@ -240,6 +241,12 @@ async fn guard(State(st): State<Arc<FrontState>>, mut req: Request, next: Next) 
         Err(refused) => return refused,
     };
     drop(body_permit);
+    if let (Some(oauth), Some(principal)) = (&st.oauth, parts.extensions.get::<Principal>()) {
+        let message = read.message.as_ref();
+        if let Some(refused) = oauth.insufficient_scope(&parts.headers, principal, message) {
+            return refused;
+        }
+    }
     let mut held = match st
         .limits
         .admit(
@@ -575,7 +582,7 @@ impl ServerHandler for PosternMcp {
             principal: ctx
                 .extensions
                 .get::<http::request::Parts>()
-                .and_then(|p| p.extensions.get::<postern_core::config::Principal>())
+                .and_then(|p| p.extensions.get::<Principal>())
                 .cloned(),
             request_id: serde_json::to_string(&ctx.id).ok(),
             // MCP's trace-context convention: W3C trace context in the request's `_meta`.

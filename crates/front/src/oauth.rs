@@ -15,7 +15,7 @@ use std::sync::Arc;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use postern_core::config::{CertificateFingerprint, ClaimMatch, Config, Principal};
+use postern_core::config::{CertificateFingerprint, ClaimMatch, Config, Issuer, Principal};
 use postern_identity::Issuers;
 use serde_json::json;
 
@@ -25,6 +25,8 @@ use super::listener::Peer;
 /// The issuers, and which principals are which actors.
 pub struct ResourceServer {
     issuers: Issuers,
+    /// The issuers' settings (the scopes each tool needs).
+    settings: Vec<Issuer>,
     /// (what the token must say, the actor, the certificate the actor is pinned to)
     actors: Vec<(ClaimMatch, String, Option<CertificateFingerprint>)>,
     public_url: Option<String>,
@@ -59,6 +61,7 @@ impl ResourceServer {
         let g = &config.gateway;
         Some(Arc::new(ResourceServer {
             issuers: Issuers::new(&config.issuers),
+            settings: config.issuers.clone(),
             actors,
             public_url: g.public_url.clone(),
             scheme: if g.tls.is_some() { "https" } else { "http" },
@@ -92,16 +95,58 @@ impl ResourceServer {
         format!("{}/mcp", self.base(headers))
     }
 
+    /// `WWW-Authenticate`'s `resource_metadata` parameter for a request with `headers`.
+    fn metadata_parameter(&self, headers: &http::HeaderMap) -> String {
+        format!(
+            "resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+            self.base(headers)
+        )
+    }
+
+    /// A `tools/call` whose token lacks a scope its tool needs (`[[issuer]] tool_scopes`): 403
+    /// `insufficient_scope` naming every scope the tool needs (RFC 6750 §3.1; how an MCP client
+    /// knows to ask for more), before anything is recorded or sent.
+    pub fn insufficient_scope(
+        &self,
+        headers: &http::HeaderMap,
+        principal: &Principal,
+        message: Option<&serde_json::Value>,
+    ) -> Option<Response> {
+        let message = message?;
+        if message.get("method")?.as_str()? != "tools/call" {
+            return None;
+        }
+        let tool = message.get("params")?.get("name")?.as_str()?;
+        let issuer = self.settings.iter().find(|i| i.url == principal.issuer)?;
+        let missing = issuer.missing_scopes(tool, &principal.scopes);
+        if missing.is_empty() {
+            return None;
+        }
+        let needed = issuer.missing_scopes(tool, &[]).join(" ");
+        let text = format!(
+            "insufficient_scope: tool {tool:?} needs the scope {needed}; the token lacks {}: nothing was recorded or sent",
+            missing.join(" ")
+        );
+        let mut refused = (StatusCode::FORBIDDEN, text).into_response();
+        let challenge = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{needed}\", {}",
+            self.metadata_parameter(headers)
+        );
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            refused
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        Some(refused)
+    }
+
     /// Points a 401 of `/mcp` at the protected resource metadata (RFC 9728 §5.1).
     pub fn challenge(&self, headers: &http::HeaderMap, response: &mut Response) {
         if response.status() != StatusCode::UNAUTHORIZED {
             return;
         }
-        let url = format!(
-            "{}/.well-known/oauth-protected-resource/mcp",
-            self.base(headers)
-        );
-        if let Ok(value) = HeaderValue::from_str(&format!("Bearer resource_metadata=\"{url}\"")) {
+        let parameter = self.metadata_parameter(headers);
+        if let Ok(value) = HeaderValue::from_str(&format!("Bearer {parameter}")) {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);

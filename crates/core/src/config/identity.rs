@@ -3,6 +3,7 @@
 //! A principal is what a verified token says (issuer, subject, client, groups, scopes); the
 //! identity crate produces it, and the front matches it to an actor here.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -24,6 +25,7 @@ pub(super) struct RawIssuer {
     pub leeway: Option<String>,
     pub jwks_refresh: Option<String>,
     pub groups_claim: Option<String>,
+    pub tool_scopes: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// An identity provider Postern accepts access tokens from.
@@ -40,6 +42,32 @@ pub struct Issuer {
     pub jwks_refresh: Duration,
     /// The claim that lists the subject's groups (or roles).
     pub groups_claim: String,
+    /// The scopes a token of this issuer must carry to call a tool: by tool name, `"PREFIX*"`,
+    /// or `"*"` (every tool); every entry that names the tool applies.
+    pub tool_scopes: BTreeMap<String, Vec<String>>,
+}
+
+impl Issuer {
+    /// The scopes `tool` needs that `granted` lacks.
+    pub fn missing_scopes(&self, tool: &str, granted: &[String]) -> Vec<String> {
+        let mut missing: Vec<String> = self
+            .tool_scopes
+            .iter()
+            .filter(|(key, _)| {
+                key.as_str() == "*"
+                    || key.as_str() == tool
+                    || key
+                        .strip_suffix('*')
+                        .is_some_and(|stem| tool.starts_with(stem))
+            })
+            .flat_map(|(_, scopes)| scopes)
+            .filter(|s| !granted.contains(s))
+            .cloned()
+            .collect();
+        missing.sort();
+        missing.dedup();
+        missing
+    }
 }
 
 #[derive(Deserialize)]
@@ -83,7 +111,10 @@ impl ClaimMatch {
     }
 }
 
-pub(super) fn issuers(raw: Vec<RawIssuer>) -> Result<Vec<Issuer>, String> {
+pub(super) fn issuers(
+    raw: Vec<RawIssuer>,
+    tools: &[crate::contract::ToolContract],
+) -> Result<Vec<Issuer>, String> {
     let mut issuers: Vec<Issuer> = Vec::new();
     for r in raw {
         let url = r.url.trim_end_matches('/').to_string();
@@ -116,7 +147,28 @@ pub(super) fn issuers(raw: Vec<RawIssuer>) -> Result<Vec<Issuer>, String> {
             parse_duration(v.as_deref().unwrap_or(default))
                 .map_err(|e| format!("{}: {e}", field(key)))
         };
+        let tool_scopes = r.tool_scopes.unwrap_or_default();
+        if let Some(unknown) = tool_scopes.keys().find(|k| {
+            !k.ends_with('*')
+                && !tools.iter().any(|t| &t.name == *k)
+                && k.as_str() != crate::contract::EXECUTION_STATUS
+        }) {
+            return Err(format!(
+                "{}: {unknown:?} is no declared tool (a name, \"PREFIX*\" or \"*\")",
+                field("tool_scopes")
+            ));
+        }
+        if let Some((tool, _)) = tool_scopes
+            .iter()
+            .find(|(_, s)| s.is_empty() || s.iter().any(|s| s.is_empty() || s.contains(' ')))
+        {
+            return Err(format!(
+                "{}: {tool:?} needs one or more scopes, each one word",
+                field("tool_scopes")
+            ));
+        }
         issuers.push(Issuer {
+            tool_scopes,
             audience: r.audience,
             algorithms,
             leeway: duration(&r.leeway, "60s", "leeway")?,
@@ -180,18 +232,45 @@ mod tests {
             leeway: None,
             jwks_refresh: None,
             groups_claim: None,
+            tool_scopes: None,
         }
+    }
+
+    fn issuers_of(raw: Vec<RawIssuer>) -> Result<Vec<Issuer>, String> {
+        issuers(raw, &[])
+    }
+
+    #[test]
+    fn a_tool_needs_every_scope_an_entry_naming_it_lists() {
+        let mut i = issuers_of(vec![raw("https://id.example", None)])
+            .unwrap()
+            .remove(0);
+        i.tool_scopes = BTreeMap::from([
+            ("*".to_string(), vec!["mcp".to_string()]),
+            ("books_*".to_string(), vec!["books".to_string()]),
+            (
+                "pay".to_string(),
+                vec!["pay:write".to_string(), "mcp".to_string()],
+            ),
+        ]);
+        let granted = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(i.missing_scopes("pay", &granted(&["mcp"])), ["pay:write"]);
+        assert_eq!(
+            i.missing_scopes("books_find", &granted(&[])),
+            ["books", "mcp"]
+        );
+        assert!(i.missing_scopes("other", &granted(&["mcp"])).is_empty());
     }
 
     #[test]
     fn symmetric_algorithms_and_plain_http_elsewhere_are_refused() {
-        let e = issuers(vec![raw("https://id.example", Some(&["HS256"]))]).unwrap_err();
+        let e = issuers_of(vec![raw("https://id.example", Some(&["HS256"]))]).unwrap_err();
         assert!(e.contains("\"HS256\" is refused"), "{e}");
-        let e = issuers(vec![raw("https://id.example", Some(&["none"]))]).unwrap_err();
+        let e = issuers_of(vec![raw("https://id.example", Some(&["none"]))]).unwrap_err();
         assert!(e.contains("\"none\" is refused"), "{e}");
-        let e = issuers(vec![raw("http://id.example", None)]).unwrap_err();
+        let e = issuers_of(vec![raw("http://id.example", None)]).unwrap_err();
         assert!(e.contains("https URL"), "{e}");
-        let ok = issuers(vec![raw("http://127.0.0.1:9000/realms/a/", None)]).unwrap();
+        let ok = issuers_of(vec![raw("http://127.0.0.1:9000/realms/a/", None)]).unwrap();
         assert_eq!(ok[0].url, "http://127.0.0.1:9000/realms/a");
         assert!(!ok[0].algorithms.iter().any(|a| a.starts_with("HS")));
     }

@@ -229,7 +229,7 @@ impl Config {
         let upstreams = upstreams(raw.upstream, &credentials, &gateway).map_err(|m| at(0, m))?;
         let tools = tools(raw.tool, &gateway, &credentials, &upstreams)
             .map_err(|(offset, m)| at(offset, m))?;
-        let issuers = identity::issuers(raw.issuer).map_err(|m| at(0, m))?;
+        let issuers = identity::issuers(raw.issuer, &tools).map_err(|m| at(0, m))?;
         let actors = people::actors(
             raw.actor,
             &tools,

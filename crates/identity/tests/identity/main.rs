@@ -18,6 +18,7 @@ fn settings(url: &str, jwks_refresh: Duration) -> Issuer {
         leeway: Duration::from_secs(5),
         jwks_refresh,
         groups_claim: "groups".into(),
+        tool_scopes: Default::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use crate::harness::{config, Dir, Mcp, Served, BILLING_TOKEN};
 
 fn with_issuer(target: &str, issuer: &str) -> String {
     format!(
-        "{}\n[[issuer]]\nurl = \"{issuer}\"\njwks_refresh = \"1s\"\n\n[[actor]]\nname = \"connector\"\nclaims = {{ issuer = \"{issuer}\", client_id = \"claude\" }}\n",
+        "{}\n[[issuer]]\nurl = \"{issuer}\"\njwks_refresh = \"1s\"\ntool_scopes = {{ \"*\" = [\"mcp\"], send_wire = [\"payments\"] }}\n\n[[actor]]\nname = \"connector\"\nclaims = {{ issuer = \"{issuer}\", client_id = \"claude\" }}\n",
         config(target)
     )
 }
@@ -68,7 +68,8 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     assert_eq!(metadata["authorization_servers"], json!([idp.url]));
 
     // The agent calls with the issuer's token for this resource.
-    let token = idp.token(json!({"sub": "svc-42", "aud": served.url, "client_id": "claude"}));
+    let token = idp
+        .token(json!({"sub": "svc-42", "aud": served.url, "client_id": "claude", "scope": "mcp"}));
     let agent = Mcp::connect(&served.url, &token).await;
     let args = json!({"customer": "oauth-co", "amount": 7});
     let r = agent.call("create_invoice", args, json!({})).await;
@@ -126,6 +127,33 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         );
     }
 
+    // A tool that needs a scope the token lacks: 403 insufficient_scope, naming what it needs.
+    let session = agent
+        .run_id()
+        .trim_start_matches("mcp-session:")
+        .to_string();
+    let wire = crate::harness::http_client()
+        .post(&served.url)
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "send_wire", "arguments": {"customer": "x", "amount": 1}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wire.status().as_u16(), 403);
+    let challenge = wire.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"mcp payments\""),
+        "{challenge}"
+    );
+    assert!(challenge.contains("resource_metadata="), "{challenge}");
+
     // One actor's token on another actor's session: the session does not exist for it.
     let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;
     let hijack = crate::harness::http_client()
@@ -146,6 +174,10 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     // The record names whom the agent acted for; nothing of the token is stored or exported.
     let (export, accepted) = crate::harness::exported_acceptance(&dir.0, "create_invoice");
     assert!(accepted.contains("\"subject\":\"svc-42\""), "{accepted}");
+    assert!(
+        !export.contains("send_wire"),
+        "the refused call was not recorded"
+    );
     assert!(accepted.contains("\"client_id\":\"claude\""), "{accepted}");
     assert!(
         accepted.contains(&format!("\"issuer\":\"{}\"", idp.url)),
