@@ -59,6 +59,9 @@ async fn list(
                         td {
                             (shown_or(r.client.as_deref(), "–")) " " (shown_or(r.client_version.as_deref(), ""))
                             @if let Some(from) = &r.client_address { " " small { "from " (shown(from)) } }
+                            @if let Some(p) = &r.principal {
+                                br; small { "for " (shown(p["subject"].as_str().unwrap_or("?"))) " of " (shown(p["issuer"].as_str().unwrap_or("?"))) }
+                            }
                         }
                         td { (shown_or(r.protocol_version.as_deref(), "–")) " " small { (r.transport) } }
                         td { (time(&r.started_at)) }

@@ -458,6 +458,15 @@ impl PosternMcp {
                 client_name: info.as_ref().map(|i| i.client_info.name.clone()),
                 client_version: info.as_ref().map(|i| i.client_info.version.clone()),
                 client_address: auth::client_address(&ctx.extensions).map(|a| a.to_string()),
+                principal: ctx
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|p| p.extensions.get::<Principal>())
+                    .map(|p| postern_ledger::RunPrincipal {
+                        issuer: p.issuer.clone(),
+                        subject: p.subject.clone(),
+                        client_id: p.client_id.clone(),
+                    }),
                 protocol_version: ctx.protocol_version().map(|v| v.to_string()),
                 ..Run::new(
                     id.clone(),

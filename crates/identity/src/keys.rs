@@ -40,8 +40,10 @@ struct Held {
     keys: HashMap<String, Arc<DecodingKey>>,
     /// The keys without a `kid` (used when a token names none and there is exactly one).
     unnamed: Vec<Arc<DecodingKey>>,
-    /// When a fetch was last tried, and why it failed if it did.
-    tried: Option<(Instant, Option<String>)>,
+    /// When a fetch a token asked for was last tried (the rate limit's clock).
+    tried: Option<Instant>,
+    /// Why the last fetch failed, if it did.
+    failure: Option<String>,
 }
 
 impl IssuerKeys {
@@ -68,8 +70,8 @@ impl IssuerKeys {
             }
             None => None,
         };
-        found.ok_or_else(|| match &held.tried {
-            Some((_, Some(reason))) => TokenError::KeysUnavailable {
+        found.ok_or_else(|| match &held.failure {
+            Some(reason) => TokenError::KeysUnavailable {
                 issuer: self.issuer.url.clone(),
                 reason: reason.clone(),
             },
@@ -97,7 +99,7 @@ impl IssuerKeys {
                 return Ok(key);
             }
             if self.may_fetch_now() {
-                if let Err(reason) = self.refresh().await {
+                if let Err(reason) = self.refresh(true).await {
                     tracing::warn!(issuer = %self.issuer.url, %reason, "an issuer's key set could not be fetched; the keys held stay in use");
                 }
             }
@@ -108,24 +110,29 @@ impl IssuerKeys {
     fn may_fetch_now(&self) -> bool {
         self.read()
             .tried
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.issuer.jwks_refresh)
+            .is_none_or(|at| at.elapsed() >= self.issuer.jwks_refresh)
     }
 
     /// Discovers the metadata (once) and fetches the key set; on failure the keys held stay.
-    pub(crate) async fn refresh(&self) -> Result<(), String> {
+    /// `asked`: a token asked for it, so it counts against `jwks_refresh` (a fetch at start-up
+    /// does not: the first token after a provider that was down at start-up fetches at once).
+    pub(crate) async fn refresh(&self, asked: bool) -> Result<(), String> {
         let fetched = self.fetch().await;
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+        if asked {
+            held.tried = Some(Instant::now());
+        }
         match fetched {
             Ok((jwks_uri, keys, unnamed)) => {
                 held.jwks_uri = Some(jwks_uri);
                 held.keys = keys;
                 held.unnamed = unnamed;
-                held.tried = Some((Instant::now(), None));
+                held.tried = Some(Instant::now());
+                held.failure = None;
                 Ok(())
             }
             Err(reason) => {
-                held.tried = Some((Instant::now(), Some(reason.clone())));
+                held.failure = Some(reason.clone());
                 Err(reason)
             }
         }

@@ -85,7 +85,7 @@ impl Issuers {
     /// logged and tried again when a token of it arrives.
     pub async fn warm(&self) {
         for issuer in &self.0 {
-            if let Err(reason) = issuer.refresh().await {
+            if let Err(reason) = issuer.refresh(false).await {
                 tracing::warn!(issuer = %issuer.issuer.url, %reason, "an issuer's keys could not be fetched at start-up; tokens it signs are refused until they can");
             }
         }

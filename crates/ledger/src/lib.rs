@@ -63,8 +63,8 @@ pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{
     AcceptOutcome, AcceptRequest, CallRecord, ExecutionSummary, ExecutionView, ListFilter,
-    NewEvent, RecoveryReport, ResultBody, Run, RunDecision, RunEnd, StoreHealth, StoredResult,
-    ToolPin,
+    NewEvent, RecoveryReport, ResultBody, Run, RunDecision, RunEnd, RunPrincipal, StoreHealth,
+    StoredResult, ToolPin,
 };
 pub use reader::StoreReader;
 pub use retention::{PruneReport, Retention};

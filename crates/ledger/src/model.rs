@@ -209,6 +209,8 @@ pub struct Run {
     /// The address its client connected from (a trusted proxy's PROXY header's, behind one);
     /// `None` for stdio.
     pub client_address: Option<String>,
+    /// Whom the agent acted for, when it authenticated with an issuer's access token.
+    pub principal: Option<RunPrincipal>,
     pub protocol_version: Option<String>,
     pub transport: String,
     pub started_at: Timestamp,
@@ -230,6 +232,7 @@ impl Run {
             client_name: None,
             client_version: None,
             client_address: None,
+            principal: None,
             protocol_version: None,
             transport,
             started_at,
@@ -239,6 +242,14 @@ impl Run {
             revoked: None,
         }
     }
+}
+
+/// Whom a run's agent acted for: an access token's issuer, subject and client (never the token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunPrincipal {
+    pub issuer: String,
+    pub subject: String,
+    pub client_id: Option<String>,
 }
 
 /// How a run ended.

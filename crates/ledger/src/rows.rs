@@ -151,7 +151,7 @@ pub(crate) fn result(row: &impl RowAccess) -> Result<StoredResult, LedgerError> 
 }
 
 /// The columns [`run`] reads.
-pub(crate) const RUN_COLUMNS: &str = "id, actor, client_name, client_version, client_address, protocol_version, transport, started_at, ended_at, end_reason, authorized_by, authorized_at, revoked_by, revoked_at";
+pub(crate) const RUN_COLUMNS: &str = "id, actor, client_name, client_version, client_address, principal_issuer, principal_subject, principal_client, protocol_version, transport, started_at, ended_at, end_reason, authorized_by, authorized_at, revoked_by, revoked_at";
 
 pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
     Ok(Run {
@@ -160,6 +160,17 @@ pub(crate) fn run(row: &impl RowAccess) -> Result<Run, LedgerError> {
         client_name: get_opt_str(row, "client_name")?,
         client_version: get_opt_str(row, "client_version")?,
         client_address: get_opt_str(row, "client_address")?,
+        principal: match (
+            get_opt_str(row, "principal_issuer")?,
+            get_opt_str(row, "principal_subject")?,
+        ) {
+            (Some(issuer), Some(subject)) => Some(crate::model::RunPrincipal {
+                issuer,
+                subject,
+                client_id: get_opt_str(row, "principal_client")?,
+            }),
+            _ => None,
+        },
         protocol_version: get_opt_str(row, "protocol_version")?,
         transport: get_str(row, "transport")?,
         started_at: Timestamp(get_i64(row, "started_at")?),

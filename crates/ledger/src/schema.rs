@@ -98,6 +98,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0013_run_client_address.sql"),
         postgres: include_str!("../migrations/postgres/0013_run_client_address.sql"),
     },
+    Migration {
+        version: 14,
+        name: "run principal",
+        sqlite: include_str!("../migrations/sqlite/0014_run_principal.sql"),
+        postgres: include_str!("../migrations/postgres/0014_run_principal.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -348,6 +348,14 @@ pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
                     println!("run          {}", text(&r["run_id"]));
                     println!("actor        {}", text(&r["actor"]));
                     println!("client       {}", client(r));
+                    if let Some(p) = r.get("principal").filter(|p| p.is_object()) {
+                        println!(
+                            "acting for   {} of {} (client {})",
+                            text(&p["subject"]),
+                            text(&p["issuer"]),
+                            text(&p["client_id"])
+                        );
+                    }
                     println!(
                         "protocol     {} over {}",
                         text(&r["protocol_version"]),

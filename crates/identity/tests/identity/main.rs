@@ -177,3 +177,17 @@ async fn keys_held_stay_in_use_while_the_provider_is_down() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     issuers.verify(&rotated, RESOURCE).await.unwrap();
 }
+
+/// A provider down when the gateway starts is not held against the first token: its keys are
+/// fetched when that token arrives, however soon.
+#[tokio::test]
+async fn a_provider_down_at_start_up_is_fetched_for_the_first_token() {
+    let idp = TestIssuer::start().await;
+    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_secs(60))]);
+    idp.set_down(true);
+    issuers.warm().await;
+    idp.set_down(false);
+    let token = idp.token(json!({"sub": "u", "aud": RESOURCE}));
+    issuers.verify(&token, RESOURCE).await.unwrap();
+    assert_eq!(idp.jwks_fetches(), 1);
+}

@@ -24,6 +24,9 @@ impl<C: WriteConn> Writer<C> {
                 &run.client_name,
                 &run.client_version,
                 &run.client_address,
+                &run.principal.as_ref().map(|p| p.issuer.clone()),
+                &run.principal.as_ref().map(|p| p.subject.clone()),
+                &run.principal.as_ref().and_then(|p| p.client_id.clone()),
                 &run.protocol_version,
                 &run.transport,
                 run.started_at.0
@@ -150,6 +153,6 @@ fn start_run_sql() -> &'static str {
             .map(|e| format!("'{}'", e.as_str()))
             .collect();
         let resumable = resumable.join(", ");
-        format!("INSERT INTO runs (id, actor, client_name, client_version, client_address, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor")
+        format!("INSERT INTO runs (id, actor, client_name, client_version, client_address, principal_issuer, principal_subject, principal_client, protocol_version, transport, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, ended_at = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.ended_at END, end_reason = CASE WHEN runs.end_reason IN ({resumable}) THEN NULL ELSE runs.end_reason END WHERE runs.actor = excluded.actor")
     })
 }

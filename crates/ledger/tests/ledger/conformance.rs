@@ -396,6 +396,11 @@ async fn runs_are_recorded() {
             client_name: Some("rmcp".into()),
             client_version: Some("3.11".into()),
             client_address: Some("192.0.2.7".into()),
+            principal: Some(postern_ledger::RunPrincipal {
+                issuer: "https://id.example".into(),
+                subject: "svc-1".into(),
+                client_id: Some("claude".into()),
+            }),
             protocol_version: Some("2025-06-18".into()),
             transport: "streamable-http".into(),
             started_at: now(),
@@ -417,6 +422,7 @@ async fn runs_are_recorded() {
             Some("192.0.2.7"),
             "{backend:?}"
         );
+        assert_eq!(runs[0].principal, run.principal, "{backend:?}");
         assert!(runs[0].ended_at.is_some(), "{backend:?}");
         assert_eq!(runs[0].end_reason, Some(postern_ledger::RunEnd::Closed));
     }

@@ -34,6 +34,8 @@ pub struct RunView {
     pub client_version: Option<String>,
     /// The address the client connected from (behind a trusted proxy, the one it named).
     pub client_address: Option<String>,
+    /// Whom the agent acted for (an issuer's access token): `{issuer, subject, client_id}`.
+    pub principal: Option<serde_json::Value>,
     pub protocol_version: Option<String>,
     pub transport: String,
     pub started_at: String,
@@ -318,6 +320,9 @@ impl Gateway {
             client: run.client_name.clone(),
             client_version: run.client_version.clone(),
             client_address: run.client_address.clone(),
+            principal: run.principal.as_ref().map(
+                |p| json!({"issuer": p.issuer, "subject": p.subject, "client_id": p.client_id}),
+            ),
             protocol_version: run.protocol_version.clone(),
             transport: run.transport.clone(),
             started_at: run.started_at.to_string(),

@@ -43,10 +43,8 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     let target = postern_demo::target::InvoiceApi::start().await.unwrap();
     let idp = TestIssuer::start().await;
     let dir = Dir::new("oauth");
-    let served = Served::start(
-        &dir.0,
-        &with_issuer(&format!("http://{}", target.addr), &idp.url),
-    );
+    let text = with_issuer(&format!("http://{}", target.addr), &idp.url);
+    let served = Served::start(&dir.0, &crate::limits::with_alice(&text, &dir));
     // The first 401 points at the protected resource metadata, which names the issuer.
     let (status, challenge, _) = post_initialize(&served.url, None).await;
     assert_eq!(status, 401);
@@ -177,6 +175,27 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     assert!(
         !export.contains("send_wire"),
         "the refused call was not recorded"
+    );
+    // The Sessions log names whom the agent acted for.
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .current_dir(&dir.0)
+        .env("POSTERN_OPERATOR_TOKEN", crate::harness::ALICE_TOKEN)
+        .args([
+            "sessions",
+            "show",
+            &agent.run_id(),
+            "--gateway",
+            &served.url,
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!(
+            "acting for   svc-42 of {} (client claude)",
+            idp.url
+        )),
+        "{shown}"
     );
     assert!(accepted.contains("\"client_id\":\"claude\""), "{accepted}");
     assert!(
