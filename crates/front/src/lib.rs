@@ -120,7 +120,12 @@ pub struct Tokens {
 /// ends every open stream, so a graceful stop does not wait on clients.
 pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken) -> Router {
     let actor_tokens: Vec<String> = tokens.actors.keys().cloned().collect();
-    let ops = ops::router(gateway.clone(), tokens.operators, actor_tokens);
+    let ops = ops::router(
+        gateway.clone(),
+        tokens.operators,
+        actor_tokens,
+        tokens.resource_server.clone(),
+    );
     let oauth = tokens.resource_server.clone();
     let tokens = tokens.actors;
     let max_body = usize::try_from(gateway.config().gateway.max_body_bytes).unwrap_or(usize::MAX);

@@ -29,6 +29,8 @@ pub struct ResourceServer {
     settings: Vec<Issuer>,
     /// (what the token must say, the actor, the certificate the actor is pinned to)
     actors: Vec<(ClaimMatch, String, Option<CertificateFingerprint>)>,
+    /// (what the token must say, the operator)
+    operators: Vec<(ClaimMatch, String)>,
     public_url: Option<String>,
     /// The listener's scheme and address, for a request whose `Host` is not one of ours.
     scheme: &'static str,
@@ -58,8 +60,14 @@ impl ResourceServer {
                 Some((claims, a.name.clone(), a.client_cert_fingerprint))
             })
             .collect();
+        let operators = config
+            .operators
+            .iter()
+            .filter_map(|o| Some((o.claims.clone()?, o.name.clone())))
+            .collect();
         let g = &config.gateway;
         Some(Arc::new(ResourceServer {
+            operators,
             issuers: Issuers::new(&config.issuers),
             settings: config.issuers.clone(),
             actors,
@@ -173,6 +181,39 @@ impl ResourceServer {
                 self.challenge(headers, &mut refused);
                 Err(refused)
             }
+        })
+    }
+
+    /// The operator a JWT bearer token on `/ops` stands for (its audience: `/ops`'s URL unless
+    /// the issuer names one); `None` when the bearer is not a JWT. A token whose principal is
+    /// also an actor's is refused: an agent must never decide on its own calls.
+    pub async fn operator(&self, headers: &http::HeaderMap) -> Option<Result<String, String>> {
+        let token = bearer(headers).filter(|t| postern_identity::looks_like_jwt(t))?;
+        let resource = format!("{}/ops", self.base(headers));
+        let principal = match self.issuers.verify(token, &resource).await {
+            Ok(principal) => principal,
+            Err(why) => return Some(Err(format!("invalid_token: {why}"))),
+        };
+        let who = format!("subject {:?} of {}", principal.subject, principal.issuer);
+        if let Some((_, actor, _)) = self.actors.iter().find(|(c, _, _)| c.matches(&principal)) {
+            return Some(Err(format!(
+                "{who} is actor {actor:?}: an actor's token cannot decide approvals or reviews"
+            )));
+        }
+        let matching: Vec<&String> = self
+            .operators
+            .iter()
+            .filter(|(c, _)| c.matches(&principal))
+            .map(|(_, name)| name)
+            .collect();
+        Some(match matching.as_slice() {
+            [name] => Ok((*name).clone()),
+            [] => Err(format!(
+                "{who} is no operator's: no [[operator]] claims match the token"
+            )),
+            _ => Err(format!(
+                "{who} matches several operators: make their claims exclusive"
+            )),
         })
     }
 

@@ -53,6 +53,8 @@ struct OpsState {
     operators: HashMap<String, String>,
     /// actors' tokens, only to tell an actor it may not decide (403 rather than 401)
     actor_tokens: Vec<String>,
+    /// Operators' access tokens from the `[[issuer]]`s.
+    oauth: Option<Arc<crate::oauth::ResourceServer>>,
 }
 
 /// The `/ops` routes.
@@ -60,11 +62,13 @@ pub(super) fn router(
     gateway: Arc<Gateway>,
     operators: HashMap<String, String>,
     actor_tokens: Vec<String>,
+    oauth: Option<Arc<crate::oauth::ResourceServer>>,
 ) -> Router {
     let state = Arc::new(OpsState {
         gateway,
         operators,
         actor_tokens,
+        oauth,
     });
     Router::new()
         .route("/ops/approvals", get(approvals))
@@ -100,6 +104,20 @@ async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: N
     let operator = crate::auth::holder_of(&st.operators, presented).cloned();
     let is_actor =
         crate::auth::holder_of(st.actor_tokens.iter().map(|t| (t, ())), presented).is_some();
+    let operator = match (operator, &st.oauth) {
+        (None, Some(oauth)) if !is_actor => match oauth.operator(req.headers()).await {
+            Some(Ok(name)) => Some(name),
+            Some(Err(why)) => {
+                let status = match why.starts_with("invalid_token") {
+                    true => StatusCode::UNAUTHORIZED,
+                    false => StatusCode::FORBIDDEN,
+                };
+                return error(status, why);
+            }
+            None => None,
+        },
+        (operator, _) => operator,
+    };
     match operator {
         Some(name) if !presented.is_empty() => {
             req.extensions_mut().insert(Operator(name));

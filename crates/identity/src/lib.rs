@@ -179,7 +179,11 @@ fn principal(issuer: &Issuer, claims: &Value) -> Principal {
     Principal {
         issuer: issuer.url.clone(),
         subject: text("sub").unwrap_or_default(),
-        client_id: text("client_id").or_else(|| text("azp")),
+        // RFC 9068's `client_id`; OpenID's `azp` (Keycloak, Entra v2); Okta's `cid`; Entra v1's
+        // `appid`.
+        client_id: ["client_id", "azp", "cid", "appid"]
+            .into_iter()
+            .find_map(text),
         groups: strings(claims.get(&issuer.groups_claim)),
         scopes: strings(claims.get("scope").or_else(|| claims.get("scp"))),
     }

@@ -160,7 +160,11 @@ fn operator_tokens(
 ) -> Result<HashMap<String, String>> {
     let mut operators = HashMap::new();
     for operator in &config.operators {
-        let token = secrets::resolve(&operator.token, dir)
+        // An operator known by an issuer's access tokens alone has no static token.
+        let Some(token) = &operator.token else {
+            continue;
+        };
+        let token = secrets::resolve(token, dir)
             .with_context(|| format!("token of operator {}", operator.name))?;
         if token.len() < 16 {
             bail!(

@@ -93,7 +93,7 @@ pub struct ClaimMatch {
 pub struct Principal {
     pub issuer: String,
     pub subject: String,
-    /// `client_id`, else `azp`.
+    /// `client_id`, else `azp`, `cid` (Okta) or `appid` (Entra ID v1).
     pub client_id: Option<String>,
     pub groups: Vec<String>,
     pub scopes: Vec<String>,
@@ -197,20 +197,16 @@ fn provider_url(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// An actor's `claims`, checked against the issuers.
-pub(super) fn claims(
-    raw: RawClaims,
-    actor: &str,
-    issuers: &[Issuer],
-) -> Result<ClaimMatch, String> {
+/// An actor's or an operator's `claims` (`who` names it), checked against the issuers.
+pub(super) fn claims(raw: RawClaims, who: &str, issuers: &[Issuer]) -> Result<ClaimMatch, String> {
     let issuer = raw.issuer.trim_end_matches('/').to_string();
     if !issuers.iter().any(|i| i.url == issuer) {
         return Err(format!(
-            "actor {actor:?}: claims.issuer {issuer:?} is not an [[issuer]]"
+            "{who}: claims.issuer {issuer:?} is not an [[issuer]]"
         ));
     }
     if raw.subject.is_none() && raw.client_id.is_none() && raw.group.is_none() {
-        return Err(format!("actor {actor:?}: claims needs a subject, a client_id or a group besides the issuer (any token of the issuer would be this actor's)"));
+        return Err(format!("{who}: claims needs a subject, a client_id or a group besides the issuer (any token of the issuer would match)"));
     }
     Ok(ClaimMatch {
         issuer,

@@ -143,7 +143,10 @@ pub struct GatewaySettings {
 #[derive(Clone, Debug)]
 pub struct Operator {
     pub name: String,
-    pub token: SecretRef,
+    /// A static token (the console's log-in, the CLI, `/ops`).
+    pub token: Option<SecretRef>,
+    /// The access tokens of an `[[issuer]]` that are this operator's (on `/ops`).
+    pub claims: Option<ClaimMatch>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,7 +241,8 @@ impl Config {
             gateway.tls.is_some(),
         )
         .map_err(|(offset, m)| at(offset, m))?;
-        let operators = people::operators(raw.operator).map_err(|(offset, m)| at(offset, m))?;
+        let operators =
+            people::operators(raw.operator, &issuers).map_err(|(offset, m)| at(offset, m))?;
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let audit = raw.audit.build().map_err(|e| at(0, e))?;
         let console =

@@ -103,7 +103,7 @@ pub(super) fn actors(
         }
         let claims = a
             .claims
-            .map(|c| super::identity::claims(c, &name, issuers))
+            .map(|c| super::identity::claims(c, &format!("actor {name:?}"), issuers))
             .transpose()
             .map_err(|m| (offset, m))?;
         actors.push(Actor {
@@ -118,8 +118,11 @@ pub(super) fn actors(
     Ok(actors)
 }
 
-/// The operators, in order.
-pub(super) fn operators(raw: Vec<RawOperator>) -> Result<Vec<Operator>, Fault> {
+/// The operators, in order: each with a static token, an issuer's claims, or both.
+pub(super) fn operators(
+    raw: Vec<RawOperator>,
+    issuers: &[super::Issuer],
+) -> Result<Vec<Operator>, Fault> {
     let mut operators: Vec<Operator> = Vec::new();
     for o in raw {
         let offset = o.name.span().start;
@@ -130,12 +133,26 @@ pub(super) fn operators(raw: Vec<RawOperator>) -> Result<Vec<Operator>, Fault> {
                 format!("operator {name:?} is empty or declared twice"),
             ));
         }
-        if matches!(o.token, SecretRef::Vault(_)) {
+        if matches!(o.token, Some(SecretRef::Vault(_))) {
             return Err((offset, format!("operator {name:?}: a token cannot come from the vault (an operator unlocks it)")));
+        }
+        let claims = o
+            .claims
+            .map(|c| super::identity::claims(c, &format!("operator {name:?}"), issuers))
+            .transpose()
+            .map_err(|m| (offset, m))?;
+        if o.token.is_none() && claims.is_none() {
+            return Err((
+                offset,
+                format!(
+                    "operator {name:?} needs a token or claims (an [[issuer]]'s access tokens)"
+                ),
+            ));
         }
         operators.push(Operator {
             name,
             token: o.token,
+            claims,
         });
     }
     Ok(operators)

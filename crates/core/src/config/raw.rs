@@ -89,7 +89,8 @@ pub(super) struct RawActor {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOperator {
     pub name: Spanned<String>,
-    pub token: SecretRef,
+    pub token: Option<SecretRef>,
+    pub claims: Option<super::identity::RawClaims>,
 }
 
 #[derive(Deserialize)]

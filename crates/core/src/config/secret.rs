@@ -122,7 +122,11 @@ impl super::Config {
             );
         }
         for o in &self.operators {
-            refs.push((format!("the token of operator {}", o.name), &o.token));
+            refs.extend(
+                o.token
+                    .iter()
+                    .map(|r| (format!("the token of operator {}", o.name), r)),
+            );
         }
         for (name, c) in &self.credentials {
             refs.extend(

@@ -43,6 +43,10 @@ async fn a_valid_token_names_its_principal() {
     assert_eq!(p.client_id.as_deref(), Some("claude"));
     assert_eq!(p.groups, ["agents", "ops"]);
     assert_eq!(p.scopes, ["mcp:tools", "invoices:write"]);
+    // Okta names the client `cid`.
+    let okta = idp.token(json!({"sub": "u", "aud": RESOURCE, "cid": "0oa1okta"}));
+    let p = issuers.verify(&okta, RESOURCE).await.unwrap();
+    assert_eq!(p.client_id.as_deref(), Some("0oa1okta"));
     // An audience given as a list, with ours in it, is ours.
     let listed = idp.token(json!({"sub": "u", "aud": ["other", RESOURCE]}));
     assert!(issuers.verify(&listed, RESOURCE).await.is_ok());

@@ -10,7 +10,7 @@ use crate::harness::{config, Dir, Mcp, Served, BILLING_TOKEN};
 
 fn with_issuer(target: &str, issuer: &str) -> String {
     format!(
-        "{}\n[[issuer]]\nurl = \"{issuer}\"\njwks_refresh = \"1s\"\ntool_scopes = {{ \"*\" = [\"mcp\"], send_wire = [\"payments\"] }}\n\n[[actor]]\nname = \"connector\"\nclaims = {{ issuer = \"{issuer}\", client_id = \"claude\" }}\n",
+        "{}\n[[operator]]\nname = \"dana\"\nclaims = {{ issuer = \"{issuer}\", group = \"approvers\" }}\n\n[[issuer]]\nurl = \"{issuer}\"\njwks_refresh = \"1s\"\ntool_scopes = {{ \"*\" = [\"mcp\"], send_wire = [\"payments\"] }}\n\n[[actor]]\nname = \"connector\"\nclaims = {{ issuer = \"{issuer}\", client_id = \"claude\" }}\n",
         config(target)
     )
 }
@@ -151,6 +151,31 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         "{challenge}"
     );
     assert!(challenge.contains("resource_metadata="), "{challenge}");
+
+    // An operator's access token (for `/ops`) decides; an agent's token there does not.
+    let ops_url = format!("{base}/ops/runs");
+    let dana =
+        idp.token(json!({"sub": "dana", "aud": format!("{base}/ops"), "groups": ["approvers"]}));
+    let http = crate::harness::http_client();
+    let ops = |token: String| http.get(&ops_url).bearer_auth(token).send();
+    assert_eq!(ops(dana).await.unwrap().status().as_u16(), 200);
+    let agent_on_ops = idp.token(json!({"sub": "svc-42", "aud": format!("{base}/ops"), "client_id": "claude", "groups": ["approvers"]}));
+    let refused = ops(agent_on_ops).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let why: Value = refused.json().await.unwrap();
+    assert!(
+        why["error"]
+            .as_str()
+            .unwrap()
+            .contains("is actor \"connector\""),
+        "{why}"
+    );
+    let for_mcp = idp.token(json!({"sub": "dana", "aud": served.url, "groups": ["approvers"]}));
+    assert_eq!(
+        ops(for_mcp).await.unwrap().status().as_u16(),
+        401,
+        "a token for /mcp is not for /ops"
+    );
 
     // One actor's token on another actor's session: the session does not exist for it.
     let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;

@@ -60,7 +60,7 @@ fn secrets_become_references_and_the_config_parses() {
     // The operator the operator's commands need, its token from the environment.
     assert_eq!(config.operators.len(), 1);
     assert_eq!(
-        config.operators[0].token.to_string(),
+        config.operators[0].token.as_ref().unwrap().to_string(),
         "env:POSTERN_OPERATOR_TOKEN"
     );
     // The read marked as the comment says parses.
