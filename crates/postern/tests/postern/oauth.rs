@@ -44,11 +44,14 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     let idp = TestIssuer::start().await;
     let dir = Dir::new("oauth");
     let text = with_issuer(&format!("http://{}", target.addr), &idp.url);
-    let served = Served::start(&dir.0, &crate::limits::with_alice(&text, &dir));
+    // At trace level, its log kept: nothing of a token may reach it.
+    crate::harness::prepare(&dir.0, &crate::limits::with_alice(&text, &dir));
+    let log = dir.0.join("stderr.log");
+    let (mut child, url) = crate::harness::serve_logging_to(&dir.0, &log);
     // The first 401 points at the protected resource metadata, which names the issuer.
-    let (status, challenge, _) = post_initialize(&served.url, None).await;
+    let (status, challenge, _) = post_initialize(&url, None).await;
     assert_eq!(status, 401);
-    let base = served.url.trim_end_matches("/mcp");
+    let base = url.trim_end_matches("/mcp");
     let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp");
     assert_eq!(
         challenge,
@@ -62,13 +65,13 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         .json()
         .await
         .unwrap();
-    assert_eq!(metadata["resource"], served.url.as_str(), "{metadata}");
+    assert_eq!(metadata["resource"], url.as_str(), "{metadata}");
     assert_eq!(metadata["authorization_servers"], json!([idp.url]));
 
     // The agent calls with the issuer's token for this resource.
-    let token = idp
-        .token(json!({"sub": "svc-42", "aud": served.url, "client_id": "claude", "scope": "mcp"}));
-    let agent = Mcp::connect(&served.url, &token).await;
+    let token =
+        idp.token(json!({"sub": "svc-42", "aud": url, "client_id": "claude", "scope": "mcp"}));
+    let agent = Mcp::connect(&url, &token).await;
     let args = json!({"customer": "oauth-co", "amount": 7});
     let r = agent.call("create_invoice", args, json!({})).await;
     assert_eq!(
@@ -83,9 +86,7 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         .as_secs();
     let refused = [
         (
-            idp.token(
-                json!({"sub": "s", "aud": served.url, "client_id": "claude", "exp": t - 120}),
-            ),
+            idp.token(json!({"sub": "s", "aud": url, "client_id": "claude", "exp": t - 120})),
             401,
             "expired",
         ),
@@ -95,25 +96,23 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
             "not for this resource",
         ),
         (
-            idp.unsigned(json!({"sub": "s", "aud": served.url, "client_id": "claude"})),
+            idp.unsigned(json!({"sub": "s", "aud": url, "client_id": "claude"})),
             401,
             "signed with none",
         ),
         (
-            idp.hs256_with_public_key(
-                json!({"sub": "s", "aud": served.url, "client_id": "claude"}),
-            ),
+            idp.hs256_with_public_key(json!({"sub": "s", "aud": url, "client_id": "claude"})),
             401,
             "HS256",
         ),
         (
-            idp.token(json!({"sub": "s", "aud": served.url, "client_id": "someone-else"})),
+            idp.token(json!({"sub": "s", "aud": url, "client_id": "someone-else"})),
             403,
             "no actor's",
         ),
     ];
     for (bad, code, why) in refused {
-        let (status, challenge, body) = post_initialize(&served.url, Some(&bad)).await;
+        let (status, challenge, body) = post_initialize(&url, Some(&bad)).await;
         assert_eq!(status, code, "{why}: {body}");
         assert!(body.contains(why), "{why}: {body}");
         if code == 401 {
@@ -131,7 +130,7 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         .trim_start_matches("mcp-session:")
         .to_string();
     let wire = crate::harness::http_client()
-        .post(&served.url)
+        .post(&url)
         .bearer_auth(&token)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-session-id", &session)
@@ -170,7 +169,7 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
             .contains("is actor \"connector\""),
         "{why}"
     );
-    let for_mcp = idp.token(json!({"sub": "dana", "aud": served.url, "groups": ["approvers"]}));
+    let for_mcp = idp.token(json!({"sub": "dana", "aud": url, "groups": ["approvers"]}));
     assert_eq!(
         ops(for_mcp).await.unwrap().status().as_u16(),
         401,
@@ -178,9 +177,9 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     );
 
     // One actor's token on another actor's session: the session does not exist for it.
-    let billing = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    let billing = Mcp::connect(&url, BILLING_TOKEN).await;
     let hijack = crate::harness::http_client()
-        .post(&served.url)
+        .post(&url)
         .bearer_auth(&token)
         .header("accept", "application/json, text/event-stream")
         .header(
@@ -205,13 +204,7 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     let shown = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
         .current_dir(&dir.0)
         .env("POSTERN_OPERATOR_TOKEN", crate::harness::ALICE_TOKEN)
-        .args([
-            "sessions",
-            "show",
-            &agent.run_id(),
-            "--gateway",
-            &served.url,
-        ])
+        .args(["sessions", "show", &agent.run_id(), "--gateway", &url])
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
@@ -245,7 +238,27 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
             );
         }
     }
-    served.stop();
+    let metrics = crate::harness::http_client()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(crate::harness::ALICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("\"level\":\"DEBUG\""), "a debug-level log");
+    for (place, text) in [("the log", &logged), ("/metrics", &metrics)] {
+        for part in [signature, payload] {
+            assert!(
+                !text.contains(&part[..16]),
+                "{place} holds part of the token"
+            );
+        }
+    }
 }
 
 /// A certified provider (oidc-provider, pinned in `tests/interop/package.json`) on loopback,
