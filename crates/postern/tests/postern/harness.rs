@@ -371,6 +371,16 @@ pub fn exported_acceptance(dir: &Path, tool: &str) -> (String, String) {
     (export, accepted)
 }
 
+/// The gateway's Prometheus text at `{base}/metrics`, asked as operator alice.
+pub async fn metrics(base: &str) -> String {
+    let response = http_client()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(ALICE_TOKEN)
+        .send()
+        .await;
+    response.unwrap().text().await.unwrap()
+}
+
 /// `GET url` of the operator API as operator alice ([`ALICE_TOKEN`]), over `http`: its JSON.
 pub async fn ops_get(http: &reqwest::Client, url: &str) -> Value {
     let response = http.get(url).bearer_auth(ALICE_TOKEN).send().await;

@@ -238,15 +238,7 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
             );
         }
     }
-    let metrics = crate::harness::http_client()
-        .get(format!("{base}/metrics"))
-        .bearer_auth(crate::harness::ALICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::harness::metrics(base).await;
     let _ = child.kill();
     let _ = child.wait();
     let logged = std::fs::read_to_string(&log).unwrap();

@@ -267,15 +267,7 @@ async fn a_thousand_abandoned_sessions_never_lock_the_actor_out() {
     assert!(done["result"].is_object(), "{done}");
     let (_, list) = first.request("list_invoices", json!({}), json!({}));
     assert_eq!(first.raw(&list, None).await.unwrap().0, 404);
-    let metrics = http
-        .get(format!("http://{}/metrics", served.addr()))
-        .bearer_auth(crate::harness::ALICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::harness::metrics(&format!("http://{}", served.addr())).await;
     let evicted: f64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("postern_session_evictions_total "))
