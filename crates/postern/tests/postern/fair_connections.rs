@@ -114,7 +114,10 @@ async fn one_actors_slow_bodies_leave_other_agents_served() {
                         seen.opened.fetch_add(1, Relaxed);
                         slow_body(&mut conn, head.as_bytes(), &seen, &stop).await;
                     }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    // Reopened after 1 s, as the attacker held its connections: a
+                    // reconnect storm faster than the gateway can answer 429s is another attack
+                    // (see docs/security.md: it can still fill `max_connections` for a moment).
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             })
         })
