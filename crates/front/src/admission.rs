@@ -1,14 +1,106 @@
-//! What happens to an HTTP request before rmcp sees it, beside authentication and the limits:
-//! the session and stream it names must be its actor's, its body is read and strictly parsed,
-//! and an idle session the session cap gave up is ended.
+//! What happens to an HTTP request before rmcp sees it ([`guard`]): it is authenticated and
+//! counted against its actor's limits, the session and stream it names must be its actor's, its
+//! body is read and strictly parsed, and an idle session the session cap gave up is ended.
+
+use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::ErrorCode;
 use serde_json::Value;
 
-use super::{jsonrpc_error, FrontState, RawParams, FIRST_SESSIONLESS_VERSION};
+use postern_core::config::Principal;
+
+use super::listener::{Peer, Seat};
+use super::{auth, jsonrpc_error, FrontState, RawParams, FIRST_SESSIONLESS_VERSION};
+
+/// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
+/// fully written.
+pub(super) async fn guard(
+    State(st): State<Arc<FrontState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let peer = req.extensions().get::<Peer>().copied();
+    let identified = auth::identify(
+        &st.credentials,
+        st.oauth.as_deref(),
+        req.headers(),
+        peer.as_ref(),
+    )
+    .await;
+    let actor = match identified {
+        Ok((actor, principal)) => {
+            // The call's record names whom the agent acted for (never the token).
+            if let Some(principal) = principal {
+                req.extensions_mut().insert(principal);
+            }
+            actor
+        }
+        Err(refused) => return refused,
+    };
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Err(refused) = check_ownership(&st, req.headers(), session.as_deref(), &actor).await {
+        return refused;
+    }
+    // Counted before the body is read: one actor's slow bodies cannot hold every connection.
+    let seat = req.extensions().get::<Arc<Seat>>().cloned();
+    let body_permit = match st.limits.connections.admit(seat.as_ref(), &actor) {
+        Ok(permit) => permit,
+        Err(refusal) => {
+            let client = req.extensions().get::<Peer>().and_then(|p| p.address);
+            tracing::debug!(
+                actor,
+                ?client,
+                "refused at max_connections_per_actor; the connection closes"
+            );
+            if let Some(seat) = &seat {
+                seat.close();
+            }
+            return refusal.response(Value::Null);
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let read = match read_body(&st, &parts, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    drop(body_permit);
+    if let (Some(oauth), Some(principal)) = (&st.oauth, parts.extensions.get::<Principal>()) {
+        let message = read.message.as_ref();
+        if let Some(refused) = oauth.insufficient_scope(&parts.headers, principal, message) {
+            return refused;
+        }
+    }
+    let mut held = match st
+        .limits
+        .admit(
+            &parts.method,
+            read.message.as_ref(),
+            session.as_deref(),
+            parts
+                .headers
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok()),
+            &actor,
+        )
+        .await
+    {
+        Ok(held) => held,
+        Err(refusal) => return refusal.response(read.request_id()),
+    };
+    if let Some(victim) = held.session.evicted.take() {
+        evict_session(&st, &actor, victim);
+    }
+    super::forward(&st, next, parts, read, held, session, actor).await
+}
 
 /// Gives up `session`, the least recently used idle session of `actor`, to make room for a new
 /// one: its next request finds no session (404); rmcp forgets it, and the Sessions log and the

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -58,7 +58,7 @@ mod streams;
 mod tasks;
 mod tool_list;
 
-use admission::{check_ownership, evict_session, read_body, ReadBody};
+use admission::ReadBody;
 use errors::to_error;
 use result::tool_result;
 
@@ -66,7 +66,6 @@ pub use auth::vouch;
 use auth::ActorCredentials;
 use delivery::{DeliverySlot, GoneBeforeAnswer, StreamClaim, TrackedBody};
 use limits::{ActorLimits, Held};
-use listener::Peer;
 pub use oauth::ResourceServer;
 use postern_core::config::Principal;
 use streams::{DurableSessions, DurableStreams};
@@ -169,7 +168,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken
     });
     let app = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(state, guard))
+        .layer(middleware::from_fn_with_state(state, admission::guard))
         .merge(ops)
         .route("/healthz", axum::routing::get(|| async { "ok" }));
     match oauth {
@@ -192,87 +191,6 @@ fn jsonrpc_error(
         body.to_string(),
     )
         .into_response()
-}
-
-/// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
-/// fully written.
-async fn guard(State(st): State<Arc<FrontState>>, mut req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<Peer>().copied();
-    let identified = auth::identify(
-        &st.credentials,
-        st.oauth.as_deref(),
-        req.headers(),
-        peer.as_ref(),
-    )
-    .await;
-    let actor = match identified {
-        Ok((actor, principal)) => {
-            // The call's record names whom the agent acted for (never the token).
-            if let Some(principal) = principal {
-                req.extensions_mut().insert(principal);
-            }
-            actor
-        }
-        Err(refused) => return refused,
-    };
-    let session = req
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    if let Err(refused) = check_ownership(&st, req.headers(), session.as_deref(), &actor).await {
-        return refused;
-    }
-    // Counted before the body is read: one actor's slow bodies cannot hold every connection.
-    let seat = req.extensions().get::<Arc<listener::Seat>>().cloned();
-    let body_permit = match st.limits.connections.admit(seat.as_ref(), &actor) {
-        Ok(permit) => permit,
-        Err(refusal) => {
-            let client = req.extensions().get::<Peer>().and_then(|p| p.address);
-            tracing::debug!(
-                actor,
-                ?client,
-                "refused at max_connections_per_actor; the connection closes"
-            );
-            if let Some(seat) = &seat {
-                seat.close();
-            }
-            return refusal.response(Value::Null);
-        }
-    };
-    let (parts, body) = req.into_parts();
-    let read = match read_body(&st, &parts, body).await {
-        Ok(read) => read,
-        Err(refused) => return refused,
-    };
-    drop(body_permit);
-    if let (Some(oauth), Some(principal)) = (&st.oauth, parts.extensions.get::<Principal>()) {
-        let message = read.message.as_ref();
-        if let Some(refused) = oauth.insufficient_scope(&parts.headers, principal, message) {
-            return refused;
-        }
-    }
-    let mut held = match st
-        .limits
-        .admit(
-            &parts.method,
-            read.message.as_ref(),
-            session.as_deref(),
-            parts
-                .headers
-                .get("last-event-id")
-                .and_then(|v| v.to_str().ok()),
-            &actor,
-        )
-        .await
-    {
-        Ok(held) => held,
-        Err(refusal) => return refusal.response(read.request_id()),
-    };
-    if let Some(victim) = held.session.evicted.take() {
-        evict_session(&st, &actor, victim);
-    }
-    forward(&st, next, parts, read, held, session, actor).await
 }
 
 /// Hands the admitted request to rmcp and wraps the response so its delivery is recorded, its
