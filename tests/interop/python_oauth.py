@@ -14,25 +14,7 @@ from mcp import ClientSession
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
 
-
-class Memory:
-    """Tokens and client information kept in memory (the SDK's TokenStorage)."""
-
-    def __init__(self):
-        self.tokens = None
-        self.client = None
-
-    async def get_tokens(self):
-        return self.tokens
-
-    async def set_tokens(self, tokens):
-        self.tokens = tokens
-
-    async def get_client_info(self):
-        return self.client
-
-    async def set_client_info(self, client_info):
-        self.client = client_info
+from oauth_memory import Memory
 
 
 async def main(url, client_id, secret, issuer):

@@ -6,6 +6,10 @@
 //!   session is a cookie (`HttpOnly`, `SameSite=Strict`, path `/ui`) that carries the operator,
 //!   its expiry and a nonce, MACed with that operator's token: every replica with the same
 //!   config accepts it, and changing an operator's token ends their sessions.
+//! - **Sign-in with the identity provider** (`[console.sign_in]`): OpenID Connect's code flow
+//!   with PKCE, `state` and `nonce`; the ID token's claims are matched to an `[[operator]]`'s
+//!   `claims` ([`sign_in`]). The session is the same cookie, MACed with a key derived from the
+//!   sign-in's client secret for an operator who has no token. Logging out ends it.
 //! - **Forms** decide (approve, deny, authorize, revoke, resolve, verify): every one carries a
 //!   CSRF token derived from the session; a post without it, or with another session's, is
 //!   answered 403 and decides nothing. A post from an expired session goes to the log-in page,
@@ -41,8 +45,10 @@ mod live;
 mod page;
 mod runs;
 mod session;
+mod sign_in;
 pub mod webhook;
 
+pub use sign_in::SignInSetup;
 pub use webhook::{SignatureCheck, WebhookTarget};
 
 /// Why a console operation failed.
@@ -68,6 +74,8 @@ pub struct ConsoleSetup {
     pub secure_cookie: bool,
     /// The approval webhooks, their secrets resolved.
     pub webhooks: Vec<WebhookTarget>,
+    /// Sign-in with the identity provider (`[console.sign_in]`).
+    pub sign_in: Option<SignInSetup>,
 }
 
 pub(crate) struct ConsoleState {
@@ -76,6 +84,7 @@ pub(crate) struct ConsoleState {
     pub store_url: String,
     pub verifying_key: Option<VerifyingKey>,
     pub deliveries: Arc<webhook::Deliveries>,
+    pub sign_in: Option<SignInSetup>,
     pub live: live::Live,
     /// The `Host` values the console answers to ([`page::allowed_hosts`]).
     pub hosts: Vec<String>,
@@ -90,12 +99,28 @@ pub struct Console {
 impl Console {
     pub fn new(gateway: Arc<Gateway>, setup: ConsoleSetup) -> Console {
         let ttl = gateway.config().console.session_ttl;
+        // Operators who sign in with the provider and hold no static token: their sessions'
+        // key comes from the sign-in's secret.
+        let signed_in = setup
+            .sign_in
+            .as_ref()
+            .map(|s| {
+                gateway
+                    .config()
+                    .operators
+                    .iter()
+                    .filter(|o| o.token.is_none() && o.claims.is_some())
+                    .map(|o| (o.name.clone(), s.key(&format!("session {}", o.name))))
+                    .collect()
+            })
+            .unwrap_or_default();
         let state = Arc::new(ConsoleState {
             live: live::Live::start(gateway.clone()),
             hosts: page::allowed_hosts(&gateway),
             gateway,
             sessions: session::Sessions::new(
                 setup.operators,
+                signed_in,
                 setup.actor_tokens,
                 ttl,
                 setup.secure_cookie,
@@ -103,6 +128,7 @@ impl Console {
             store_url: setup.store_url,
             verifying_key: setup.verifying_key,
             deliveries: Arc::default(),
+            sign_in: setup.sign_in,
         });
         Console {
             state,
@@ -131,6 +157,7 @@ impl Console {
         Router::new()
             .merge(authed)
             .merge(session::routes())
+            .merge(sign_in::routes())
             .merge(page::asset_routes())
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),

@@ -44,7 +44,7 @@ pub(crate) struct Sessions {
     ended: Mutex<HashMap<String, i64>>,
 }
 
-fn mac(key: &str, parts: &[&str]) -> String {
+pub(crate) fn mac(key: &str, parts: &[&str]) -> String {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.as_bytes()).expect("any key length");
     for p in parts {
         m.update(p.as_bytes());
@@ -53,7 +53,7 @@ fn mac(key: &str, parts: &[&str]) -> String {
     hex::encode(m.finalize().into_bytes())
 }
 
-fn same(a: &str, b: &str) -> bool {
+pub(crate) fn same(a: &str, b: &str) -> bool {
     bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
@@ -63,12 +63,12 @@ pub(crate) fn random_hex() -> String {
     hex::encode(bytes)
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     postern_pipeline::now().0
 }
 
 /// A cookie's value from the request's `Cookie` headers.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -80,16 +80,17 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 impl Sessions {
+    /// `signed_in`: the session keys of operators who sign in with the identity provider and
+    /// have no static token (derived from the sign-in's client secret).
     pub fn new(
         operators: HashMap<String, String>,
+        signed_in: HashMap<String, String>,
         actor_tokens: Vec<String>,
         ttl: Duration,
         secure: bool,
     ) -> Sessions {
-        let keys = operators
-            .iter()
-            .map(|(t, n)| (n.clone(), t.clone()))
-            .collect();
+        let mut keys: HashMap<String, String> = signed_in;
+        keys.extend(operators.iter().map(|(t, n)| (n.clone(), t.clone())));
         Sessions {
             operators,
             keys,
@@ -101,10 +102,43 @@ impl Sessions {
     }
 
     fn set_cookie(&self, name: &str, value: &str, max_age: u64) -> String {
+        self.cookie_header(name, value, max_age, "/ui", "Strict")
+    }
+
+    pub(crate) fn secure(&self) -> bool {
+        self.secure
+    }
+
+    /// A `Set-Cookie` value (`HttpOnly`, `Secure` over HTTPS).
+    pub(crate) fn cookie_header(
+        &self,
+        name: &str,
+        value: &str,
+        max_age: u64,
+        path: &str,
+        same_site: &str,
+    ) -> String {
         format!(
-            "{name}={value}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}{}",
+            "{name}={value}; Path={path}; HttpOnly; SameSite={same_site}; Max-Age={max_age}{}",
             if self.secure { "; Secure" } else { "" }
         )
+    }
+
+    /// Starts a session for `operator` on `response` (its cookie, and the log-in form's
+    /// cleared).
+    pub(crate) fn start(&self, operator: &str, response: &mut Response) -> bool {
+        let Some(value) = self.issue(operator) else {
+            return false;
+        };
+        for c in [
+            self.set_cookie(COOKIE, &value, self.ttl.as_secs()),
+            self.set_cookie(LOGIN_COOKIE, "", 0),
+        ] {
+            if let Ok(v) = c.parse() {
+                response.headers_mut().append(header::SET_COOKIE, v);
+            }
+        }
+        true
     }
 
     /// A new session's cookie for `operator`.
@@ -174,7 +208,7 @@ impl Sessions {
 /// Where a log-in may send the operator back to: a console path, never another site, and
 /// never a control character (a CR or LF cannot go in a `Location` header: the redirect would
 /// fail).
-fn safe_next(next: Option<&str>) -> String {
+pub(crate) fn safe_next(next: Option<&str>) -> String {
     let console_path = |n: &str| {
         (n == "/ui" || n.starts_with("/ui/") || n.starts_with("/ui?"))
             && !n.contains('\\')
@@ -314,6 +348,9 @@ fn login_form(st: &ConsoleState, status: StatusCode, next: &str, note: Option<&s
                 button type="submit" { "Log in" }
             }
             p.hint { "Operators log in with their own token ([[operator]] in postern.toml). An agent's token cannot." }
+            @if st.sign_in.is_some() {
+                p { a #sso href=(format!("/ui/login/sso?next={}", url_escape(next))) { "Sign in with your identity provider" } }
+            }
         }
     };
     let mut response = (status, page::layout("Log in", None, "", body)).into_response();
@@ -364,25 +401,16 @@ async fn login(
         };
         return login_form(&st, status, &next, Some(note));
     };
-    let Some(value) = st.sessions.issue(&operator) else {
+    let mut response = Redirect::to(&next).into_response();
+    if !st.sessions.start(&operator, &mut response) {
         return login_form(
             &st,
             StatusCode::UNAUTHORIZED,
             &next,
             Some("Unknown operator."),
         );
-    };
-    tracing::info!(operator = %operator, "an operator logged in to the console");
-    let mut response = Redirect::to(&next).into_response();
-    let ttl = st.sessions.ttl.as_secs();
-    for c in [
-        st.sessions.set_cookie(COOKIE, &value, ttl),
-        st.sessions.set_cookie(LOGIN_COOKIE, "", 0),
-    ] {
-        if let Ok(v) = c.parse() {
-            response.headers_mut().append(header::SET_COOKIE, v);
-        }
     }
+    tracing::info!(operator = %operator, "an operator logged in to the console");
     response
 }
 
@@ -407,7 +435,13 @@ mod tests {
 
     fn sessions(ttl: Duration) -> Sessions {
         let ops = HashMap::from([("op-token-0123456789".to_string(), "olga".to_string())]);
-        Sessions::new(ops, vec!["actor-token-0123456".into()], ttl, false)
+        Sessions::new(
+            ops,
+            HashMap::new(),
+            vec!["actor-token-0123456".into()],
+            ttl,
+            false,
+        )
     }
 
     #[test]

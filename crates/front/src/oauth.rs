@@ -10,6 +10,7 @@
 //! and the token itself is never passed to an upstream or a target (each has its own
 //! credentials).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -32,6 +33,8 @@ pub struct ResourceServer {
     /// (what the token must say, the operator)
     operators: Vec<(ClaimMatch, String)>,
     public_url: Option<String>,
+    /// SHA-256 of every static token: never sent to a provider to be introspected.
+    statics: HashSet<[u8; 32]>,
     /// The listener's scheme and address, for a request whose `Host` is not one of ours.
     scheme: &'static str,
     listen: String,
@@ -47,8 +50,14 @@ impl std::fmt::Debug for ResourceServer {
 }
 
 impl ResourceServer {
-    /// `None` when no `[[issuer]]` is configured.
-    pub fn new(config: &Config) -> Option<Arc<ResourceServer>> {
+    /// `None` when no `[[issuer]]` is configured. `secrets`: each introspecting issuer's client
+    /// secret by URL; `statics`: every static token (actors' and operators'), which are never
+    /// sent to a provider to be introspected.
+    pub fn new<'a>(
+        config: &Config,
+        secrets: HashMap<String, String>,
+        statics: impl Iterator<Item = &'a String>,
+    ) -> Option<Arc<ResourceServer>> {
         if config.issuers.is_empty() {
             return None;
         }
@@ -68,7 +77,8 @@ impl ResourceServer {
         let g = &config.gateway;
         Some(Arc::new(ResourceServer {
             operators,
-            issuers: Issuers::new(&config.issuers),
+            issuers: Issuers::new(&config.issuers, secrets),
+            statics: statics.map(|t| digest(t)).collect(),
             settings: config.issuers.clone(),
             actors,
             public_url: g.public_url.clone(),
@@ -76,6 +86,18 @@ impl ResourceServer {
             listen: g.listen.clone(),
             hosts: postern_core::hosts::allowed_hosts(&g.listen),
         }))
+    }
+
+    /// The issuers (the console's sign-in verifies ID tokens with their keys).
+    pub fn issuers(&self) -> &Issuers {
+        &self.issuers
+    }
+
+    /// Whether `token` is for the issuers to verify: a JWT, or, where an issuer introspects,
+    /// any token that is not a static one.
+    fn verifiable<'t>(&self, token: &'t str) -> Option<&'t str> {
+        let opaque = || self.issuers.introspects() && !self.statics.contains(&digest(token));
+        (postern_identity::looks_like_jwt(token) || opaque()).then_some(token)
     }
 
     /// Fetches the issuers' keys (at start-up).
@@ -96,6 +118,11 @@ impl ResourceServer {
                 self.hosts.iter().any(|a| a.eq_ignore_ascii_case(name))
             });
         format!("{}://{}", self.scheme, host.unwrap_or(&self.listen))
+    }
+
+    /// `/ops`'s resource URL (an operator's token is for it, not for `/mcp`).
+    pub fn ops_resource(&self, headers: &http::HeaderMap) -> String {
+        format!("{}/ops", self.base(headers))
     }
 
     /// `/mcp`'s resource URL (the audience a token must carry unless its issuer names one).
@@ -168,14 +195,14 @@ impl ResourceServer {
         headers: &http::HeaderMap,
         peer: Option<&Peer>,
     ) -> Option<Result<(String, Principal), Response>> {
-        let token = bearer(headers).filter(|t| postern_identity::looks_like_jwt(t))?;
+        let token = bearer(headers).and_then(|t| self.verifiable(t))?;
         let verified = self.issuers.verify(token, &self.resource(headers)).await;
         Some(match verified {
             Ok(principal) => self
                 .actor_of(principal, peer)
                 .map_err(|why| (StatusCode::FORBIDDEN, why).into_response()),
             Err(why) => {
-                tracing::info!(reason = %why, "a bearer JWT was refused");
+                tracing::info!(reason = %why, "a bearer token was refused");
                 let mut refused =
                     (StatusCode::UNAUTHORIZED, format!("invalid_token: {why}")).into_response();
                 self.challenge(headers, &mut refused);
@@ -188,8 +215,8 @@ impl ResourceServer {
     /// the issuer names one); `None` when the bearer is not a JWT. A token whose principal is
     /// also an actor's is refused: an agent must never decide on its own calls.
     pub async fn operator(&self, headers: &http::HeaderMap) -> Option<Result<String, String>> {
-        let token = bearer(headers).filter(|t| postern_identity::looks_like_jwt(t))?;
-        let resource = format!("{}/ops", self.base(headers));
+        let token = bearer(headers).and_then(|t| self.verifiable(t))?;
+        let resource = self.ops_resource(headers);
         let principal = match self.issuers.verify(token, &resource).await {
             Ok(principal) => principal,
             Err(why) => return Some(Err(format!("invalid_token: {why}"))),
@@ -217,11 +244,12 @@ impl ResourceServer {
         })
     }
 
-    /// Whether a JWT bearer token proves an actor, with the keys already held (the listener's
-    /// question for a connection on a slot kept for agents: no I/O there).
+    /// Whether a bearer token proves an actor with what is already held (the tokens verified
+    /// before, the keys): the listener's question for a connection on a slot kept for agents,
+    /// with no I/O there.
     pub fn vouches(&self, headers: &http::HeaderMap, peer: &Peer) -> bool {
         bearer(headers)
-            .filter(|t| postern_identity::looks_like_jwt(t))
+            .and_then(|t| self.verifiable(t))
             .and_then(|t| self.issuers.verify_cached(t, &self.resource(headers)).ok())
             .is_some_and(|p| self.actor_of(p, Some(peer)).is_ok())
     }
@@ -265,10 +293,14 @@ impl ResourceServer {
         }
     }
 
-    /// The protected resource metadata for a request with `headers`.
-    fn metadata(&self, headers: &http::HeaderMap) -> Response {
+    /// The protected resource metadata of `/mcp` (or `/ops`) for a request with `headers`.
+    fn metadata(&self, headers: &http::HeaderMap, ops: bool) -> Response {
+        let resource = match ops {
+            true => self.ops_resource(headers),
+            false => self.resource(headers),
+        };
         let body = json!({
-            "resource": self.resource(headers),
+            "resource": resource,
             "authorization_servers": self.issuers.urls(),
             "bearer_methods_supported": ["header"],
             "resource_name": "Postern",
@@ -284,18 +316,31 @@ impl ResourceServer {
     }
 }
 
-/// `/.well-known/oauth-protected-resource` and `/.well-known/oauth-protected-resource/mcp`.
+/// `/.well-known/oauth-protected-resource` and its `/mcp`- and `/ops`-suffixed forms (the
+/// last is how `postern login` finds the provider operators sign in with).
 pub fn routes(server: Arc<ResourceServer>) -> Router {
-    let serve = |server: Arc<ResourceServer>| {
+    let serve = |server: Arc<ResourceServer>, ops: bool| {
         axum::routing::get(move |headers: http::HeaderMap| {
             let server = server.clone();
-            async move { server.metadata(&headers) }
+            async move { server.metadata(&headers, ops) }
         })
     };
     Router::new()
         .route(
             "/.well-known/oauth-protected-resource",
-            serve(server.clone()),
+            serve(server.clone(), false),
         )
-        .route("/.well-known/oauth-protected-resource/mcp", serve(server))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            serve(server.clone(), false),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/ops",
+            serve(server, true),
+        )
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes()).into()
 }

@@ -34,9 +34,20 @@ pub(crate) struct IssuerKeys {
     fetching: tokio::sync::Mutex<()>,
 }
 
+/// What an issuer's metadata says (OpenID Connect discovery or RFC 8414).
+#[derive(Clone, Debug, Default)]
+pub struct Metadata {
+    pub jwks_uri: String,
+    pub authorization_endpoint: Option<String>,
+    pub token_endpoint: Option<String>,
+    pub device_authorization_endpoint: Option<String>,
+    pub introspection_endpoint: Option<String>,
+    pub end_session_endpoint: Option<String>,
+}
+
 #[derive(Default)]
 struct Held {
-    jwks_uri: Option<String>,
+    metadata: Option<Metadata>,
     keys: HashMap<String, Arc<DecodingKey>>,
     /// The keys without a `kid` (used when a token names none and there is exactly one).
     unnamed: Vec<Arc<DecodingKey>>,
@@ -123,8 +134,8 @@ impl IssuerKeys {
             held.tried = Some(Instant::now());
         }
         match fetched {
-            Ok((jwks_uri, keys, unnamed)) => {
-                held.jwks_uri = Some(jwks_uri);
+            Ok((metadata, keys, unnamed)) => {
+                held.metadata = Some(metadata);
                 held.keys = keys;
                 held.unnamed = unnamed;
                 held.tried = Some(Instant::now());
@@ -143,18 +154,19 @@ impl IssuerKeys {
         &self,
     ) -> Result<
         (
-            String,
+            Metadata,
             HashMap<String, Arc<DecodingKey>>,
             Vec<Arc<DecodingKey>>,
         ),
         String,
     > {
-        let known = self.read().jwks_uri.clone();
-        let jwks_uri = match known {
-            Some(uri) => uri,
+        let known = self.read().metadata.clone();
+        let metadata = match known {
+            Some(m) => m,
             None => self.discover().await?,
         };
-        let set: JwkSet = self.get_json(&jwks_uri).await.and_then(|v| {
+        let jwks_uri = &metadata.jwks_uri;
+        let set: JwkSet = self.get_json(jwks_uri).await.and_then(|v| {
             serde_json::from_value(v).map_err(|e| format!("{jwks_uri}: not a JWK set ({e})"))
         })?;
         let (mut keys, mut unnamed) = (HashMap::new(), Vec::new());
@@ -170,46 +182,73 @@ impl IssuerKeys {
                 None => unnamed.push(Arc::new(key)),
             }
         }
-        Ok((jwks_uri, keys, unnamed))
+        Ok((metadata, keys, unnamed))
     }
 
-    /// The issuer's `jwks_uri`: OpenID Connect discovery, else RFC 8414. The metadata must
-    /// name this issuer exactly (a provider that answers for another is not believed).
-    async fn discover(&self) -> Result<String, String> {
-        let url = &self.issuer.url;
-        let oidc = format!("{url}/.well-known/openid-configuration");
-        let metadata = match self.get_json(&oidc).await {
-            Ok(m) => m,
-            Err(first) => self
-                .get_json(&rfc8414(url))
-                .await
-                .map_err(|second| format!("{first}; {second}"))?,
-        };
-        if metadata.get("issuer").and_then(Value::as_str) != Some(url.as_str()) {
-            return Err(format!("the metadata under {url} names another issuer"));
+    /// The issuer's metadata, discovered now if it has not been.
+    pub(crate) async fn metadata(&self) -> Result<Metadata, String> {
+        if let Some(m) = self.read().metadata.clone() {
+            return Ok(m);
         }
-        metadata
-            .get("jwks_uri")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| format!("the metadata of {url} has no jwks_uri"))
+        self.refresh(false).await?;
+        self.read()
+            .metadata
+            .clone()
+            .ok_or_else(|| format!("{}: no metadata", self.issuer.url))
+    }
+
+    async fn discover(&self) -> Result<Metadata, String> {
+        discover(&self.http, &self.issuer.url).await
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| format!("{url}: {}", without_url(&e)))?;
-        if !response.status().is_success() {
-            return Err(format!("{url}: HTTP {}", response.status().as_u16()));
-        }
-        response
-            .json()
-            .await
-            .map_err(|e| format!("{url}: not JSON ({})", without_url(&e)))
+        get_json(&self.http, url).await
     }
+}
+
+/// An issuer's metadata: OpenID Connect discovery, else RFC 8414. It must name this issuer
+/// exactly (a provider that answers for another is not believed).
+pub(crate) async fn discover(http: &reqwest::Client, url: &str) -> Result<Metadata, String> {
+    let oidc = format!("{url}/.well-known/openid-configuration");
+    let metadata = match get_json(http, &oidc).await {
+        Ok(m) => m,
+        Err(first) => get_json(http, &rfc8414(url))
+            .await
+            .map_err(|second| format!("{first}; {second}"))?,
+    };
+    if metadata.get("issuer").and_then(Value::as_str) != Some(url) {
+        return Err(format!("the metadata under {url} names another issuer"));
+    }
+    let text = |name: &str| {
+        metadata
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Ok(Metadata {
+        jwks_uri: text("jwks_uri")
+            .ok_or_else(|| format!("the metadata of {url} has no jwks_uri"))?,
+        authorization_endpoint: text("authorization_endpoint"),
+        token_endpoint: text("token_endpoint"),
+        device_authorization_endpoint: text("device_authorization_endpoint"),
+        introspection_endpoint: text("introspection_endpoint"),
+        end_session_endpoint: text("end_session_endpoint"),
+    })
+}
+
+pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let response = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", without_url(&e)))?;
+    if !response.status().is_success() {
+        return Err(format!("{url}: HTTP {}", response.status().as_u16()));
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| format!("{url}: not JSON ({})", without_url(&e)))
 }
 
 /// RFC 8414 §3: the well-known segment goes between the host and the issuer's path.
@@ -224,7 +263,7 @@ fn rfc8414(issuer: &str) -> String {
     format!("{scheme}://{host}/.well-known/oauth-authorization-server{path}")
 }
 
-fn without_url(e: &reqwest::Error) -> String {
+pub(crate) fn without_url(e: &reqwest::Error) -> String {
     let e = e.to_string();
     e.split(" for url").next().unwrap_or(&e).to_string()
 }

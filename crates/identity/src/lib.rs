@@ -1,21 +1,32 @@
-//! Postern's identity from an organisation's provider (issue 50): the OAuth 2.1 resource-server
-//! check of a JWT access token. Each `[[issuer]]`'s metadata is discovered under its URL
+//! Postern and an organisation's identity provider (issue 50), both ways.
+//!
+//! As an OAuth 2.1 resource server: each `[[issuer]]`'s metadata is discovered under its URL
 //! (`/.well-known/openid-configuration`, else RFC 8414's `oauth-authorization-server`), its key
-//! set (JWKS) fetched and cached; a token is verified with the `jsonwebtoken` crate — signature
-//! by the key its `kid` names, an algorithm the issuer allows (asymmetric only), `iss`, `aud`,
-//! `exp`, `nbf` with the issuer's leeway — and read into a [`Principal`].
+//! set (JWKS) fetched and cached; a JWT access token is verified with the `jsonwebtoken` crate —
+//! signature by the key its `kid` names, an algorithm the issuer allows (asymmetric only),
+//! `iss`, `aud`, `exp`, `nbf` with the issuer's leeway — and read into a [`Principal`]. An opaque
+//! token is introspected (RFC 7662) where an issuer is configured to. A verified token is
+//! remembered (a hash of it, never the token) until it would stop being accepted, at most
+//! [`postern_core::config::LONGEST_BELIEF`].
 //!
 //! The key set is fetched at most once per `jwks_refresh` however many unknown `kid`s arrive (a
 //! flood of made-up kids cannot make Postern hammer the provider), and the keys it holds stay in
 //! use while the provider cannot be reached.
 //!
-//! Architecture invariant: the only crate that knows JWT, JWK and the providers' metadata. It
-//! knows nothing of actors, tools, requests or the record: it turns a token into a principal or
-//! a [`TokenError`], and the front decides what the principal may do. A token is never stored,
-//! logged or put in an error: errors name the check that failed.
+//! As an OAuth client ([`Provider`]): the console's sign-in, `postern login`'s device grant and
+//! `postern connect`'s client credentials and loopback sign-in, with the `oauth2` crate.
+//!
+//! Architecture invariant: the only crate that knows JWT, JWK, OAuth's messages and the
+//! providers' metadata. It knows nothing of actors, tools, requests, cookies or the record: it
+//! turns a token into a principal or a [`TokenError`], and its callers decide what the principal
+//! may do. A token is never stored, logged or put in an error: errors name the check that
+//! failed.
 
+mod client;
 mod keys;
+mod verified;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jsonwebtoken::errors::ErrorKind;
@@ -23,7 +34,10 @@ use jsonwebtoken::{Algorithm, Validation};
 use postern_core::config::{Issuer, Principal};
 use serde_json::Value;
 
+pub use client::{FlowError, Pending, Provider, Tokens};
 use keys::IssuerKeys;
+pub use keys::Metadata;
+use verified::Verified;
 
 /// Why a token was not accepted. None of these carries any part of the token.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -54,56 +68,178 @@ pub enum TokenError {
     MissingClaim(String),
     #[error("the token is not valid ({0})")]
     Invalid(String),
+    #[error("the token is not active (issuer {0:?} says so when asked: revoked, expired or never issued)")]
+    Inactive(String),
+    #[error("issuer {issuer:?} could not be asked about the token: {reason}")]
+    IntrospectionFailed { issuer: String, reason: String },
+    #[error("the ID token's nonce is not the one this sign-in sent")]
+    Nonce,
 }
 
 /// The issuers whose tokens this gateway accepts.
-#[derive(Clone, Default)]
-pub struct Issuers(Vec<Arc<IssuerKeys>>);
+#[derive(Clone)]
+pub struct Issuers {
+    issuers: Vec<Arc<IssuerKeys>>,
+    /// Each introspecting issuer's client secret, by issuer URL.
+    secrets: Arc<HashMap<String, String>>,
+    verified: Arc<Verified>,
+    /// Introspections in flight at most (a flood of made-up opaque tokens cannot turn into a
+    /// flood of requests to the provider).
+    asking: Arc<tokio::sync::Semaphore>,
+}
+
+/// Introspections in flight at once, across issuers.
+const MAX_INTROSPECTIONS: usize = 16;
 
 impl Issuers {
     /// No I/O: each issuer's keys are fetched on first need (or by [`Issuers::warm`]).
-    pub fn new(issuers: &[Issuer]) -> Issuers {
+    /// `secrets`: the client secret of each issuer that has `introspection`, by its URL.
+    pub fn new(issuers: &[Issuer], secrets: HashMap<String, String>) -> Issuers {
         let http = keys::http_client();
-        Issuers(
-            issuers
+        Issuers {
+            issuers: issuers
                 .iter()
                 .map(|i| Arc::new(IssuerKeys::new(i.clone(), http.clone())))
                 .collect(),
-        )
+            secrets: Arc::new(secrets),
+            verified: Arc::new(Verified::new()),
+            asking: Arc::new(tokio::sync::Semaphore::new(MAX_INTROSPECTIONS)),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.issuers.is_empty()
+    }
+
+    /// Whether an opaque (non-JWT) token may be one of these issuers' (one introspects).
+    pub fn introspects(&self) -> bool {
+        self.issuers
+            .iter()
+            .any(|i| i.issuer.introspection.is_some())
     }
 
     /// The issuers' URLs (the protected-resource metadata's `authorization_servers`).
     pub fn urls(&self) -> Vec<String> {
-        self.0.iter().map(|i| i.issuer.url.clone()).collect()
+        self.issuers.iter().map(|i| i.issuer.url.clone()).collect()
     }
 
     /// Fetches every issuer's metadata and keys now (at start-up); one that cannot be reached is
     /// logged and tried again when a token of it arrives.
     pub async fn warm(&self) {
-        for issuer in &self.0 {
+        for issuer in &self.issuers {
             if let Err(reason) = issuer.refresh(false).await {
                 tracing::warn!(issuer = %issuer.issuer.url, %reason, "an issuer's keys could not be fetched at start-up; tokens it signs are refused until they can");
             }
         }
     }
 
-    /// Verifies `token` for `resource` (the audience unless the issuer names one), fetching
-    /// the issuer's keys when the token names a key not seen yet.
+    /// Verifies `token` for `resource` (the audience unless the issuer names one): a JWT
+    /// against its issuer's keys (fetched when it names a key not seen yet), any other token
+    /// by introspection. A token verified before is believed until it would stop being
+    /// accepted, and at most [`postern_core::config::LONGEST_BELIEF`].
     pub async fn verify(&self, token: &str, resource: &str) -> Result<Principal, TokenError> {
-        let (issuer, header) = self.issuer_of(token)?;
-        let key = issuer.key(header.kid.as_deref(), true).await?;
-        check(&issuer.issuer, token, header.alg, &key, resource)
+        if let Some(principal) = self.verified.get(token, resource) {
+            return Ok(principal);
+        }
+        let (principal, until) = if looks_like_jwt(token) {
+            let (issuer, header) = self.issuer_of(token)?;
+            let key = issuer.key(header.kid.as_deref(), true).await?;
+            let audience = issuer.issuer.audience.as_deref().unwrap_or(resource);
+            let (principal, claims) = check(&issuer.issuer, token, header.alg, &key, audience)?;
+            (principal, until(&issuer.issuer, &claims))
+        } else {
+            self.introspect(token, resource).await?
+        };
+        self.verified.keep(token, resource, &principal, until);
+        Ok(principal)
     }
 
-    /// As [`Issuers::verify`], with the keys already held only (no I/O).
+    /// As [`Issuers::verify`], with what is already held only (no I/O): the tokens verified
+    /// before, and JWTs signed by keys held.
     pub fn verify_cached(&self, token: &str, resource: &str) -> Result<Principal, TokenError> {
+        if let Some(principal) = self.verified.get(token, resource) {
+            return Ok(principal);
+        }
         let (issuer, header) = self.issuer_of(token)?;
         let key = issuer.cached_key(header.kid.as_deref())?;
-        check(&issuer.issuer, token, header.alg, &key, resource)
+        let audience = issuer.issuer.audience.as_deref().unwrap_or(resource);
+        check(&issuer.issuer, token, header.alg, &key, audience).map(|(p, _)| p)
+    }
+
+    /// An OpenID Connect ID token from `issuer` for client `client_id`, carrying `nonce`: the
+    /// person it names (the console's sign-in).
+    pub async fn verify_id_token(
+        &self,
+        issuer: &str,
+        token: &str,
+        client_id: &str,
+        nonce: &str,
+    ) -> Result<Principal, TokenError> {
+        let (keys, header) = self.issuer_of(token)?;
+        if keys.issuer.url != issuer {
+            return Err(TokenError::UnknownIssuer(keys.issuer.url.clone()));
+        }
+        let key = keys.key(header.kid.as_deref(), true).await?;
+        let (principal, claims) = check(&keys.issuer, token, header.alg, &key, client_id)?;
+        let sent = claims.get("nonce").and_then(Value::as_str).unwrap_or("");
+        if nonce.is_empty() || !bool_eq(sent.as_bytes(), nonce.as_bytes()) {
+            return Err(TokenError::Nonce);
+        }
+        Ok(principal)
+    }
+
+    /// The issuer's metadata (discovered when first asked).
+    pub async fn metadata(&self, issuer: &str) -> Result<Metadata, FlowError> {
+        let keys = self
+            .issuers
+            .iter()
+            .find(|i| i.issuer.url == issuer)
+            .ok_or_else(|| FlowError::Metadata(format!("{issuer:?} is not an [[issuer]]")))?;
+        keys.metadata().await.map_err(FlowError::Metadata)
+    }
+
+    /// Asks each introspecting issuer about an opaque token, in order, until one says it is
+    /// active and for `resource`.
+    async fn introspect(
+        &self,
+        token: &str,
+        resource: &str,
+    ) -> Result<(Principal, u64), TokenError> {
+        let _turn = self
+            .asking
+            .acquire()
+            .await
+            .map_err(|_| TokenError::Malformed("closed".into()))?;
+        let mut refusal =
+            TokenError::Malformed("not a JWT, and no [[issuer]] introspects opaque tokens".into());
+        for keys in self
+            .issuers
+            .iter()
+            .filter(|i| i.issuer.introspection.is_some())
+        {
+            let issuer = &keys.issuer;
+            let failed = |reason: String| TokenError::IntrospectionFailed {
+                issuer: issuer.url.clone(),
+                reason,
+            };
+            let Some(introspection) = &issuer.introspection else {
+                continue;
+            };
+            let metadata = keys.metadata().await.map_err(failed)?;
+            let secret = self.secrets.get(&issuer.url).map(String::as_str);
+            let provider =
+                Provider::from_metadata(&issuer.url, metadata, &introspection.client_id, secret)
+                    .map_err(|e| failed(e.to_string()))?;
+            let answer = provider
+                .introspect(token)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            match introspected(issuer, &answer, resource) {
+                Ok(found) => return Ok(found),
+                Err(why) => refusal = why,
+            }
+        }
+        Err(refusal)
     }
 
     /// The issuer a token claims, and its header (its algorithm allowed by that issuer).
@@ -116,7 +252,7 @@ impl Issuers {
             .map_err(|e| TokenError::Malformed(reason(e.kind())))?;
         let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
         let issuer = self
-            .0
+            .issuers
             .iter()
             .find(|i| i.issuer.url == iss)
             .ok_or_else(|| TokenError::UnknownIssuer(iss.chars().take(200).collect()))?;
@@ -147,15 +283,75 @@ fn header_alg(token: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Checks the signature and the claims, and reads the principal.
+fn bool_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(a.ct_eq(b))
+}
+
+/// Until when a verified JWT is accepted: its `exp` plus the issuer's leeway.
+fn until(issuer: &Issuer, claims: &Value) -> u64 {
+    claims.get("exp").and_then(Value::as_u64).unwrap_or(0) + issuer.leeway.as_secs()
+}
+
+/// An introspection's answer: active, of this issuer, for `resource`, not expired; with the
+/// time it may be believed until (the issuer's `introspection_cache`, at most the token's end).
+fn introspected(
+    issuer: &Issuer,
+    answer: &client::Introspected,
+    resource: &str,
+) -> Result<(Principal, u64), TokenError> {
+    use oauth2::TokenIntrospectionResponse;
+    let now = verified::now_secs();
+    let exp = answer
+        .exp()
+        .map(|t| u64::try_from(t.timestamp()).unwrap_or(0));
+    if !answer.active() || exp.is_some_and(|e| e + issuer.leeway.as_secs() <= now) {
+        return Err(TokenError::Inactive(issuer.url.clone()));
+    }
+    if answer
+        .iss()
+        .is_some_and(|i| i.trim_end_matches('/') != issuer.url)
+    {
+        return Err(TokenError::Inactive(issuer.url.clone()));
+    }
+    // RFC 7662 makes `aud` optional; a token that names no audience could be anyone's.
+    let audience = issuer.audience.as_deref().unwrap_or(resource);
+    if !answer
+        .aud()
+        .is_some_and(|a| a.iter().any(|a| a == audience))
+    {
+        return Err(TokenError::Audience(audience.to_string()));
+    }
+    let mut claims = Value::Object(answer.extra_fields().other.clone());
+    // A client-credentials token may name no subject (RFC 7662 makes `sub` optional): its
+    // subject is the client, as RFC 9068 has it for JWTs.
+    let subject = answer.sub().or(answer.client_id().map(|c| c.as_str()));
+    claims["sub"] = subject.map(Value::from).unwrap_or(Value::Null);
+    if let Some(c) = answer.client_id() {
+        claims["client_id"] = Value::from(c.as_str());
+    }
+    if let Some(scopes) = answer.scopes() {
+        let words: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+        claims["scope"] = Value::from(words.join(" "));
+    }
+    if claims.get("sub").and_then(Value::as_str).is_none() {
+        return Err(TokenError::MissingClaim("sub".into()));
+    }
+    let cached = now + issuer.introspection_cache.as_secs();
+    Ok((
+        principal(issuer, &claims),
+        exp.map_or(cached, |e| e.min(cached)),
+    ))
+}
+
+/// Checks the signature and the claims (for `audience`), and reads the principal.
 fn check(
     issuer: &Issuer,
     token: &str,
     alg: Algorithm,
     key: &jsonwebtoken::DecodingKey,
-    resource: &str,
-) -> Result<Principal, TokenError> {
-    let audience = issuer.audience.as_deref().unwrap_or(resource);
+    audience: &str,
+) -> Result<(Principal, Value), TokenError> {
     let mut v = Validation::new(alg);
     v.algorithms = vec![alg];
     v.set_issuer(&[&issuer.url]);
@@ -171,7 +367,7 @@ fn check(
         ErrorKind::MissingRequiredClaim(c) => TokenError::MissingClaim(c.clone()),
         other => TokenError::Invalid(reason(other)),
     })?;
-    Ok(principal(issuer, &data.claims))
+    Ok((principal(issuer, &data.claims), data.claims))
 }
 
 fn principal(issuer: &Issuer, claims: &Value) -> Principal {

@@ -70,6 +70,19 @@ pub struct ConnectArgs {
     /// Refused: a token on the command line is readable by every user of the machine.
     #[arg(long, hide = true)]
     pub token: Option<String>,
+    /// Get the token from the gateway's identity provider as this OAuth client instead of
+    /// from the environment: client credentials with --client-secret-env, else a sign-in in
+    /// the browser (authorization code with PKCE on a loopback redirect). The token is kept
+    /// (0600, under $XDG_STATE_HOME/postern/tokens) and refreshed; it is never printed.
+    #[arg(long, value_name = "ID")]
+    pub client_id: Option<String>,
+    /// With --client-id: the environment variable that holds the client's secret (a headless
+    /// agent's client credentials).
+    #[arg(long, value_name = "NAME", requires = "client_id")]
+    pub client_secret_env: Option<String>,
+    /// With --client-id: a scope to ask for (repeatable).
+    #[arg(long = "scope", value_name = "SCOPE", requires = "client_id")]
+    pub scopes: Vec<String>,
     /// How long one attempt of a call waits for its answer before it is re-issued.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub attempt_timeout: Duration,
@@ -506,7 +519,7 @@ async fn connect(
     client: &BridgeClient,
 ) -> Result<RunningService<RoleClient, BridgeClient>, rmcp::service::ClientInitializeError> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(remote.url.clone())
-        .auth_header(remote.token.clone())
+        .auth_header(remote.bearer().await)
         .reinit_on_expired_session(true);
     config.retry_config = Arc::new(NeverRetry::default());
     let transport = StreamableHttpClientTransport::with_client(remote.http.clone(), config);

@@ -10,7 +10,9 @@ mod connect;
 mod demo;
 mod fingerprint;
 mod init;
+mod kept;
 mod keys;
+mod login;
 mod messages;
 mod operator;
 mod resolve;
@@ -85,6 +87,11 @@ enum Command {
     /// Runs (the Sessions log) on a running gateway: list, authorize, revoke.
     #[command(subcommand)]
     Sessions(operator::SessionsCommand),
+    /// Sign in as an operator with the gateway's identity provider (device authorization
+    /// grant): the operator commands then use that sign-in, refreshed, instead of a token.
+    Login(login::LoginArgs),
+    /// Forget the sign-in `postern login` kept for a gateway.
+    Logout(operator::GatewayArgs),
     /// Executions under review on a running gateway: list, resolve as applied or not applied.
     #[command(subcommand)]
     Review(operator::ReviewCommand),
@@ -176,6 +183,8 @@ fn main() -> ExitCode {
         Command::Approvals(cmd) => operator::approvals(&cmd),
         Command::Review(cmd) => operator::review(&cmd),
         Command::Sessions(cmd) => operator::sessions(&cmd),
+        Command::Login(a) => login::login(&a),
+        Command::Logout(a) => login::logout(&a),
         Command::Vault(cmd) => vault::run(&cmd),
         Command::DemoUpstream(a) => demo_upstream(&a),
         Command::Upstream(cmd) => upstream::run(&cmd),

@@ -2,7 +2,7 @@
 //! gateway's operator API (`/ops`, README "Approvals and reviews"), so a decision is recorded by
 //! the gateway that holds the waiting call and wakes it at once. The operator's token comes from
 //! the environment (`$POSTERN_OPERATOR_TOKEN`, or `--token-env NAME`), never from the command
-//! line.
+//! line, or else from the identity provider's sign-in `postern login` kept.
 
 use std::path::PathBuf;
 
@@ -127,7 +127,8 @@ pub enum ReviewCommand {
 pub(crate) struct Ops {
     http: reqwest::Client,
     base: String,
-    token: String,
+    /// The static token from the environment; `None`: the sign-in `postern login` kept.
+    token: Option<String>,
     json: bool,
 }
 
@@ -169,11 +170,12 @@ impl Ops {
         if !is_variable_name(&a.token_env) {
             bail!("--token-env takes the NAME of an environment variable, not the token itself; the value given is not shown");
         }
-        let token = match std::env::var(&a.token_env) {
-            Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
-            _ => bail!("no operator token: set the environment variable {var} to an [[operator]]'s token (or name another with --token-env)"),
-        };
         let base = a.base()?;
+        let token = match std::env::var(&a.token_env) {
+            Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+            _ if crate::kept::is_kept(&crate::kept::operator_place(&base)) => None,
+            _ => bail!("no operator token: set the environment variable {var} to an [[operator]]'s token (or name another with --token-env), or sign in with `postern login`"),
+        };
         if !base.starts_with("http://") && !base.starts_with("https://") {
             bail!("--gateway {base:?}: expected http(s)://host:port");
         }
@@ -204,8 +206,14 @@ impl Ops {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value> {
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => crate::kept::kept_token(&crate::kept::operator_place(&self.base), None)
+                .await
+                .context("the sign-in `postern login` kept has expired and cannot be refreshed: run `postern login` again")?,
+        };
         let resp = req
-            .header("authorization", format!("Bearer {}", self.token))
+            .header("authorization", format!("Bearer {token}"))
             .send()
             .await
             .with_context(|| format!("reaching the gateway at {}", self.base))?;

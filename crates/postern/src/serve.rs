@@ -21,6 +21,9 @@ use postern_vault::VaultFile;
 
 use crate::{resolve_store_path, secrets};
 
+mod people;
+use people::{actor_tokens, console_setup, introspection_secrets, operator_tokens};
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// The gateway configuration.
@@ -66,20 +69,29 @@ pub async fn assemble(config_path: &Path, operator_api: bool) -> Result<Assemble
         None => None,
     };
     let tokens = actor_tokens(&config, &dir)?;
-    let (operators, console) = match operator_api {
-        true => {
-            let operators = operator_tokens(&config, &dir, &tokens)?;
-            let console =
-                console_setup(&config, &dir, (&operators, &tokens), signing_key.as_ref())?;
-            (operators, console)
-        }
-        false => (HashMap::new(), None),
+    let operators = match operator_api {
+        true => operator_tokens(&config, &dir, &tokens)?,
+        false => HashMap::new(),
     };
-    let resource_server = postern_front::ResourceServer::new(&config);
+    let resource_server = postern_front::ResourceServer::new(
+        &config,
+        introspection_secrets(&config, &dir)?,
+        tokens.keys().chain(operators.keys()),
+    );
     if let Some(server) = &resource_server {
         // Each issuer's metadata and keys, fetched now; one that is down is tried again later.
         server.warm().await;
     }
+    let console = match operator_api {
+        true => console_setup(
+            &config,
+            &dir,
+            (&operators, &tokens),
+            signing_key.as_ref(),
+            resource_server.as_ref().map(|r| r.issuers()),
+        )?,
+        false => None,
+    };
     let tokens = Tokens {
         actors: tokens,
         operators,
@@ -125,105 +137,6 @@ pub async fn assemble(config_path: &Path, operator_api: bool) -> Result<Assemble
         stop_upstreams,
         console,
     })
-}
-
-/// Each actor's token → the actor: long, and none shared.
-fn actor_tokens(config: &Config, dir: &Path) -> Result<HashMap<String, String>> {
-    let mut tokens = HashMap::new();
-    for actor in &config.actors {
-        if let Some(r) = &actor.token {
-            let token = secrets::resolve(r, dir)
-                .with_context(|| format!("token of actor {}", actor.name))?;
-            if token.len() < 16 {
-                bail!(
-                    "the token of actor {} is shorter than 16 characters; use a long random token",
-                    actor.name
-                );
-            }
-            if let Some(other) = tokens.insert(token, actor.name.clone()) {
-                bail!(
-                    "actors {other} and {} have the same token: each actor needs its own (a shared \
-                     token would make every call of one count as the other's)",
-                    actor.name
-                );
-            }
-        }
-    }
-    Ok(tokens)
-}
-
-/// Each operator's token → the operator: long, none shared, none an actor's.
-fn operator_tokens(
-    config: &Config,
-    dir: &Path,
-    tokens: &HashMap<String, String>,
-) -> Result<HashMap<String, String>> {
-    let mut operators = HashMap::new();
-    for operator in &config.operators {
-        // An operator known by an issuer's access tokens alone has no static token.
-        let Some(token) = &operator.token else {
-            continue;
-        };
-        let token = secrets::resolve(token, dir)
-            .with_context(|| format!("token of operator {}", operator.name))?;
-        if token.len() < 16 {
-            bail!(
-                "the token of operator {} is shorter than 16 characters; use a long random token",
-                operator.name
-            );
-        }
-        if let Some(actor) = tokens.get(&token) {
-            bail!(
-                "operator {} has the token of actor {actor}: an operator needs a token no actor \
-                 holds (an agent must never approve its own calls)",
-                operator.name
-            );
-        }
-        if let Some(other) = operators.insert(token, operator.name.clone()) {
-            bail!(
-                "operators {other} and {} have the same token: each operator needs its own (every \
-                 decision names who made it)",
-                operator.name
-            );
-        }
-    }
-    Ok(operators)
-}
-
-/// The operator console's setup (`None` without any operator: no one could log in).
-fn console_setup(
-    config: &Config,
-    dir: &Path,
-    (operators, tokens): (&HashMap<String, String>, &HashMap<String, String>),
-    signing_key: Option<&Arc<SigningKey>>,
-) -> Result<Option<postern_console::ConsoleSetup>> {
-    let mut webhooks = Vec::new();
-    for w in &config.console.webhooks {
-        let secret = secrets::resolve(&w.secret, dir)
-            .with_context(|| format!("the secret of approver.webhook {}", w.url))?;
-        if secret.len() < 16 {
-            bail!("the secret of approver.webhook {} is shorter than 16 characters; use a long random secret", w.url);
-        }
-        webhooks.push(postern_console::WebhookTarget {
-            url: w.url.clone(),
-            secret: secret.into_bytes(),
-        });
-    }
-    Ok(
-        (!operators.is_empty()).then(|| postern_console::ConsoleSetup {
-            operators: operators.clone(),
-            actor_tokens: tokens.keys().cloned().collect(),
-            store_url: resolve_store_path(&config.gateway.store, dir),
-            verifying_key: signing_key.map(|k| k.verifying_key()),
-            secure_cookie: config.gateway.tls.is_some()
-                || config
-                    .console
-                    .public_url
-                    .as_deref()
-                    .is_some_and(|u| u.starts_with("https://")),
-            webhooks,
-        }),
-    )
 }
 
 /// Starts (or dials) every upstream MCP server and waits for each, up to its startup_timeout.

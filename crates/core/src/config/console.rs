@@ -14,6 +14,28 @@ use crate::duration::parse_duration;
 pub(super) struct RawConsole {
     pub public_url: Option<String>,
     pub session_ttl: Option<String>,
+    pub sign_in: Option<RawSignIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSignIn {
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: SecretRef,
+    pub scopes: Option<Vec<String>>,
+}
+
+/// Operators sign in to the console with OpenID Connect (authorization code with PKCE, `state`
+/// and `nonce`) as this confidential client of `issuer` (an `[[issuer]]`); the ID token's
+/// claims are matched to an `[[operator]]`'s `claims`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignIn {
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: SecretRef,
+    /// Asked for besides `openid` (the claims the operators' `claims` need, e.g. `groups`).
+    pub scopes: Vec<String>,
 }
 
 /// The `[approver]` table as written (`[[approver.webhook]]`).
@@ -41,6 +63,8 @@ pub struct Console {
     pub session_ttl: Duration,
     /// Each pending approval request is POSTed, signed, to every one of these.
     pub webhooks: Vec<Webhook>,
+    /// Sign-in with the organisation's identity provider, besides operators' static tokens.
+    pub sign_in: Option<SignIn>,
 }
 
 impl Default for Console {
@@ -49,6 +73,7 @@ impl Default for Console {
             public_url: None,
             session_ttl: Duration::from_secs(8 * 3600),
             webhooks: Vec::new(),
+            sign_in: None,
         }
     }
 }
@@ -75,11 +100,55 @@ fn http_url(field: &str, text: &str) -> Result<String, String> {
     Ok(url)
 }
 
+/// `[console.sign_in]`, checked against the issuers and the operators' claims.
+fn sign_in(
+    raw: Option<RawSignIn>,
+    issuers: &[super::Issuer],
+    operators: &[super::Operator],
+) -> Result<Option<SignIn>, String> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let issuer = raw.issuer.trim_end_matches('/').to_string();
+    if !issuers.iter().any(|i| i.url == issuer) {
+        return Err(format!(
+            "console.sign_in.issuer {issuer:?} is not an [[issuer]]"
+        ));
+    }
+    if raw.client_id.trim().is_empty() {
+        return Err("console.sign_in.client_id is empty".into());
+    }
+    if matches!(raw.client_secret, SecretRef::Vault(_)) {
+        return Err("console.sign_in.client_secret cannot come from the vault (operators sign in to unlock it)".into());
+    }
+    if !operators
+        .iter()
+        .any(|o| o.claims.as_ref().is_some_and(|c| c.issuer == issuer))
+    {
+        return Err(format!("console.sign_in: no [[operator]] has claims of issuer {issuer:?}, so no one could sign in with it"));
+    }
+    let mut scopes = raw
+        .scopes
+        .unwrap_or_else(|| vec!["profile".into(), "email".into()]);
+    scopes.retain(|s| s != "openid");
+    if let Some(bad) = scopes.iter().find(|s| s.is_empty() || s.contains(' ')) {
+        return Err(format!("console.sign_in.scopes: {bad:?} is not one word"));
+    }
+    Ok(Some(SignIn {
+        issuer,
+        client_id: raw.client_id,
+        client_secret: raw.client_secret,
+        scopes,
+    }))
+}
+
 pub(super) fn build(
     console: RawConsole,
     approver: RawApprover,
-    operators: usize,
+    issuers: &[super::Issuer],
+    operators: &[super::Operator],
 ) -> Result<Console, String> {
+    let sign_in = sign_in(console.sign_in, issuers, operators)?;
     let public_url = console
         .public_url
         .map(|u| {
@@ -118,13 +187,14 @@ pub(super) fn build(
             secret: w.secret,
         });
     }
-    if !webhooks.is_empty() && operators == 0 {
+    if !webhooks.is_empty() && operators.is_empty() {
         return Err("[[approver.webhook]] without an [[operator]]: its links lead to a console no one can log in to".into());
     }
     Ok(Console {
         public_url,
         session_ttl,
         webhooks,
+        sign_in,
     })
 }
 
@@ -141,23 +211,92 @@ mod tests {
         }
     }
 
+    fn operator(claims: Option<&str>) -> Vec<crate::config::Operator> {
+        vec![crate::config::Operator {
+            name: "olga".into(),
+            token: Some(SecretRef::Env("OP".into())),
+            claims: claims.map(|issuer| crate::config::ClaimMatch {
+                issuer: issuer.into(),
+                subject: None,
+                client_id: None,
+                group: Some("ops".into()),
+            }),
+        }]
+    }
+
     #[test]
     fn refuses_what_it_cannot_use() {
-        assert!(build(RawConsole::default(), raw("ftp://x"), 1).is_err());
-        assert!(build(RawConsole::default(), raw("http://"), 1).is_err());
-        let err = build(RawConsole::default(), raw("http://127.0.0.1:9/h"), 0).unwrap_err();
+        let one = operator(None);
+        assert!(build(RawConsole::default(), raw("ftp://x"), &[], &one).is_err());
+        assert!(build(RawConsole::default(), raw("http://"), &[], &one).is_err());
+        let err = build(RawConsole::default(), raw("http://127.0.0.1:9/h"), &[], &[]).unwrap_err();
         assert!(err.contains("[[operator]]"), "{err}");
-        let c = build(RawConsole::default(), raw("http://127.0.0.1:9/h/"), 1).unwrap();
+        let c = build(
+            RawConsole::default(),
+            raw("http://127.0.0.1:9/h/"),
+            &[],
+            &one,
+        )
+        .unwrap();
         assert_eq!(c.webhooks[0].url, "http://127.0.0.1:9/h");
         let ttl = RawConsole {
-            public_url: None,
             session_ttl: Some("0s".into()),
+            ..RawConsole::default()
         };
-        assert!(build(ttl, RawApprover::default(), 1).is_err());
+        assert!(build(ttl, RawApprover::default(), &[], &one).is_err());
         let url = RawConsole {
             public_url: Some("https://p.example/?x".into()),
-            session_ttl: None,
+            ..RawConsole::default()
         };
-        assert!(build(url, RawApprover::default(), 1).is_err());
+        assert!(build(url, RawApprover::default(), &[], &one).is_err());
+    }
+
+    #[test]
+    fn a_sign_in_needs_its_issuer_and_an_operator_it_can_sign_in() {
+        let sign_in = |issuer: &str| RawConsole {
+            sign_in: Some(RawSignIn {
+                issuer: issuer.into(),
+                client_id: "console".into(),
+                client_secret: SecretRef::Env("S".into()),
+                scopes: Some(vec!["openid".into(), "groups".into()]),
+            }),
+            ..RawConsole::default()
+        };
+        let issuers = crate::config::identity::issuers(
+            vec![crate::config::identity::tests::raw(
+                "https://id.example",
+                None,
+            )],
+            &[],
+        )
+        .unwrap();
+        let e = build(
+            sign_in("https://other.example"),
+            RawApprover::default(),
+            &issuers,
+            &operator(None),
+        )
+        .unwrap_err();
+        assert!(e.contains("is not an [[issuer]]"), "{e}");
+        let e = build(
+            sign_in("https://id.example"),
+            RawApprover::default(),
+            &issuers,
+            &operator(None),
+        )
+        .unwrap_err();
+        assert!(e.contains("no one could sign in"), "{e}");
+        let c = build(
+            sign_in("https://id.example/"),
+            RawApprover::default(),
+            &issuers,
+            &operator(Some("https://id.example")),
+        )
+        .unwrap();
+        assert_eq!(
+            c.sign_in.unwrap().scopes,
+            ["groups"],
+            "openid is always asked"
+        );
     }
 }

@@ -10,6 +10,10 @@ use serde::Deserialize;
 
 use crate::duration::parse_duration;
 
+/// The longest a verified token or an introspection's answer is believed before it is checked
+/// again (a withdrawn key or a revoked token stops working within it).
+pub const LONGEST_BELIEF: Duration = Duration::from_secs(300);
+
 /// Algorithms an issuer may sign with: asymmetric only. `none` and the HMAC family are refused
 /// at start-up: with a public key as an HMAC secret, anyone could sign.
 pub const ASYMMETRIC_ALGORITHMS: &[&str] = &[
@@ -26,6 +30,22 @@ pub(super) struct RawIssuer {
     pub jwks_refresh: Option<String>,
     pub groups_claim: Option<String>,
     pub tool_scopes: Option<BTreeMap<String, Vec<String>>>,
+    pub introspection: Option<RawIntrospection>,
+    pub introspection_cache: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIntrospection {
+    pub client_id: String,
+    pub client_secret: super::SecretRef,
+}
+
+/// How Postern asks an issuer about an opaque token (RFC 7662): as this client of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Introspection {
+    pub client_id: String,
+    pub client_secret: super::SecretRef,
 }
 
 /// An identity provider Postern accepts access tokens from.
@@ -45,6 +65,10 @@ pub struct Issuer {
     /// The scopes a token of this issuer must carry to call a tool: by tool name, `"PREFIX*"`,
     /// or `"*"` (every tool); every entry that names the tool applies.
     pub tool_scopes: BTreeMap<String, Vec<String>>,
+    /// Opaque (non-JWT) tokens are checked at the issuer's introspection endpoint.
+    pub introspection: Option<Introspection>,
+    /// How long an introspection's answer is believed (at most until the token's `exp`).
+    pub introspection_cache: Duration,
 }
 
 impl Issuer {
@@ -167,7 +191,33 @@ pub(super) fn issuers(
                 field("tool_scopes")
             ));
         }
+        if let Some(i) = &r.introspection {
+            if i.client_id.trim().is_empty() {
+                return Err(format!("{}: client_id is empty", field("introspection")));
+            }
+            if matches!(i.client_secret, super::SecretRef::Vault(_)) {
+                return Err(format!("{}: the client_secret cannot come from the vault (tokens are checked while it may be locked)", field("introspection")));
+            }
+        }
+        let introspection_cache = duration(&r.introspection_cache, "30s", "introspection_cache")?;
+        if introspection_cache > LONGEST_BELIEF {
+            return Err(format!(
+                "{}: at most 5m (a revoked token must stop working soon)",
+                field("introspection_cache")
+            ));
+        }
+        if r.introspection.is_none() && r.introspection_cache.is_some() {
+            return Err(format!(
+                "{}: set only with introspection (it has nothing to cache without it)",
+                field("introspection_cache")
+            ));
+        }
         issuers.push(Issuer {
+            introspection: r.introspection.map(|i| Introspection {
+                client_id: i.client_id,
+                client_secret: i.client_secret,
+            }),
+            introspection_cache,
             tool_scopes,
             audience: r.audience,
             algorithms,
@@ -181,7 +231,7 @@ pub(super) fn issuers(
 }
 
 /// `https://…`, or `http://` to a loopback host (a provider on the same machine, tests).
-fn provider_url(url: &str) -> bool {
+pub fn provider_url(url: &str) -> bool {
     if url.starts_with("https://") {
         return true;
     }
@@ -217,10 +267,10 @@ pub(super) fn claims(raw: RawClaims, who: &str, issuers: &[Issuer]) -> Result<Cl
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn raw(url: &str, algorithms: Option<&[&str]>) -> RawIssuer {
+    pub(in crate::config) fn raw(url: &str, algorithms: Option<&[&str]>) -> RawIssuer {
         RawIssuer {
             url: url.into(),
             audience: None,
@@ -229,6 +279,8 @@ mod tests {
             jwks_refresh: None,
             groups_claim: None,
             tool_scopes: None,
+            introspection: None,
+            introspection_cache: None,
         }
     }
 

@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 pub use audit::Audit;
-pub use console::{Console, Webhook};
-pub use identity::{ClaimMatch, Issuer, Principal, ASYMMETRIC_ALGORITHMS};
+pub use console::{Console, SignIn, Webhook};
+pub use identity::{
+    provider_url, ClaimMatch, Introspection, Issuer, Principal, ASYMMETRIC_ALGORITHMS,
+    LONGEST_BELIEF,
+};
 pub use ipnet::IpNet;
 pub use secret::{EnvValue, SecretRef};
 pub use telemetry::Telemetry;
@@ -245,8 +248,8 @@ impl Config {
             people::operators(raw.operator, &issuers).map_err(|(offset, m)| at(offset, m))?;
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let audit = raw.audit.build().map_err(|e| at(0, e))?;
-        let console =
-            console::build(raw.console, raw.approver, operators.len()).map_err(|e| at(0, e))?;
+        let console = console::build(raw.console, raw.approver, &issuers, &operators)
+            .map_err(|e| at(0, e))?;
         Ok(Config {
             gateway,
             issuers,

@@ -128,6 +128,20 @@ impl super::Config {
                     .map(|r| (format!("the token of operator {}", o.name), r)),
             );
         }
+        for i in &self.issuers {
+            refs.extend(i.introspection.iter().map(|x| {
+                (
+                    format!("the introspection secret for issuer {}", i.url),
+                    &x.client_secret,
+                )
+            }));
+        }
+        refs.extend(self.console.sign_in.iter().map(|s| {
+            (
+                "the console's sign-in client secret".to_string(),
+                &s.client_secret,
+            )
+        }));
         for (name, c) in &self.credentials {
             refs.extend(
                 c.secret

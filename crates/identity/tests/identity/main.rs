@@ -19,6 +19,8 @@ fn settings(url: &str, jwks_refresh: Duration) -> Issuer {
         jwks_refresh,
         groups_claim: "groups".into(),
         tool_scopes: Default::default(),
+        introspection: None,
+        introspection_cache: Duration::from_secs(30),
     }
 }
 
@@ -32,7 +34,10 @@ fn now() -> u64 {
 #[tokio::test]
 async fn a_valid_token_names_its_principal() {
     let idp = TestIssuer::start().await;
-    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_secs(60))]);
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_secs(60))],
+        Default::default(),
+    );
     let token = idp.token(json!({
         "sub": "user-7", "aud": RESOURCE, "azp": "claude", "groups": ["agents", "ops"],
         "scope": "mcp:tools invoices:write",
@@ -56,7 +61,10 @@ async fn a_valid_token_names_its_principal() {
 async fn each_forged_or_misdirected_token_is_refused_with_its_reason() {
     let idp = TestIssuer::start().await;
     let other = TestIssuer::start().await;
-    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_secs(60))]);
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_secs(60))],
+        Default::default(),
+    );
     let t = now();
     let cases = [
         (
@@ -131,7 +139,10 @@ async fn each_forged_or_misdirected_token_is_refused_with_its_reason() {
 #[tokio::test]
 async fn unknown_kids_fetch_the_key_set_once_per_interval() {
     let idp = TestIssuer::start().await;
-    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_millis(500))]);
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_millis(500))],
+        Default::default(),
+    );
     let good = idp.token(json!({"sub": "u", "aud": RESOURCE}));
     issuers.verify(&good, RESOURCE).await.unwrap();
     assert_eq!(idp.jwks_fetches(), 1);
@@ -159,7 +170,10 @@ async fn unknown_kids_fetch_the_key_set_once_per_interval() {
 #[tokio::test]
 async fn keys_held_stay_in_use_while_the_provider_is_down() {
     let idp = TestIssuer::start().await;
-    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_millis(10))]);
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_millis(10))],
+        Default::default(),
+    );
     issuers.warm().await;
     idp.set_down(true);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -187,11 +201,40 @@ async fn keys_held_stay_in_use_while_the_provider_is_down() {
 #[tokio::test]
 async fn a_provider_down_at_start_up_is_fetched_for_the_first_token() {
     let idp = TestIssuer::start().await;
-    let issuers = Issuers::new(&[settings(&idp.url, Duration::from_secs(60))]);
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_secs(60))],
+        Default::default(),
+    );
     idp.set_down(true);
     issuers.warm().await;
     idp.set_down(false);
     let token = idp.token(json!({"sub": "u", "aud": RESOURCE}));
     issuers.verify(&token, RESOURCE).await.unwrap();
     assert_eq!(idp.jwks_fetches(), 1);
+}
+
+/// A token verified once is believed from memory, but only for the resource it was verified
+/// for: the same token presented to another resource is checked again and refused for its
+/// audience.
+#[tokio::test]
+async fn a_verified_token_is_remembered_for_its_resource_only() {
+    let idp = TestIssuer::start().await;
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_secs(60))],
+        Default::default(),
+    );
+    let token = idp.token(json!({"sub": "u", "aud": RESOURCE}));
+    assert!(issuers.verify(&token, RESOURCE).await.is_ok());
+    assert!(issuers.verify_cached(&token, RESOURCE).is_ok());
+    let other = "http://127.0.0.1:1/ops";
+    assert_eq!(
+        issuers.verify(&token, other).await.unwrap_err(),
+        TokenError::Audience(other.into())
+    );
+    // An expired token is never remembered past its end.
+    let short = idp.token(json!({"sub": "u", "aud": RESOURCE, "exp": now() - 10}));
+    assert_eq!(
+        issuers.verify(&short, RESOURCE).await.unwrap_err(),
+        TokenError::Expired
+    );
 }

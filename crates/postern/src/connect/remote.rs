@@ -1,4 +1,5 @@
-//! The remote gateway's address and token, from the command line and the environment. No
+//! The remote gateway's address and token, from the command line and the environment (or the
+//! identity provider, with `--client-id`). No
 //! message here ever repeats a value that may be a token: URLs are shown masked, and a
 //! `--token-env` value that does not look like a variable name is not shown at all.
 
@@ -9,10 +10,51 @@ use crate::client::{is_variable_name, shown_variable};
 
 pub(super) struct Remote {
     pub url: String,
-    pub token: String,
+    /// The static token, or the last one the provider gave.
+    token: std::sync::Mutex<String>,
+    /// How to get a token from the identity provider (`--client-id`).
+    login: Option<crate::login::AgentLogin>,
     /// The HTTP client every session uses: for an `https://` URL it trusts the webpki roots, or
     /// instead the CAs of `--ca-file`, and always verifies the gateway's host name.
     pub http: reqwest::Client,
+}
+
+impl Remote {
+    /// The bearer token for the next session: from the provider (kept, refreshed, or got anew)
+    /// with `--client-id`, else the environment's.
+    pub async fn bearer(&self) -> String {
+        if let Some(login) = &self.login {
+            match login.token(&self.http, &self.url).await {
+                Ok(token) => *self.token.lock().unwrap_or_else(|e| e.into_inner()) = token,
+                Err(e) => crate::messages::say(format_args!(
+                    "postern connect: no token from the identity provider: {e:#}"
+                )),
+            }
+        }
+        self.token.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The agent's OAuth client (`--client-id`), its secret from the environment.
+fn agent_login(a: &ConnectArgs, client_id: &str) -> Result<crate::login::AgentLogin> {
+    let secret = match &a.client_secret_env {
+        None => None,
+        Some(name) if !is_variable_name(name) => bail!(
+            "--client-secret-env takes the NAME of an environment variable, not the secret itself; the value given is not shown"
+        ),
+        Some(name) => match std::env::var(name) {
+            Ok(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            _ => bail!(
+                "the environment variable {} (--client-secret-env) is not set or empty",
+                shown_variable(name)
+            ),
+        },
+    };
+    Ok(crate::login::AgentLogin {
+        client_id: client_id.to_string(),
+        secret,
+        scopes: a.scopes.clone(),
+    })
 }
 
 /// Checks the arguments and the environment: the endpoint URL and the token.
@@ -43,6 +85,14 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
         .pool_max_idle_per_host(0)
         .build()
         .context("building the HTTP client")?;
+    if let Some(client_id) = &a.client_id {
+        return Ok(Remote {
+            login: Some(agent_login(a, client_id)?),
+            url,
+            token: std::sync::Mutex::default(),
+            http,
+        });
+    }
     let token = match std::env::var(&a.token_env) {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         Ok(_) => bail!("the environment variable {var} is empty: put the bearer token for {url} in it"),
@@ -54,7 +104,12 @@ pub(super) fn remote_from(a: &ConnectArgs) -> Result<Remote> {
             bail!("the environment variable {var} is not valid UTF-8")
         }
     };
-    Ok(Remote { url, token, http })
+    Ok(Remote {
+        url,
+        token: std::sync::Mutex::new(token),
+        login: None,
+        http,
+    })
 }
 
 /// `text` with anything that can carry a secret masked: userinfo, query values, the fragment.

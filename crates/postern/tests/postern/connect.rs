@@ -338,14 +338,18 @@ async fn two_hundred_calls_through_a_cutting_proxy_make_two_hundred_invoices() {
 }
 
 /// Raw JSON-RPC lines, as a desktop client writes them.
-struct Lines {
-    child: Child,
+pub(crate) struct Lines {
+    pub child: Child,
     out: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Lines {
     async fn start(url: &str, extra: &[&str]) -> Lines {
-        let mut child = bridge(url, extra);
+        Lines::initialize(bridge(url, extra)).await
+    }
+
+    /// Initializes the MCP session with a bridge already started (stdin and stdout piped).
+    pub(crate) async fn initialize(mut child: Child) -> Lines {
         let out = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut l = Lines { child, out };
         let init = l
@@ -368,7 +372,7 @@ impl Lines {
     }
 
     /// Sends a request and returns its response (the bridge sends nothing else unasked).
-    async fn ask(&mut self, line: &str) -> Value {
+    pub(crate) async fn ask(&mut self, line: &str) -> Value {
         self.send(line).await;
         let text = tokio::time::timeout(Duration::from_secs(20), self.out.next_line())
             .await
@@ -379,7 +383,7 @@ impl Lines {
     }
 }
 
-fn call_line(id: u32, arguments: Value, extra: &str) -> String {
+pub(crate) fn call_line(id: u32, arguments: Value, extra: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"create_invoice","arguments":{arguments}{extra}}}}}"#
     )

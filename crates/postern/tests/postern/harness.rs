@@ -356,6 +356,17 @@ pub fn http_from(from: [u8; 4]) -> reqwest::ClientBuilder {
 /// `postern audit export` of the gateway configured in `dir`: the export's text, and its
 /// `accepted` event for a call of `tool`.
 pub fn exported_acceptance(dir: &Path, tool: &str) -> (String, String) {
+    let (export, accepted) = exported_acceptances(dir, tool);
+    let first = accepted
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no accepted event of {tool}: {export}"));
+    (export, first)
+}
+
+/// `postern audit export` of the gateway configured in `dir`: the export's text, and every
+/// `accepted` event of a call of `tool`.
+pub fn exported_acceptances(dir: &Path, tool: &str) -> (String, Vec<String>) {
     let out = Command::new(env!("CARGO_BIN_EXE_postern"))
         .current_dir(dir)
         .args(["audit", "export", "-c", "postern.toml", "--out", "a.jsonl"])
@@ -365,10 +376,22 @@ pub fn exported_acceptance(dir: &Path, tool: &str) -> (String, String) {
     let export = std::fs::read_to_string(dir.join("a.jsonl")).unwrap();
     let accepted = export
         .lines()
-        .find(|l| l.contains("\"accepted\"") && l.contains(tool))
-        .unwrap_or_else(|| panic!("no accepted event of {tool}: {export}"))
-        .to_string();
+        .filter(|l| l.contains("\"accepted\"") && l.contains(tool))
+        .map(str::to_string)
+        .collect();
     (export, accepted)
+}
+
+/// Whether some call of `tool` was accepted for `actor` acting for `subject` (the export).
+pub fn assert_acted_for(dir: &Path, tool: &str, actor: &str, subject: &str) {
+    let (export, accepted) = exported_acceptances(dir, tool);
+    assert!(
+        accepted
+            .iter()
+            .any(|l| l.contains(&format!("\"actor\":\"{actor}\""))
+                && l.contains(&format!("\"subject\":\"{subject}\""))),
+        "no call of {tool} by {actor} for {subject}: {export}"
+    );
 }
 
 /// The gateway's Prometheus text at `{base}/metrics`, asked as operator alice.

@@ -7,6 +7,7 @@ use postern_testkit::issuer::TestIssuer;
 use serde_json::{json, Value};
 
 use crate::harness::{config, Dir, Mcp, Served, BILLING_TOKEN};
+use crate::oidc::OidcProvider;
 
 fn with_issuer(target: &str, issuer: &str) -> String {
     format!(
@@ -253,44 +254,6 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     }
 }
 
-/// A certified provider (oidc-provider, pinned in `tests/interop/package.json`) on loopback,
-/// killed when dropped.
-struct OidcProvider {
-    child: std::process::Child,
-    issuer: String,
-}
-
-impl Drop for OidcProvider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl OidcProvider {
-    /// On `port`, issuing client-credentials JWTs to `client_id` for `resource` only.
-    fn start_on(port: u16, resource: &str, client_id: &str, secret: &str) -> OidcProvider {
-        use std::io::BufRead;
-        let node = crate::foreign::NodeClients::require();
-        let script = crate::foreign::repo_root().join("tests/interop/oidc_provider.mjs");
-        let mut command = node.node(&script);
-        command
-            .arg(node.package("oidc-provider"))
-            .args([&port.to_string(), resource, client_id, secret])
-            .stdout(std::process::Stdio::piped());
-        let mut child = command.spawn().expect("node runs oidc_provider.mjs");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("listening"), "oidc-provider: {line:?}");
-        OidcProvider {
-            child,
-            issuer: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
 /// Issue 50's interoperability: the Python SDK's OAuth client (client credentials) goes from
 /// the first 401 through the protected resource metadata and a certified provider's metadata to
 /// a token for this resource, and the call completes; the record names the client. The gateway
@@ -312,7 +275,7 @@ async fn the_python_sdk_gets_a_token_from_a_certified_provider_and_calls() {
         &with_issuer(&format!("http://{}", target.addr), &issuer),
     );
     let secret = "a-client-secret-for-the-oauth-test-0123456789";
-    let provider = OidcProvider::start_on(port, &served.url, "claude", secret);
+    let provider = OidcProvider::start_on(port, &served.url, "claude", secret, json!({}));
     assert_eq!(provider.issuer, issuer);
     let script = crate::foreign::repo_root().join("tests/interop/python_oauth.py");
     let out = crate::foreign::output({

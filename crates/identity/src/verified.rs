@@ -1,0 +1,98 @@
+//! Tokens already verified, so a client that sends the same access token on every request pays
+//! for its signature (or its introspection) once, not per call: the principal is kept under a
+//! SHA-256 of the token and the resource, until the token would stop being accepted (its `exp`
+//! plus the issuer's leeway) and never longer than [`LONGEST`] (a key the issuer withdraws, or
+//! a token it revokes, stops working within that). The token itself is never kept.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use postern_core::config::Principal;
+use sha2::{Digest, Sha256};
+
+/// The longest a verified token is believed without checking it again.
+pub const LONGEST: Duration = Duration::from_secs(300);
+/// Entries held at most; past it the expired go, and if none has, all of them (a refill costs
+/// one verification per client, and only a signer could mint that many valid tokens).
+const CAPACITY: usize = 16_384;
+
+pub(crate) struct Verified {
+    entries: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
+}
+
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn key(token: &str, resource: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(resource.as_bytes());
+    h.update([0]);
+    h.update(token.as_bytes());
+    h.finalize().into()
+}
+
+impl Verified {
+    pub(crate) fn new() -> Verified {
+        Verified {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The principal `token` was verified as for `resource`, if that is still good.
+    pub(crate) fn get(&self, token: &str, resource: &str) -> Option<Principal> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let (principal, until) = entries.get(&key(token, resource))?;
+        (*until > now_secs()).then(|| principal.clone())
+    }
+
+    /// Keeps `principal` for `token` until `until` (unix seconds), at most [`LONGEST`] from now.
+    pub(crate) fn keep(&self, token: &str, resource: &str, principal: &Principal, until: u64) {
+        let now = now_secs();
+        let until = until.min(now + LONGEST.as_secs());
+        if until <= now {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= CAPACITY {
+            entries.retain(|_, (_, u)| *u > now);
+            if entries.len() >= CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(key(token, resource), (principal.clone(), until));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal() -> Principal {
+        Principal {
+            issuer: "https://id".into(),
+            subject: "s".into(),
+            client_id: None,
+            groups: vec![],
+            scopes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_token_is_kept_per_resource_and_never_past_its_end() {
+        let v = Verified::new();
+        let now = now_secs();
+        v.keep("t1", "https://gw/mcp", &principal(), now + 60);
+        assert!(v.get("t1", "https://gw/mcp").is_some());
+        assert!(v.get("t1", "https://gw/ops").is_none(), "another resource");
+        assert!(v.get("t2", "https://gw/mcp").is_none(), "another token");
+        v.keep("old", "r", &principal(), now);
+        assert!(v.get("old", "r").is_none(), "an expired token is not kept");
+        v.keep("long", "r", &principal(), now + 86_400);
+        let until = v.entries.lock().unwrap()[&key("long", "r")].1;
+        assert!(until <= now + LONGEST.as_secs() + 1);
+    }
+}
