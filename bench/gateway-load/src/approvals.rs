@@ -49,10 +49,7 @@ pub async fn compare(
                 rows.push((name, c1, c64));
             }
         }
-        let mean = |who: &str, f: fn(&(&str, f64, f64)) -> f64| {
-            let v: Vec<f64> = rows.iter().filter(|r| r.0 == who).map(f).collect();
-            v.iter().sum::<f64>() / v.len() as f64
-        };
+        let mean = |who: &str, f: fn(&(&str, f64, f64)) -> f64| super::mean_of(&rows, who, f);
         let (a1, b1) = (mean("A", |r| r.1), mean("B", |r| r.1));
         let (a64, b64) = (mean("A", |r| r.2), mean("B", |r| r.2));
         println!(

@@ -21,6 +21,9 @@
 //!
 //! `--telemetry [--rounds N]` measures what metrics, logs and spans cost (see `telemetry.rs`).
 //!
+//! `--identity [--rounds N]` measures what an `[[issuer]]`'s JWT costs beside a static token
+//! (see `identity.rs`).
+//!
 //! `--goals [--baseline-postern PATH] [--rounds N]` measures issue 37's two goals (c=1 over the
 //! two-commit floor, c=64 against the raw fsync rate) for both protocol eras, alternating the
 //! build under test with a baseline build in one run (see `goals.rs`).
@@ -56,6 +59,7 @@ use serde_json::{json, Value};
 
 mod approvals;
 mod goals;
+mod identity;
 mod replicas;
 mod sessions;
 mod soak;
@@ -176,6 +180,8 @@ const SESSIONLESS: &str = "2026-07-28";
 struct Client {
     http: reqwest::Client,
     url: String,
+    /// The bearer token every request carries.
+    bearer: String,
     protocol: Option<&'static str>,
     session: Option<String>,
     next_id: u64,
@@ -183,10 +189,16 @@ struct Client {
 
 impl Client {
     async fn connect(protocol: Option<&'static str>, url: &str) -> Client {
+        Client::connect_as(protocol, url, TOKEN).await
+    }
+
+    /// As [`Client::connect`], with `bearer` as the token.
+    async fn connect_as(protocol: Option<&'static str>, url: &str, bearer: &str) -> Client {
         let timeout = Duration::from_secs(30);
         let mut c = Client {
             http: reqwest::Client::builder().timeout(timeout).build().unwrap(),
             url: url.to_string(),
+            bearer: bearer.to_string(),
             protocol,
             session: None,
             next_id: 0,
@@ -210,7 +222,7 @@ impl Client {
         let mut req = self
             .http
             .post(&self.url)
-            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("authorization", format!("Bearer {}", self.bearer))
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .body(body.to_string());
@@ -265,6 +277,12 @@ impl Client {
     }
 }
 
+/// The mean of `field` over the rows of `who` (a round's name, c=1 p50, c=64 calls/s).
+fn mean_of(rows: &[(&str, f64, f64)], who: &str, field: fn(&(&str, f64, f64)) -> f64) -> f64 {
+    let v: Vec<f64> = rows.iter().filter(|r| r.0 == who).map(field).collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 /// A JSON body, or the JSON-RPC response on an SSE stream's data lines.
 fn sse_message(body: &str) -> Value {
     if let Ok(v) = serde_json::from_str::<Value>(body) {
@@ -311,13 +329,26 @@ async fn run(
     budget: Budget,
     route: &str,
 ) -> Run {
+    run_as(api, protocol, url, concurrency, budget, route, TOKEN).await
+}
+
+/// As [`run`], every worker carrying `bearer`.
+async fn run_as(
+    api: &InvoiceApi,
+    protocol: Option<&'static str>,
+    url: &str,
+    concurrency: usize,
+    budget: Budget,
+    route: &str,
+    bearer: &str,
+) -> Run {
     api.reset();
     let tag = format!("{route}-c{concurrency}");
     let warmups: Vec<_> = (0..concurrency)
         .map(|w| {
-            let (url, tag) = (url.to_string(), tag.to_string());
+            let (url, tag, bearer) = (url.to_string(), tag.to_string(), bearer.to_string());
             tokio::spawn(async move {
-                let mut client = Client::connect(protocol, &url).await;
+                let mut client = Client::connect_as(protocol, &url, &bearer).await;
                 for i in 0..WARMUP_PER_WORKER {
                     client.call(&format!("{tag}-w{w}-warm{i}"), i as u64).await;
                 }
@@ -425,6 +456,14 @@ fn main() {
             arg("--calls").map_or(1200, |_| calls32),
         );
         ssh::run(&rt, &postern, &dir, calls);
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--identity") {
+        let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
+        rt.block_on(identity::compare(&postern, &dir, seconds, calls1, rounds));
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -28,19 +28,33 @@ const PENDING_SECS: u64 = 600;
 
 /// What the console's sign-in needs.
 pub struct SignInSetup {
-    pub settings: SignIn,
-    /// The client secret, resolved.
-    pub secret: String,
+    settings: SignIn,
+    /// The client secret, resolved (for the code exchange only).
+    secret: String,
+    /// The key of this sign-in's cookies and of the sessions of operators who have no static
+    /// token. Derived from a secret only the gateway holds, never from the client secret,
+    /// which the provider (and its administrators) know too.
+    own_key: String,
     /// The gateway's issuers (their metadata and key sets).
-    pub issuers: Issuers,
+    issuers: Issuers,
 }
 
 impl SignInSetup {
-    /// The MAC key of this sign-in's cookies, and of the sessions of operators who have no
-    /// static token: derived from the client secret, so every replica with the config agrees
-    /// and rotating the secret ends those sessions.
+    /// `gateway_secret`: a secret every replica of this gateway holds and no one else (the
+    /// fingerprint key): only a key derived from it is kept.
+    pub fn new(settings: SignIn, secret: String, issuers: Issuers, gateway_secret: &str) -> Self {
+        SignInSetup {
+            settings,
+            secret,
+            own_key: mac(gateway_secret, &["postern console sign-in key"]),
+            issuers,
+        }
+    }
+
+    /// The MAC key for `purpose`: every replica with the config agrees, and rotating the
+    /// gateway's secret ends those sessions.
     pub(crate) fn key(&self, purpose: &str) -> String {
-        mac(&self.secret, &["postern console sign-in", purpose])
+        mac(&self.own_key, &["postern console sign-in", purpose])
     }
 }
 
@@ -74,6 +88,18 @@ fn base(st: &ConsoleState, headers: &HeaderMap) -> String {
 
 fn failure(status: StatusCode, text: &str) -> Response {
     page::message(status, None, "Sign-in failed", text)
+}
+
+/// A failed callback: the request in flight is over (its cookie cleared).
+fn failed(st: &ConsoleState, status: StatusCode, text: &str) -> Response {
+    let mut response = failure(status, text);
+    let ended = st
+        .sessions
+        .cookie_header(PENDING_COOKIE, "", 0, "/ui/login", "Lax");
+    if let Ok(v) = ended.parse() {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
 }
 
 async fn provider(setup: &SignInSetup) -> Result<Provider, String> {
@@ -194,29 +220,30 @@ async fn callback(
                 q.error_description.as_deref().unwrap_or("")
             ))
         );
-        return failure(StatusCode::FORBIDDEN, &text);
+        return failed(&st, StatusCode::FORBIDDEN, &text);
     }
     let (Some(code), Some(state)) = (q.code.as_deref(), q.state.as_deref()) else {
-        return failure(
+        return failed(
+            &st,
             StatusCode::BAD_REQUEST,
             "The provider's answer has no code.",
         );
     };
     if !same(state, &pending.state) {
-        return failure(StatusCode::FORBIDDEN, "The answer's state is not this sign-in's: it was started elsewhere (a forged or replayed link). Sign in again.");
+        return failed(&st, StatusCode::FORBIDDEN, "The answer's state is not this sign-in's: it was started elsewhere (a forged or replayed link). Sign in again.");
     }
     let principal = match finish(&st, setup, &headers, code, &pending).await {
         Ok(p) => p,
         Err((status, why)) => {
             tracing::info!(reason = %why, "a console sign-in was refused");
-            return failure(status, &why);
+            return failed(&st, status, &why);
         }
     };
     let operator = match operator_of(&st, &principal) {
         Ok(operator) => operator,
         Err(why) => {
             tracing::info!(reason = %why, "a console sign-in matched no operator");
-            return failure(StatusCode::FORBIDDEN, &why);
+            return failed(&st, StatusCode::FORBIDDEN, &why);
         }
     };
     tracing::info!(operator = %operator, subject = %principal.subject, "an operator signed in to the console with the identity provider");
@@ -308,4 +335,40 @@ fn landing(next: &str) -> Response {
         response.headers_mut().insert(header::REFRESH, v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who holds the provider's client secret (the provider's administrators) cannot mint a
+    /// pending sign-in or a session: the keys come from the gateway's own secret.
+    #[test]
+    fn the_client_secret_keys_nothing() {
+        let settings = SignIn {
+            issuer: "https://id.example".into(),
+            client_id: "console".into(),
+            client_secret: postern_core::config::SecretRef::Env("S".into()),
+            scopes: vec![],
+        };
+        let issuers = Issuers::new(&[], Default::default());
+        let client_secret = "the-client-secret-the-provider-knows";
+        let setup = SignInSetup::new(settings, client_secret.into(), issuers, "gateway-only");
+        let pending = Pending {
+            state: "s".into(),
+            nonce: "n".into(),
+            verifier: "v".into(),
+        };
+        let sealed = seal(&setup, &pending, "/ui/runs");
+        assert!(unseal(&setup, &sealed).is_some());
+        let forged_key = mac(client_secret, &["postern console sign-in", "pending"]);
+        let parts: Vec<&str> = sealed.rsplitn(2, '.').collect();
+        let fields: Vec<&str> = parts[1].split('.').collect();
+        let forged = format!("{}.{}", parts[1], mac(&forged_key, &fields));
+        assert!(unseal(&setup, &forged).is_none());
+        assert_ne!(
+            setup.key("session dana"),
+            mac(client_secret, &["postern console sign-in", "session dana"])
+        );
+    }
 }

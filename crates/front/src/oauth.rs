@@ -17,7 +17,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use postern_core::config::{CertificateFingerprint, ClaimMatch, Config, Issuer, Principal};
-use postern_identity::Issuers;
+use postern_identity::{Issuers, TokenError};
 use serde_json::json;
 
 use super::auth::bearer;
@@ -203,6 +203,9 @@ impl ResourceServer {
                 .map_err(|why| (StatusCode::FORBIDDEN, why).into_response()),
             Err(why) => {
                 tracing::info!(reason = %why, "a bearer token was refused");
+                if let Some(unavailable) = unavailable(&why) {
+                    return Some(Err(unavailable));
+                }
                 let mut refused =
                     (StatusCode::UNAUTHORIZED, format!("invalid_token: {why}")).into_response();
                 self.challenge(headers, &mut refused);
@@ -219,6 +222,10 @@ impl ResourceServer {
         let resource = self.ops_resource(headers);
         let principal = match self.issuers.verify(token, &resource).await {
             Ok(principal) => principal,
+            Err(why @ TokenError::IntrospectionFailed { .. }) => {
+                tracing::warn!(reason = %why, "an operator's token could not be checked");
+                return Some(Err("invalid_token: the token could not be checked now (its issuer cannot be asked); try again".into()));
+            }
             Err(why) => return Some(Err(format!("invalid_token: {why}"))),
         };
         let who = format!("subject {:?} of {}", principal.subject, principal.issuer);
@@ -338,6 +345,27 @@ pub fn routes(server: Arc<ResourceServer>) -> Router {
             "/.well-known/oauth-protected-resource/ops",
             serve(server, true),
         )
+}
+
+/// A token that could not be checked now (not refused): 503, saying only that (the reason,
+/// which may name the provider's address, goes to the log).
+fn unavailable(why: &TokenError) -> Option<Response> {
+    let text = match why {
+        TokenError::Busy(_) => "the token could not be checked now: its issuer is being asked about as many tokens as it may be at once; retry in a second",
+        TokenError::IntrospectionFailed { .. } => "the token could not be checked now: its issuer cannot be asked; retry later",
+        _ => return None,
+    };
+    if let TokenError::IntrospectionFailed { .. } = why {
+        tracing::warn!(reason = %why, "a token could not be introspected");
+    }
+    Some(
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            text,
+        )
+            .into_response(),
+    )
 }
 
 fn digest(token: &str) -> [u8; 32] {

@@ -2,7 +2,8 @@
 //! (authorization code with PKCE), `postern login`'s device authorization grant (RFC 8628),
 //! `postern connect`'s client credentials and authorization code on a loopback redirect
 //! (RFC 8252), refreshes, and the resource server's introspection of opaque tokens (RFC 7662).
-//! Every token request names the resource it is for (RFC 8707).
+//! Every request for a resource server's token names that resource (RFC 8707); the console's
+//! sign-in asks for an ID token only, and names none.
 //!
 //! The HTTP exchange is the gateway's own reqwest client (no redirects followed: an OAuth
 //! endpoint that redirects is refused, not followed with credentials).
@@ -66,8 +67,8 @@ impl Tokens {
 }
 
 /// The extra fields of a token response (OpenID Connect's `id_token`) and of an introspection
-/// (the claims a provider adds, such as groups).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// (the claims a provider adds, such as groups). Its `Debug` shows no ID token.
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Extra {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_token: Option<String>,
@@ -75,6 +76,15 @@ pub struct Extra {
     pub other: serde_json::Map<String, serde_json::Value>,
 }
 impl ExtraTokenFields for Extra {}
+
+impl std::fmt::Debug for Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extra")
+            .field("id_token", &self.id_token.is_some())
+            .field("claims", &self.other.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
 
 pub(crate) type Introspected = StandardTokenIntrospectionResponse<Extra, BasicTokenType>;
 
@@ -165,7 +175,6 @@ impl Provider {
         secret: Option<&str>,
     ) -> Result<Provider, FlowError> {
         let http = keys::http_client();
-        let issuer = issuer.trim_end_matches('/');
         let metadata = keys::discover(&http, issuer)
             .await
             .map_err(FlowError::Metadata)?;
@@ -221,6 +230,12 @@ impl Provider {
             client,
             http: keys::http_client(),
         })
+    }
+
+    /// This provider over `http` (a client whose connections are kept between questions).
+    pub(crate) fn with_http(mut self, http: reqwest::Client) -> Provider {
+        self.http = http;
+        self
     }
 
     fn http(&self) -> impl Fn(oauth2::HttpRequest) -> ExchangeFuture + '_ {

@@ -53,6 +53,9 @@ struct Held {
     unnamed: Vec<Arc<DecodingKey>>,
     /// When a fetch a token asked for was last tried (the rate limit's clock).
     tried: Option<Instant>,
+    /// When the keys held were fetched (a set older than [`IssuerKeys::max_age`] is fetched
+    /// again before it is used, so a key the issuer withdrew stops being trusted).
+    fetched: Option<Instant>,
     /// Why the last fetch failed, if it did.
     failure: Option<String>,
 }
@@ -93,29 +96,37 @@ impl IssuerKeys {
         })
     }
 
-    /// The key `kid` names, fetching the key set first when it is not held and the last fetch
-    /// is older than `jwks_refresh`.
+    /// The key `kid` names, fetching the key set first when it is not held, or when the set
+    /// held is older than [`IssuerKeys::max_age`] — either at most once per `jwks_refresh`.
     pub(crate) async fn key(
         &self,
         kid: Option<&str>,
         may_fetch: bool,
     ) -> Result<Arc<DecodingKey>, TokenError> {
-        if let Ok(key) = self.cached_key(kid) {
-            return Ok(key);
+        let held = self.cached_key(kid);
+        if !may_fetch || (held.is_ok() && !self.stale()) {
+            return held;
         }
-        if may_fetch {
-            let _one = self.fetching.lock().await;
-            // Another request may have fetched while this one waited.
-            if let Ok(key) = self.cached_key(kid) {
-                return Ok(key);
-            }
-            if self.may_fetch_now() {
-                if let Err(reason) = self.refresh(true).await {
-                    tracing::warn!(issuer = %self.issuer.url, %reason, "an issuer's key set could not be fetched; the keys held stay in use");
-                }
+        let _one = self.fetching.lock().await;
+        // Another request may have fetched while this one waited.
+        let held = self.cached_key(kid);
+        if (held.is_err() || self.stale()) && self.may_fetch_now() {
+            if let Err(reason) = self.refresh(true).await {
+                tracing::warn!(issuer = %self.issuer.url, %reason, "an issuer's key set could not be fetched; the keys held stay in use");
             }
         }
         self.cached_key(kid)
+    }
+
+    /// How old a held key set may be: five `jwks_refresh`, at most five minutes.
+    fn max_age(&self) -> Duration {
+        (self.issuer.jwks_refresh * 5).min(postern_core::config::LONGEST_BELIEF)
+    }
+
+    fn stale(&self) -> bool {
+        self.read()
+            .fetched
+            .is_none_or(|at| at.elapsed() >= self.max_age())
     }
 
     fn may_fetch_now(&self) -> bool {
@@ -139,6 +150,7 @@ impl IssuerKeys {
                 held.keys = keys;
                 held.unnamed = unnamed;
                 held.tried = Some(Instant::now());
+                held.fetched = Some(Instant::now());
                 held.failure = None;
                 Ok(())
             }
@@ -185,16 +197,22 @@ impl IssuerKeys {
         Ok((metadata, keys, unnamed))
     }
 
-    /// The issuer's metadata, discovered now if it has not been.
+    /// The issuer's metadata, discovered now if it has not been (at most once per
+    /// `jwks_refresh` while discovery fails).
     pub(crate) async fn metadata(&self) -> Result<Metadata, String> {
         if let Some(m) = self.read().metadata.clone() {
             return Ok(m);
         }
-        self.refresh(false).await?;
-        self.read()
-            .metadata
-            .clone()
-            .ok_or_else(|| format!("{}: no metadata", self.issuer.url))
+        let _one = self.fetching.lock().await;
+        if self.read().metadata.is_none() && self.may_fetch_now() {
+            let _ = self.refresh(true).await;
+        }
+        let held = self.read();
+        held.metadata.clone().ok_or_else(|| {
+            held.failure
+                .clone()
+                .unwrap_or_else(|| format!("{}: no metadata yet", self.issuer.url))
+        })
     }
 
     async fn discover(&self) -> Result<Metadata, String> {
@@ -209,7 +227,10 @@ impl IssuerKeys {
 /// An issuer's metadata: OpenID Connect discovery, else RFC 8414. It must name this issuer
 /// exactly (a provider that answers for another is not believed).
 pub(crate) async fn discover(http: &reqwest::Client, url: &str) -> Result<Metadata, String> {
-    let oidc = format!("{url}/.well-known/openid-configuration");
+    let oidc = format!(
+        "{}/.well-known/openid-configuration",
+        url.trim_end_matches('/')
+    );
     let metadata = match get_json(http, &oidc).await {
         Ok(m) => m,
         Err(first) => get_json(http, &rfc8414(url))
@@ -253,6 +274,7 @@ pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Result<Value,
 
 /// RFC 8414 §3: the well-known segment goes between the host and the issuer's path.
 fn rfc8414(issuer: &str) -> String {
+    let issuer = issuer.trim_end_matches('/');
     let (scheme, rest) = issuer.split_once("://").unwrap_or(("https", issuer));
     let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
     let path = if path.is_empty() {

@@ -72,6 +72,12 @@ pub enum TokenError {
     Inactive(String),
     #[error("issuer {issuer:?} could not be asked about the token: {reason}")]
     IntrospectionFailed { issuer: String, reason: String },
+    #[error("issuer {0:?} is being asked about as many tokens as it may be at once; try again")]
+    Busy(String),
+    #[error("the token is bound to a key (cnf: DPoP or mutual TLS); Postern checks no proof of possession, so it does not take it as a bearer token")]
+    Bound,
+    #[error("the provider says this is a {0:?} token, not an access token")]
+    NotAnAccessToken(String),
     #[error("the ID token's nonce is not the one this sign-in sent")]
     Nonce,
 }
@@ -83,6 +89,8 @@ pub struct Issuers {
     /// Each introspecting issuer's client secret, by issuer URL.
     secrets: Arc<HashMap<String, String>>,
     verified: Arc<Verified>,
+    /// The introspections' HTTP client (one, so its connections are kept).
+    http: reqwest::Client,
     /// Introspections in flight at most (a flood of made-up opaque tokens cannot turn into a
     /// flood of requests to the provider).
     asking: Arc<tokio::sync::Semaphore>,
@@ -103,6 +111,7 @@ impl Issuers {
                 .collect(),
             secrets: Arc::new(secrets),
             verified: Arc::new(Verified::new()),
+            http: http.clone(),
             asking: Arc::new(tokio::sync::Semaphore::new(MAX_INTROSPECTIONS)),
         }
     }
@@ -181,6 +190,17 @@ impl Issuers {
         }
         let key = keys.key(header.kid.as_deref(), true).await?;
         let (principal, claims) = check(&keys.issuer, token, header.alg, &key, client_id)?;
+        // OpenID Connect Core §3.1.3.7: with several audiences, `azp` must name this client;
+        // whenever it is present it must.
+        let several = claims
+            .get("aud")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.len() > 1);
+        match claims.get("azp").and_then(Value::as_str) {
+            Some(azp) if azp != client_id => return Err(TokenError::Audience(client_id.into())),
+            None if several => return Err(TokenError::MissingClaim("azp".into())),
+            _ => {}
+        }
         let sent = claims.get("nonce").and_then(Value::as_str).unwrap_or("");
         if nonce.is_empty() || !bool_eq(sent.as_bytes(), nonce.as_bytes()) {
             return Err(TokenError::Nonce);
@@ -198,48 +218,52 @@ impl Issuers {
         keys.metadata().await.map_err(FlowError::Metadata)
     }
 
-    /// Asks each introspecting issuer about an opaque token, in order, until one says it is
-    /// active and for `resource`.
+    /// Asks the introspecting issuer (there is at most one: an opaque token names no issuer,
+    /// and asking several would hand one provider another's tokens) about an opaque token. A
+    /// token it refused is refused from memory for [`verified::REFUSED_FOR`]; when
+    /// [`MAX_INTROSPECTIONS`] questions are already in flight the token is not asked about
+    /// ([`TokenError::Busy`]) rather than queued behind a flood.
     async fn introspect(
         &self,
         token: &str,
         resource: &str,
     ) -> Result<(Principal, u64), TokenError> {
-        let _turn = self
-            .asking
-            .acquire()
-            .await
-            .map_err(|_| TokenError::Malformed("closed".into()))?;
-        let mut refusal =
-            TokenError::Malformed("not a JWT, and no [[issuer]] introspects opaque tokens".into());
-        for keys in self
+        let Some(keys) = self
             .issuers
             .iter()
-            .filter(|i| i.issuer.introspection.is_some())
-        {
-            let issuer = &keys.issuer;
-            let failed = |reason: String| TokenError::IntrospectionFailed {
-                issuer: issuer.url.clone(),
-                reason,
-            };
-            let Some(introspection) = &issuer.introspection else {
-                continue;
-            };
-            let metadata = keys.metadata().await.map_err(failed)?;
-            let secret = self.secrets.get(&issuer.url).map(String::as_str);
-            let provider =
-                Provider::from_metadata(&issuer.url, metadata, &introspection.client_id, secret)
-                    .map_err(|e| failed(e.to_string()))?;
-            let answer = provider
-                .introspect(token)
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            match introspected(issuer, &answer, resource) {
-                Ok(found) => return Ok(found),
-                Err(why) => refusal = why,
-            }
+            .find(|i| i.issuer.introspection.is_some())
+        else {
+            return Err(TokenError::Malformed(
+                "not a JWT, and no [[issuer]] introspects opaque tokens".into(),
+            ));
+        };
+        let issuer = &keys.issuer;
+        if self.verified.was_refused(token, resource) {
+            return Err(TokenError::Inactive(issuer.url.clone()));
         }
-        Err(refusal)
+        let Ok(_turn) = self.asking.try_acquire() else {
+            return Err(TokenError::Busy(issuer.url.clone()));
+        };
+        let failed = |reason: String| TokenError::IntrospectionFailed {
+            issuer: issuer.url.clone(),
+            reason,
+        };
+        let Some(introspection) = &issuer.introspection else {
+            return Err(TokenError::Busy(issuer.url.clone()));
+        };
+        let metadata = keys.metadata().await.map_err(failed)?;
+        let secret = self.secrets.get(&issuer.url).map(String::as_str);
+        let provider =
+            Provider::from_metadata(&issuer.url, metadata, &introspection.client_id, secret)
+                .map_err(|e| failed(e.to_string()))?
+                .with_http(self.http.clone());
+        let answer = provider
+            .introspect(token)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        introspected(issuer, &answer, resource).inspect_err(|_| {
+            self.verified.refuse(token, resource);
+        })
     }
 
     /// The issuer a token claims, and its header (its algorithm allowed by that issuer).
@@ -308,6 +332,17 @@ fn introspected(
     if !answer.active() || exp.is_some_and(|e| e + issuer.leeway.as_secs() <= now) {
         return Err(TokenError::Inactive(issuer.url.clone()));
     }
+    // A refresh token (or any other kind) the provider calls active is still no access token;
+    // a DPoP-bound one needs a proof Postern does not check.
+    match answer.token_type().map(|t| t.as_ref().to_ascii_lowercase()) {
+        None => {}
+        Some(t) if t == "bearer" => {}
+        Some(t) if t == "dpop" => return Err(TokenError::Bound),
+        Some(t) => return Err(TokenError::NotAnAccessToken(t)),
+    }
+    if answer.extra_fields().other.contains_key("cnf") {
+        return Err(TokenError::Bound);
+    }
     if answer
         .iss()
         .is_some_and(|i| i.trim_end_matches('/') != issuer.url)
@@ -367,6 +402,9 @@ fn check(
         ErrorKind::MissingRequiredClaim(c) => TokenError::MissingClaim(c.clone()),
         other => TokenError::Invalid(reason(other)),
     })?;
+    if data.claims.get("cnf").is_some() {
+        return Err(TokenError::Bound);
+    }
     Ok((principal(issuer, &data.claims), data.claims))
 }
 

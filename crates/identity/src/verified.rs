@@ -17,8 +17,15 @@ pub const LONGEST: Duration = Duration::from_secs(300);
 /// one verification per client, and only a signer could mint that many valid tokens).
 const CAPACITY: usize = 16_384;
 
+/// How long an opaque token the provider refused is refused without asking again (a client
+/// that retries a dead token, or a flood of made-up ones, is not turned into requests to the
+/// provider).
+pub(crate) const REFUSED_FOR: Duration = Duration::from_secs(30);
+
 pub(crate) struct Verified {
     entries: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
+    /// Opaque tokens the provider refused, until when.
+    refused: Mutex<HashMap<[u8; 32], u64>>,
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -39,7 +46,29 @@ impl Verified {
     pub(crate) fn new() -> Verified {
         Verified {
             entries: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether the provider refused `token` for `resource` within [`REFUSED_FOR`].
+    pub(crate) fn was_refused(&self, token: &str, resource: &str) -> bool {
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        refused
+            .get(&key(token, resource))
+            .is_some_and(|until| *until > now_secs())
+    }
+
+    /// Remembers that the provider refused `token` for `resource`.
+    pub(crate) fn refuse(&self, token: &str, resource: &str) {
+        let now = now_secs();
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.len() >= CAPACITY {
+            refused.retain(|_, until| *until > now);
+            if refused.len() >= CAPACITY {
+                refused.clear();
+            }
+        }
+        refused.insert(key(token, resource), now + REFUSED_FOR.as_secs());
     }
 
     /// The principal `token` was verified as for `resource`, if that is still good.

@@ -67,6 +67,10 @@ pub struct Trace {
     pub execution_id: String,
     pub tool: String,
     pub actor: String,
+    /// Whom the agent acted for, when its run authenticated with an issuer's access token:
+    /// "SUBJECT of ISSUER (client ID)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acting_for: Option<String>,
     pub state: String,
     pub fingerprint: String,
     pub answers: Vec<Answer>,
@@ -103,6 +107,19 @@ pub fn trace(input: &TraceInput<'_>) -> Trace {
         execution_id: s.id.to_string(),
         tool: s.tool.clone(),
         actor: s.actor.clone(),
+        acting_for: input
+            .runs
+            .iter()
+            .find(|r| s.run_id.as_deref() == Some(r.id.as_str()))
+            .and_then(|r| r.principal.as_ref())
+            .map(|p| {
+                format!(
+                    "{} of {} (client {})",
+                    p.subject,
+                    p.issuer,
+                    p.client_id.as_deref().unwrap_or("-")
+                )
+            }),
         state: s.lifecycle.state.name().to_string(),
         fingerprint: s.fingerprint.to_string(),
         answers: vec![

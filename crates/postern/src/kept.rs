@@ -57,11 +57,12 @@ pub(crate) fn keep(kept: &Kept) -> Result<()> {
         .create(dir)
         .with_context(|| format!("creating {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    let partial = path.with_extension("partial");
+    // A name of its own: two bridges writing at once never write into one file.
+    let partial = path.with_extension(format!("partial.{}", std::process::id()));
+    let _ = std::fs::remove_file(&partial);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&partial)
         .with_context(|| format!("writing {}", partial.display()))?;
@@ -84,6 +85,9 @@ fn kept(place: &str) -> Option<Kept> {
 /// A fresh access token from what is kept for `place` (refreshed when it nears its end);
 /// `None` when nothing usable is kept. `secret`: a confidential client's, for the refresh.
 pub(crate) async fn kept_token(place: &str, secret: Option<&str>) -> Option<String> {
+    // One refresh at a time per place across processes: a provider that rotates refresh
+    // tokens revokes the whole grant when one is used twice.
+    let _held = lock(place).ok()?;
     let mut k = kept(place)?;
     if k.tokens.fresh_for(MARGIN) {
         return Some(k.tokens.access_token);
@@ -106,4 +110,20 @@ pub(crate) fn forget(place: &str) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
     }
+}
+
+/// An exclusive lock on `place`'s token file (released when the file is dropped).
+fn lock(place: &str) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = kept_path(place)?.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
 }

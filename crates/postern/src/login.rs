@@ -54,6 +54,12 @@ pub(crate) async fn find_provider(
     let resource = metadata["resource"]
         .as_str()
         .context("the metadata names no resource")?;
+    // RFC 9728 §3.3: the metadata is for the URL it was asked about, or it is not believed (a
+    // look-alike gateway naming the real one's resource would be handed tokens for it).
+    let asked = format!("{base}/{resource_path}");
+    if resource != asked {
+        bail!("{url} names the resource {resource:?}, not {asked:?}: refusing it (a token got for it would be sent here, to another server). Use the gateway's own address (its public_url)");
+    }
     let issuer = metadata["authorization_servers"][0]
         .as_str()
         .context("the metadata names no authorization server")?;
@@ -151,7 +157,7 @@ impl AgentLogin {
 /// Authorization code with PKCE for a person at this machine: the browser is sent to the
 /// provider, which redirects to a listener on 127.0.0.1 (RFC 8252 §7.3).
 async fn loopback_code(provider: &Provider, scopes: &[String], resource: &str) -> Result<Tokens> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let redirect = format!(
         "http://127.0.0.1:{}/callback",
@@ -164,41 +170,39 @@ async fn loopback_code(provider: &Provider, scopes: &[String], resource: &str) -
     let wait = async {
         loop {
             let (mut stream, _) = listener.accept().await?;
-            let mut buffer = vec![0u8; 8192];
-            let n = stream.read(&mut buffer).await?;
-            let head = String::from_utf8_lossy(&buffer[..n]).to_string();
-            let target = head
-                .lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1))
-                .unwrap_or("")
-                .to_string();
-            let Some(query) = target.strip_prefix("/callback?") else {
-                stream
-                    .write_all(
-                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    )
-                    .await?;
+            // A local connection that sends nothing cannot hold the listener up.
+            let Ok(Ok(query)) =
+                tokio::time::timeout(Duration::from_secs(5), callback_query(&mut stream)).await
+            else {
                 continue;
             };
             let fields: Vec<(String, String)> =
-                serde_urlencoded::from_str(query).unwrap_or_default();
+                serde_urlencoded::from_str(&query).unwrap_or_default();
             let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let ok = field("state").is_some_and(|s| s == pending.state);
-            let text = match (ok, field("code")) {
-                (true, Some(_)) => "Signed in: you can close this tab and return to your agent.",
-                _ => "This sign-in did not come from postern connect's request (or was refused): nothing was signed in.",
+            // Only an answer carrying this request's state is this sign-in's: anything else
+            // (another local process, a page probing ports) changes nothing, error or not.
+            let ours = field("state").is_some_and(|s| {
+                use subtle::ConstantTimeEq;
+                bool::from(s.as_bytes().ct_eq(pending.state.as_bytes()))
+            });
+            let text = match (ours, field("code"), field("error")) {
+                (true, Some(_), _) => "Signed in: you can close this tab and return to your agent.",
+                (true, None, Some(_)) => {
+                    "The identity provider refused the sign-in: nothing was signed in."
+                }
+                _ => "This is not postern connect's sign-in: nothing was signed in.",
             };
             let page = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
                 text.len()
             );
-            stream.write_all(page.as_bytes()).await?;
-            if let Some(error) = field("error") {
-                bail!("the identity provider refused the sign-in: {error}");
-            }
-            if let (true, Some(code)) = (ok, field("code")) {
-                return anyhow::Ok(code);
+            let _ = stream.write_all(page.as_bytes()).await;
+            match (ours, field("code"), field("error")) {
+                (true, Some(code), _) => return anyhow::Ok(code),
+                (true, None, Some(error)) => {
+                    bail!("the identity provider refused the sign-in: {error}")
+                }
+                _ => continue,
             }
         }
     };
@@ -209,4 +213,28 @@ async fn loopback_code(provider: &Provider, scopes: &[String], resource: &str) -
         .exchange_code(&code, &redirect, &pending.verifier, Some(resource))
         .await
         .context("exchanging the sign-in's code")
+}
+
+/// The query of a `GET /callback?…` request (the request line only is read).
+async fn callback_query(stream: &mut tokio::net::TcpStream) -> Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; 8192];
+    let mut read = 0;
+    while !buffer[..read].windows(2).any(|w| w == b"\r\n") && read < buffer.len() {
+        let n = stream.read(&mut buffer[read..]).await?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let head = String::from_utf8_lossy(&buffer[..read]);
+    let target = head
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("");
+    target
+        .strip_prefix("/callback?")
+        .map(str::to_string)
+        .context("not the sign-in's redirect")
 }

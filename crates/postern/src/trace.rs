@@ -86,6 +86,9 @@ async fn one(id: &str, store: &StoreReader, json: bool) -> Result<i32> {
         shown(&trace.tool),
         shown(&trace.actor)
     );
+    if let Some(who) = &trace.acting_for {
+        println!("acting for   {}", shown(who));
+    }
     println!("state        {}", trace.state);
     println!("fingerprint  {}", trace.fingerprint);
     for (i, answer) in trace.answers.iter().enumerate() {

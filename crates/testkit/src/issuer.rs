@@ -127,6 +127,18 @@ impl TestIssuer {
             .push(Arc::new(Key::generate(kid)));
     }
 
+    /// Withdraws the published key `kid` from the key set (it still signs: a compromised key
+    /// the issuer no longer vouches for).
+    pub fn withdraw_key(&self, kid: &str) {
+        let mut published = self.published.keys.lock().unwrap();
+        let i = published
+            .iter()
+            .position(|k| k.kid == kid)
+            .unwrap_or_else(|| panic!("no published key {kid}"));
+        let key = published.remove(i);
+        self.hidden.lock().unwrap().push(key);
+    }
+
     /// A new key `kid` that signs but is never published.
     pub fn hidden_key(&self, kid: &str) {
         self.hidden

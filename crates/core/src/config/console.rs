@@ -109,12 +109,16 @@ fn sign_in(
     let Some(raw) = raw else {
         return Ok(None);
     };
-    let issuer = raw.issuer.trim_end_matches('/').to_string();
-    if !issuers.iter().any(|i| i.url == issuer) {
+    let Some(issuer) = issuers
+        .iter()
+        .find(|i| super::identity::same_issuer(&i.url, &raw.issuer))
+    else {
         return Err(format!(
-            "console.sign_in.issuer {issuer:?} is not an [[issuer]]"
+            "console.sign_in.issuer {:?} is not an [[issuer]]",
+            raw.issuer
         ));
-    }
+    };
+    let issuer = issuer.url.clone();
     if raw.client_id.trim().is_empty() {
         return Err("console.sign_in.client_id is empty".into());
     }

@@ -141,7 +141,8 @@ pub(super) fn issuers(
 ) -> Result<Vec<Issuer>, String> {
     let mut issuers: Vec<Issuer> = Vec::new();
     for r in raw {
-        let url = r.url.trim_end_matches('/').to_string();
+        // Kept as written: a token's `iss` must equal it exactly (Auth0's ends in `/`).
+        let url = r.url.clone();
         let field = |key: &str| format!("issuer {url:?}: {key}");
         if !provider_url(&url) {
             return Err(format!(
@@ -149,7 +150,7 @@ pub(super) fn issuers(
                 field("url")
             ));
         }
-        if issuers.iter().any(|i| i.url == url) {
+        if issuers.iter().any(|i| same_issuer(&i.url, &url)) {
             return Err(format!("issuer {url:?} is declared twice"));
         }
         let algorithms = r.algorithms.unwrap_or_else(|| {
@@ -227,7 +228,16 @@ pub(super) fn issuers(
             url,
         });
     }
+    if issuers.iter().filter(|i| i.introspection.is_some()).count() > 1 {
+        return Err("introspection is set on more than one [[issuer]]: an opaque token names no issuer, and asking several would hand one provider the tokens of another; keep it on one".into());
+    }
     Ok(issuers)
+}
+
+/// Whether two issuer URLs as written name the same `[[issuer]]` (a trailing `/` aside; the
+/// `[[issuer]]`'s own spelling is the one a token must carry).
+pub fn same_issuer(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
 /// `https://…`, or `http://` to a loopback host (a provider on the same machine, tests).
@@ -249,12 +259,13 @@ pub fn provider_url(url: &str) -> bool {
 
 /// An actor's or an operator's `claims` (`who` names it), checked against the issuers.
 pub(super) fn claims(raw: RawClaims, who: &str, issuers: &[Issuer]) -> Result<ClaimMatch, String> {
-    let issuer = raw.issuer.trim_end_matches('/').to_string();
-    if !issuers.iter().any(|i| i.url == issuer) {
+    let Some(issuer) = issuers.iter().find(|i| same_issuer(&i.url, &raw.issuer)) else {
         return Err(format!(
-            "{who}: claims.issuer {issuer:?} is not an [[issuer]]"
+            "{who}: claims.issuer {:?} is not an [[issuer]]",
+            raw.issuer
         ));
-    }
+    };
+    let issuer = issuer.url.clone();
     if raw.subject.is_none() && raw.client_id.is_none() && raw.group.is_none() {
         return Err(format!("{who}: claims needs a subject, a client_id or a group besides the issuer (any token of the issuer would match)"));
     }
@@ -319,8 +330,33 @@ pub(super) mod tests {
         let e = issuers_of(vec![raw("http://id.example", None)]).unwrap_err();
         assert!(e.contains("https URL"), "{e}");
         let ok = issuers_of(vec![raw("http://127.0.0.1:9000/realms/a/", None)]).unwrap();
-        assert_eq!(ok[0].url, "http://127.0.0.1:9000/realms/a");
+        assert_eq!(
+            ok[0].url, "http://127.0.0.1:9000/realms/a/",
+            "kept as written"
+        );
         assert!(!ok[0].algorithms.iter().any(|a| a.starts_with("HS")));
+    }
+
+    #[test]
+    fn only_one_issuer_may_introspect() {
+        let introspecting = |url: &str| RawIssuer {
+            introspection: Some(RawIntrospection {
+                client_id: "postern".into(),
+                client_secret: crate::config::SecretRef::Env("S".into()),
+            }),
+            ..raw(url, None)
+        };
+        let e = issuers_of(vec![
+            introspecting("https://a.example"),
+            introspecting("https://b.example"),
+        ])
+        .unwrap_err();
+        assert!(e.contains("more than one [[issuer]]"), "{e}");
+        assert!(issuers_of(vec![
+            introspecting("https://a.example"),
+            raw("https://b.example", None)
+        ])
+        .is_ok());
     }
 
     #[test]

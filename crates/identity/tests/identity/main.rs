@@ -238,3 +238,30 @@ async fn a_verified_token_is_remembered_for_its_resource_only() {
         TokenError::Expired
     );
 }
+
+/// A key the issuer withdraws from its key set stops being trusted once the set held is older
+/// than five `jwks_refresh` (at most five minutes), even though tokens keep naming a key id the
+/// gateway already holds; a key still published keeps working.
+#[tokio::test]
+async fn a_withdrawn_key_stops_verifying_once_the_held_set_is_old() {
+    let idp = TestIssuer::start().await;
+    idp.publish_key("k2");
+    let issuers = Issuers::new(
+        &[settings(&idp.url, Duration::from_millis(100))],
+        Default::default(),
+    );
+    let claims = |n: u32| json!({"sub": format!("u{n}"), "aud": RESOURCE});
+    assert!(issuers
+        .verify(&idp.token(claims(1)), RESOURCE)
+        .await
+        .is_ok());
+    idp.withdraw_key("k1");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let refused = issuers.verify(&idp.token(claims(2)), RESOURCE).await;
+    assert!(
+        matches!(refused, Err(TokenError::UnknownKey { .. })),
+        "{refused:?}"
+    );
+    let still = idp.signed_by("k2", claims(3));
+    assert!(issuers.verify(&still, RESOURCE).await.is_ok());
+}

@@ -104,14 +104,17 @@ pub(super) fn console_setup(
         (Some(settings), Some(issuers)) => {
             let secret = secrets::resolve(&settings.client_secret, dir)
                 .context("the console's sign-in client secret")?;
-            if secret.len() < 16 {
-                bail!("the console's sign-in client secret is shorter than 16 characters; the provider's client secret is expected (it keys the sign-in's cookies)");
+            if secret.trim().is_empty() {
+                bail!("the console's sign-in client secret is empty");
             }
-            Some(postern_console::SignInSetup {
-                settings: settings.clone(),
+            let gateway_secret = secrets::resolve(&config.gateway.fingerprint_key, dir)
+                .context("fingerprint key")?;
+            Some(postern_console::SignInSetup::new(
+                settings.clone(),
                 secret,
-                issuers: issuers.clone(),
-            })
+                issuers.clone(),
+                &gateway_secret,
+            ))
         }
         _ => None,
     };

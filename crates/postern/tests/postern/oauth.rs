@@ -44,7 +44,13 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     let target = postern_demo::target::InvoiceApi::start().await.unwrap();
     let idp = TestIssuer::start().await;
     let dir = Dir::new("oauth");
-    let text = with_issuer(&format!("http://{}", target.addr), &idp.url);
+    // Spans are exported too: nothing of a token may reach a trace either.
+    let traces = crate::telemetry::OtlpReceiver::start().await;
+    let text = format!(
+        "{}\n[telemetry]\notlp_endpoint = \"http://{}\"\n",
+        with_issuer(&format!("http://{}", target.addr), &idp.url),
+        traces.addr
+    );
     // At trace level, its log kept: nothing of a token may reach it.
     crate::harness::prepare(&dir.0, &crate::limits::with_alice(&text, &dir));
     let log = dir.0.join("stderr.log");
@@ -78,6 +84,13 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
     assert_eq!(
         r["result"]["structuredContent"]["execution"]["state"], "completed",
         "{r}"
+    );
+    // `activity trace` says whom the agent acted for.
+    let traced = crate::harness::activity(&dir.0, &["trace", &crate::harness::execution_id(&r)]);
+    assert_eq!(
+        traced["acting_for"],
+        format!("svc-42 of {} (client claude)", idp.url),
+        "{traced}"
     );
 
     // Refusals, each with its reason and the challenge.
@@ -240,11 +253,25 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
         }
     }
     let metrics = crate::harness::metrics(base).await;
-    let _ = child.kill();
+    // A graceful stop flushes the span exporter.
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
     let _ = child.wait();
+    crate::harness::eventually("the calls' spans exported", || {
+        traces.spans().iter().any(|s| s.name == "tools/call")
+    })
+    .await;
+    let exported = String::from_utf8_lossy(&traces.raw()).into_owned();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("\"level\":\"DEBUG\""), "a debug-level log");
-    for (place, text) in [("the log", &logged), ("/metrics", &metrics)] {
+    for (place, text) in [
+        ("the log", &logged),
+        ("/metrics", &metrics),
+        ("the exported traces", &exported),
+    ] {
         for part in [signature, payload] {
             assert!(
                 !text.contains(&part[..16]),

@@ -383,3 +383,79 @@ async fn postern_connect_gets_its_token_from_the_provider() {
     browser.close().await;
     b.served.stop();
 }
+
+/// A look-alike gateway whose metadata names the real gateway's resource (and the real
+/// provider) would be handed a token for the real `/ops`: `postern login` and `postern
+/// connect` refuse metadata that is not about the address they asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_naming_another_resource_is_refused() {
+    let b = start("sign-in-lookalike", &["approvers"]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fake = format!("http://{}", listener.local_addr().unwrap());
+    let real = b.base.clone();
+    let issuer = b._provider.issuer.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let which = if head.contains("/ops ") { "ops" } else { "mcp" };
+            let body =
+                json!({"resource": format!("{real}/{which}"), "authorization_servers": [issuer]})
+                    .to_string();
+            let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = conn.write_all(answer.as_bytes()).await;
+        }
+    });
+    let state = b.dir.0.join("state");
+    let login = tokio::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .args([
+            "login",
+            "--client-id",
+            "postern-cli",
+            "--scope",
+            "ops",
+            "--gateway",
+            &fake,
+        ])
+        .env("XDG_STATE_HOME", &state)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), login)
+        .await
+        .expect("postern login refuses at once")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("names the resource"), "{err}");
+    assert!(
+        !err.contains("enter the code"),
+        "no sign-in was started: {err}"
+    );
+    let mut bridge = connect(
+        &format!("{fake}/mcp"),
+        &state,
+        &[
+            "--client-id",
+            "claude",
+            "--client-secret-env",
+            "CLAUDE_SECRET",
+        ],
+    );
+    let mut bridge = bridge.stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(bridge.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), err.next_line())
+        .await
+        .expect("the bridge says why it has no token")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(line.contains("names the resource"), "{line}");
+    assert!(
+        !state.join("postern/tokens").exists()
+            || std::fs::read_dir(state.join("postern/tokens"))
+                .unwrap()
+                .all(|e| !e.unwrap().path().to_string_lossy().ends_with(".json"))
+    );
+    let _ = bridge.kill().await;
+    b.served.stop();
+}

@@ -268,27 +268,32 @@ fn a_bad_telemetry_setting_is_refused_naming_it() {
 }
 
 /// A minimal OTLP/HTTP receiver: every `POST /v1/traces` body decoded as protobuf.
-struct OtlpReceiver {
-    addr: std::net::SocketAddr,
+pub(crate) struct OtlpReceiver {
+    pub addr: std::net::SocketAddr,
     spans: Arc<Mutex<Vec<Span>>>,
+    /// Every export's body as received (to search for what must never be there).
+    raw: Arc<Mutex<Vec<u8>>>,
     /// The `authorization` header of each export.
     authorizations: Arc<Mutex<Vec<String>>>,
 }
 
 impl OtlpReceiver {
-    async fn start() -> OtlpReceiver {
+    pub(crate) async fn start() -> OtlpReceiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
         let authorizations: Arc<Mutex<Vec<String>>> = Arc::default();
+        let raw: Arc<Mutex<Vec<u8>>> = Arc::default();
         let keep = spans.clone();
         let seen = authorizations.clone();
+        let bodies = raw.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let (keep, seen) = (keep.clone(), seen.clone());
+                let (keep, seen, bodies) = (keep.clone(), seen.clone(), bodies.clone());
                 tokio::spawn(async move {
                     while let Some((path, authorization, body)) = read_request(&mut conn).await {
                         seen.lock().unwrap().extend(authorization);
+                        bodies.lock().unwrap().extend_from_slice(&body);
                         let ok = path == "/v1/traces";
                         if ok {
                             let req = ExportTraceServiceRequest::decode(body.as_slice())
@@ -311,12 +316,18 @@ impl OtlpReceiver {
         OtlpReceiver {
             addr,
             spans,
+            raw,
             authorizations,
         }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
+    }
+
+    /// Every export body received so far, concatenated.
+    pub(crate) fn raw(&self) -> Vec<u8> {
+        self.raw.lock().unwrap().clone()
     }
 }
 
