@@ -20,6 +20,7 @@
 //                 redirect_uris, a native client (loopback redirects, any port), a device-flow
 //                 client, a resource server allowed to introspect (any confidential client).
 //   registration  true: open dynamic client registration (RFC 7591) at /reg.
+//   ttl           access tokens' lifetime in seconds (default 300).
 // Always on: authorization code with PKCE (required for every client), refresh tokens for any
 // client whose grant_types include refresh_token, the device flow (RFC 8628: /device/auth, the
 // confirm page's button is #confirm, the last page says "signed in"), introspection
@@ -46,6 +47,7 @@ process.stdout.on('error', () => {});
 const resources = options.resources ?? [resource];
 const opaque = new Set(options.opaque === true ? resources : options.opaque || []);
 const RESOURCE_SCOPES = ['mcp', 'ops'];
+const TTL = options.ttl ?? 300;
 const account = { sub: 'alice', groups: [], ...options.account };
 
 const html = (title, body) => `<!DOCTYPE html>
@@ -89,8 +91,8 @@ const provider = new Provider(issuer, {
   issueRefreshToken: (_ctx, client) => client.grantTypeAllowed('refresh_token'),
   pkce: { required: () => true },
   ttl: {
-    AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 300,
-    ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 300,
+    AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? TTL,
+    ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? TTL,
     DeviceCode: () => 600,
     Grant: () => 14 * 24 * 3600,
     IdToken: () => 3600,
@@ -161,7 +163,7 @@ const provider = new Provider(issuer, {
           scope: RESOURCE_SCOPES.join(' '),
           audience: indicator,
           accessTokenFormat: opaque.has(indicator) ? 'opaque' : 'jwt',
-          accessTokenTTL: 300,
+          accessTokenTTL: TTL,
           ...(opaque.has(indicator) ? {} : { jwt: { sign: { alg: 'ES256' } } }),
         };
       },

@@ -252,6 +252,12 @@ async fn a_hosted_agent_finds_the_issuer_and_calls_with_its_access_token() {
             );
         }
     }
+    // The target got the gateway's own request: no Authorization from the agent, nothing of
+    // the token anywhere in what it received.
+    for seen in target.state.requests() {
+        assert!(!seen.has_authorization, "{seen:?}");
+        assert!(!seen.body.contains(&token[..40]), "{seen:?}");
+    }
     let metrics = crate::harness::metrics(base).await;
     // A graceful stop flushes the span exporter.
     let stopped = std::process::Command::new("kill")
