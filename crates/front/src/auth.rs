@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use postern_core::config::{Actor, CertificateFingerprint};
 
 use super::listener::Peer;
+use super::oauth::bearer;
 
 /// The credentials the front accepts: bearer tokens and pinned client certificates.
 pub(super) struct ActorCredentials {
@@ -75,15 +76,6 @@ impl ActorCredentials {
             },
         }
     }
-}
-
-/// The token of a request's `Authorization: Bearer` header, if it has one.
-pub(super) fn bearer(headers: &http::HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
 }
 
 /// Whose token `presented` is, of `tokens` (token, holder), compared in constant time against

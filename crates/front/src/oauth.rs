@@ -20,7 +20,6 @@ use postern_core::config::{CertificateFingerprint, ClaimMatch, Config, Issuer, P
 use postern_identity::{Issuers, TokenError};
 use serde_json::json;
 
-use super::auth::bearer;
 use super::listener::Peer;
 
 /// The issuers, and which principals are which actors.
@@ -366,6 +365,15 @@ fn unavailable(why: &TokenError) -> Option<Response> {
         )
             .into_response(),
     )
+}
+
+/// The token of a request's `Authorization: Bearer` header (RFC 6750), if it has one.
+pub(super) fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 fn digest(token: &str) -> [u8; 32] {

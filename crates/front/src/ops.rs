@@ -100,7 +100,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn authenticate(State(st): State<Arc<OpsState>>, mut req: Request, next: Next) -> Response {
-    let presented = crate::auth::bearer(req.headers()).unwrap_or("");
+    let presented = crate::oauth::bearer(req.headers()).unwrap_or("");
     let operator = crate::auth::holder_of(&st.operators, presented).cloned();
     let is_actor =
         crate::auth::holder_of(st.actor_tokens.iter().map(|t| (t, ())), presented).is_some();

@@ -25,7 +25,7 @@ use std::time::Duration;
 use postern_audit::ChainedEvent;
 use postern_core::contract::{Approval, ToolContract};
 use postern_core::lifecycle::{Resolution, State};
-use postern_core::{EventKind, ExecutionId, Timestamp};
+use postern_core::{first_step, AuthorizationFacts, EventKind, ExecutionId, FirstStep, Timestamp};
 use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent, Run};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -111,11 +111,11 @@ impl Gateway {
         })
     }
 
-    /// The events a new execution of this call gets in the accept's commit, by contract §6's
-    /// order: a locked vault refuses it (`rejected`, nothing sent); a run not yet authorized or
-    /// a per-use approval makes it wait (`approval_requested`); otherwise `authorized` and
-    /// `dispatched` share the commit (one fsync, and still durable before the first byte
-    /// leaves).
+    /// The events a new execution of this call gets in the accept's commit: the facts of
+    /// contract §6 gathered here (the vault, the run's authorization, a per-use approval, the
+    /// actor's calls already waiting), the order decided by [`postern_core::first_step`].
+    /// `authorized` and `dispatched` share the commit (one fsync, and still durable before the
+    /// first byte leaves).
     pub(super) async fn first_events(
         &self,
         entry: &ToolEntry,
@@ -123,48 +123,50 @@ impl Gateway {
         target: Value,
         at: Timestamp,
     ) -> Result<Vec<NewEvent>, GatewayError> {
-        if let Some(why) = self.vault_refuses(entry) {
-            return Ok(vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
-                "reason": why,
-                "next_step": format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
-            }))]);
-        }
-        let per_use = self.approval_ttl(&entry.contract);
-        let waits = Waits {
-            run: self.session_gate(call).await?,
-            call: per_use.is_some(),
+        let vault_locked = self.vault_refuses(entry).is_some();
+        let per_use_ttl = self.approval_ttl(&entry.contract);
+        let unauthorized_run = match vault_locked {
+            true => None,
+            false => self.session_gate(call).await?,
         };
-        if waits.run.is_none() && !waits.call {
-            return Ok(vec![
+        let waits = !vault_locked && (unauthorized_run.is_some() || per_use_ttl.is_some());
+        let facts = AuthorizationFacts {
+            vault_locked,
+            unauthorized_run,
+            per_use_ttl,
+            default_ttl: self.config.gateway.approval_ttl,
+            // Counted only when the call would wait (the only case the order reads it).
+            waiting: match waits {
+                true => self.waiting(&call.actor).await?,
+                false => 0,
+            },
+            max_waiting: self.config.gateway.max_pending_approvals_per_actor,
+            actor: call.actor.clone(),
+        };
+        Ok(match first_step(&facts) {
+            FirstStep::Refuse { reason, next_step } => vec![NewEvent::new(EventKind::Rejected)
+                .with_detail(json!({"reason": reason, "next_step": next_step}))],
+            FirstStep::Send => vec![
                 NewEvent::new(EventKind::Authorized),
                 NewEvent::new(EventKind::Dispatched).with_detail(target),
-            ]);
-        }
-        if let Some(why) = self.too_many_pending(&call.actor).await? {
-            return Ok(vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
-                "reason": why,
-                "next_step": format!("{why}: nothing was sent and no approval was requested. Repeat the identical call once an operator has decided some of them"),
-            }))]);
-        }
-        // Nothing is authorized, let alone sent, until an operator says so.
-        let ttl = per_use.unwrap_or(self.config.gateway.approval_ttl);
-        Ok(vec![Gateway::approval_request(at, ttl, &waits)])
+            ],
+            // Nothing is authorized, let alone sent, until an operator says so.
+            FirstStep::Wait { run, call, ttl } => {
+                vec![Gateway::approval_request(at, ttl, &Waits { run, call })]
+            }
+        })
     }
 
-    /// Why `actor` may not ask for one more approval (it has `max_pending_approvals_per_actor`
-    /// waiting), or `None`. Counted in the store, so across restarts and replicas; calls
-    /// accepted at the same moment may each see the count below the cap.
-    async fn too_many_pending(&self, actor: &str) -> Result<Option<String>, GatewayError> {
-        let cap = self.config.gateway.max_pending_approvals_per_actor;
+    /// How many of `actor`'s calls wait for an operator's approval. Counted in the store, so
+    /// across restarts and replicas; calls accepted at the same moment may each see the count
+    /// below the cap.
+    async fn waiting(&self, actor: &str) -> Result<u64, GatewayError> {
         let filter = ListFilter {
             actor: Some(actor.to_string()),
             state: Some(State::AwaitingApproval.as_str().to_string()),
             ..ListFilter::default()
         };
-        let waiting = self.ledger.count(&filter).await?;
-        Ok((waiting >= u64::from(cap)).then(|| {
-            format!("actor {actor} already has {waiting} calls awaiting an operator's approval (max_pending_approvals_per_actor = {cap})")
-        }))
+        Ok(self.ledger.count(&filter).await?)
     }
 
     /// Whether any call can wait for a person: a tool (or its credential) asks for a per-use

@@ -257,6 +257,75 @@ fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
 }
 
+/// The first path segment after every `crate::` (and, when `super_is_root`, `super::`) in
+/// `text`'s code lines, `crate::{a, b::c}` groups included.
+fn imported_modules(text: &str, super_is_root: bool) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let prefixes: &[&str] = if super_is_root {
+        &["crate::", "super::"]
+    } else {
+        &["crate::"]
+    };
+    // Joined, so a group spread over lines reads as one.
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for prefix in prefixes {
+        for (at, _) in code.match_indices(prefix) {
+            if code[..at]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => {
+                    // Top-level items of the group: split at commas outside nested braces.
+                    let mut depth = 0;
+                    let mut start = 0;
+                    for (i, c) in group.char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => {
+                                names.insert(ident(group[start..i].trim()));
+                                break;
+                            }
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                names.insert(ident(group[start..i].trim()));
+                                start = i + 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                None => {
+                    names.insert(ident(rest));
+                }
+            }
+        }
+    }
+    names.remove("");
+    names
+}
+
+#[test]
+fn imports_are_read_in_every_form() {
+    let text = "use crate::{alpha::X, beta, gamma::{Y, Z}};\nuse super::delta;\nlet x = crate::epsilon::f();\n// crate::commented\n";
+    let found: Vec<String> = imported_modules(text, true).into_iter().collect();
+    assert_eq!(found, ["alpha", "beta", "delta", "epsilon", "gamma"]);
+    assert!(!imported_modules(text, false).contains("delta"));
+}
+
 #[test]
 fn no_crate_has_an_import_cycle_between_its_modules() {
     let mut cycles = Vec::new();
@@ -273,20 +342,11 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
                 continue;
             };
             let text = std::fs::read_to_string(file).unwrap();
-            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for (at, _) in line.match_indices("crate::") {
-                    let before = line[..at].chars().last();
-                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                        continue;
-                    }
-                    let rest = &line[at + "crate::".len()..];
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if name != from && modules.contains(&name) {
-                        edges.entry(from.clone()).or_default().insert(name);
-                    }
+            // `super::` from a file directly under `src` is the crate root, as `crate::` is.
+            let depth = file.strip_prefix(&src).unwrap().components().count();
+            for name in imported_modules(&text, depth == 1) {
+                if name != from && modules.contains(&name) {
+                    edges.entry(from.clone()).or_default().insert(name);
                 }
             }
         }
@@ -327,4 +387,28 @@ fn only_the_binarys_messages_module_writes_to_stderr() {
         "stderr outside messages.rs (use tracing, or messages::say):\n{}",
         found.join("\n")
     );
+}
+
+/// docs/cli.md is what the binary's own clap definitions say (every command, argument and
+/// default): regenerate it with `postern cli-reference > docs/cli.md` when a command changes.
+#[test]
+fn the_cli_reference_is_the_binarys_own() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postern"))
+        .arg("cli-reference")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let path = crate::foreign::repo_root().join("docs/cli.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        generated == committed,
+        "docs/cli.md is not what the binary says: run `cargo run -p postern -- cli-reference > docs/cli.md`"
+    );
+    for verb in ["serve", "connect", "login", "approvals", "audit"] {
+        assert!(
+            generated.contains(&format!("## `postern {verb}`")),
+            "{verb}"
+        );
+    }
 }
