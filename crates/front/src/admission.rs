@@ -14,8 +14,13 @@ use serde_json::Value;
 
 use postern_core::config::Principal;
 
+use super::auth;
+use super::elicit::FIRST_SESSIONLESS_VERSION;
+use super::errors::jsonrpc_error;
+use super::forward::{self, ReadBody};
+use super::handler::RawParams;
 use super::listener::{Peer, Seat};
-use super::{auth, jsonrpc_error, FrontState, RawParams, FIRST_SESSIONLESS_VERSION};
+use super::state::FrontState;
 
 /// Authenticates, bounds and strictly parses the request, then tracks whether the answer was
 /// fully written.
@@ -99,7 +104,7 @@ pub(super) async fn guard(
     if let Some(victim) = held.session.evicted.take() {
         evict_session(&st, &actor, victim);
     }
-    super::forward(&st, next, parts, read, held, session, actor).await
+    forward::forward(&st, next, parts, read, held, session, actor).await
 }
 
 /// Gives up `session`, the least recently used idle session of `actor`, to make room for a new
@@ -150,25 +155,6 @@ pub(super) async fn check_ownership(
         }
     }
     Ok(())
-}
-
-/// A request's body, read and strictly parsed when it is a `POST`.
-pub(super) struct ReadBody {
-    pub(super) body: Body,
-    /// The JSON-RPC message of a `POST`.
-    pub(super) message: Option<Value>,
-    pub(super) raw: RawParams,
-    /// A 2026-07-28 (sessionless) request: a disconnect cancels it.
-    pub(super) sessionless: bool,
-}
-
-impl ReadBody {
-    pub(super) fn request_id(&self) -> Value {
-        self.message
-            .as_ref()
-            .and_then(|m| m.get("id").cloned())
-            .unwrap_or(Value::Null)
-    }
 }
 
 /// Why a body could not be read: too slow (`408`, and the connection closes), too large

@@ -6,6 +6,9 @@
 //! by its certificate; one with both only by the two together. A token and a certificate that
 //! name different actors are refused rather than one of them chosen.
 
+use std::sync::Arc;
+
+use super::oauth::ResourceServer;
 use std::collections::HashMap;
 
 use axum::http::{header, StatusCode};
@@ -161,10 +164,7 @@ pub(super) async fn identify(
 
 /// Whether a request authenticates as an actor (token or client certificate, as `/mcp` checks)
 /// or an operator (token): what a connection on a kept slot must prove ([`super::listener::probation`]).
-pub fn vouch(
-    gateway: &postern_pipeline::Gateway,
-    tokens: &super::Tokens,
-) -> super::listener::Vouch {
+pub fn vouch(gateway: &postern_pipeline::Gateway, tokens: &Tokens) -> super::listener::Vouch {
     let actors = ActorCredentials::new(tokens.actors.clone(), &gateway.config().actors);
     let operators = tokens.operators.clone();
     let oauth = tokens.resource_server.clone();
@@ -186,6 +186,17 @@ pub(super) fn client_address(extensions: &rmcp::model::Extensions) -> Option<std
         .get::<http::request::Parts>()
         .and_then(|p| p.extensions.get::<Peer>())
         .and_then(|peer| peer.address)
+}
+
+/// The bearer tokens the front accepts, resolved from their secret references.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    /// token → actor (for `/mcp`)
+    pub actors: HashMap<String, String>,
+    /// token → operator (for `/ops`)
+    pub operators: HashMap<String, String>,
+    /// JWT access tokens from the `[[issuer]]`s (for `/mcp`); `None` without issuers.
+    pub resource_server: Option<Arc<ResourceServer>>,
 }
 
 #[cfg(test)]

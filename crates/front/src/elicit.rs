@@ -24,9 +24,12 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-use super::{tool_result, FIRST_SESSIONLESS_VERSION};
+use super::result::tool_result;
 use postern_pipeline::CallReport;
 use postern_pipeline::Gateway;
+
+/// The first MCP revision without sessions (ISO dates compare as strings).
+pub(crate) const FIRST_SESSIONLESS_VERSION: &str = "2026-07-28";
 
 /// The key of the elicitation in an `input_required` result's `inputRequests`.
 pub const INPUT_KEY: &str = "postern_approval";

@@ -2,9 +2,12 @@
 //! that says whether anything was sent or recorded. Arguments a tool's input schema refuses are
 //! the exception: a tool execution error ([`refused_call`]).
 
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorCode, MetaObject};
 use rmcp::ErrorData;
 use serde_json::json;
+use serde_json::Value;
 
 use postern_pipeline::GatewayError;
 
@@ -79,4 +82,20 @@ pub(super) fn to_error(e: GatewayError) -> ErrorData {
         | GatewayError::Unenforced(_)
         | GatewayError::Decision(_) => ErrorData::internal_error(message, None),
     }
+}
+
+pub(crate) fn jsonrpc_error(
+    status: StatusCode,
+    id: Value,
+    code: i32,
+    message: String,
+    data: Value,
+) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

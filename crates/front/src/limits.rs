@@ -17,7 +17,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::jsonrpc_error;
+use super::errors::jsonrpc_error;
 
 mod connections;
 mod streams;

@@ -12,8 +12,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
 use super::audience::level_of;
+use super::handler::PosternMcp;
 use super::passage::{pass_error, Passage};
-use super::PosternMcp;
 
 /// A URI or name in the calls log is cut here (the log says who read what, not all of it).
 const LOGGED_NAME: usize = 512;

@@ -299,7 +299,7 @@ impl DurableStreams {
     /// holds every owner.
     fn remember_owner(&self, session: &str, actor: &str) {
         if let Ok(mut m) = self.session_actors.lock() {
-            if m.len() >= super::REMEMBERED && !m.contains_key(session) {
+            if m.len() >= REMEMBERED && !m.contains_key(session) {
                 m.clear();
             }
             m.entry(session.to_string())
@@ -577,6 +577,10 @@ impl SessionStore for DurableSessions {
             .await?)
     }
 }
+
+/// How many session ids the front remembers before it forgets them all (a cache over the
+/// ledger, which holds the truth).
+pub(crate) const REMEMBERED: usize = 10_000;
 
 #[cfg(test)]
 mod tests {
