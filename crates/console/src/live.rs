@@ -54,7 +54,7 @@ async fn signature(gateway: &Gateway) -> Option<(u64, Option<i64>, Option<String
 impl Live {
     pub fn start(gateway: Arc<Gateway>) -> Live {
         let (tx, rx) = watch::channel(0u64);
-        let mut notices = gateway.notices();
+        let mut notices = gateway.notices().subscribe();
         tokio::spawn(async move {
             let mut seen = None;
             let mut tick = tokio::time::interval(LOOK_EVERY);

@@ -10,7 +10,7 @@
 //!   `"{timestamp}.{delivery}."` followed by the raw body.
 //!
 //! A receiver checks it with [`SignatureCheck`] (or the same few lines in its own language,
-//! README "Approval webhooks"): the MAC, a timestamp within the replay window, and a delivery
+//! docs/operators.md, "The operator console"): the MAC, a timestamp within the replay window, and a delivery
 //! id not seen before within it.
 
 use std::collections::{HashMap, VecDeque};
@@ -210,7 +210,7 @@ pub(crate) fn start(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| ConsoleError::Client(e.to_string()))?;
-    let mut notices = gateway.notices();
+    let mut notices = gateway.notices().subscribe();
     tokio::spawn(async move {
         loop {
             let notice = tokio::select! {
@@ -269,7 +269,7 @@ struct Delivery {
 impl Delivery {
     async fn body(&self, delivery: &str) -> Option<Vec<u8>> {
         let p = self.gateway.pending_decision(self.id).await.ok()?;
-        let page = self.gateway.approval_url(self.id);
+        let page = self.gateway.notices().approval_url(self.id);
         serde_json::to_vec(&serde_json::json!({
             "type": "approval_requested",
             "delivery_id": delivery,

@@ -121,7 +121,11 @@ pub(super) fn evict_session(st: &FrontState, actor: &str, session: String) {
     tokio::spawn(async move {
         closing.await;
         let run = format!("mcp-session:{session}");
-        if let Err(e) = gateway.end_run(&run, postern_ledger::RunEnd::Evicted).await {
+        if let Err(e) = gateway
+            .runs()
+            .end(&run, postern_ledger::RunEnd::Evicted)
+            .await
+        {
             tracing::warn!(error = %e, "an evicted session's end could not be recorded in the Sessions log");
         }
         let drop = postern_ledger::StreamWrite::DropSession(session);

@@ -58,7 +58,7 @@ fn params(gateway: &Gateway, report: &CallReport, sessionless: bool) -> ElicitRe
             "Postern: the call of {} waits for an operator's approval. An operator approves or denies it on the console page (log-in required); answering here decides nothing.",
             report.tool
         ),
-        url: gateway.approval_url(id),
+        url: gateway.notices().approval_url(id),
         // 2026-07-28 dropped the field; before it, the execution id names the request.
         elicitation_id: if sessionless {
             String::new()

@@ -105,11 +105,11 @@ impl PosternMcp {
         let Some(id) = explicit.or(session).or_else(|| {
             self.stdio_actor
                 .as_ref()
-                .map(|_| Gateway::stdio_run_id().to_string())
+                .map(|_| postern_pipeline::Runs::stdio_run_id().to_string())
         }) else {
             return Ok(None);
         };
-        if !self.gateway.is_open_run(&id) {
+        if !self.gateway.runs().is_open(&id) {
             let info = ctx.peer.peer_info();
             let run = Run {
                 client_name: info.as_ref().map(|i| i.client_info.name.clone()),
@@ -136,7 +136,7 @@ impl PosternMcp {
                     now(),
                 )
             };
-            self.gateway.open_run(run).await;
+            self.gateway.runs().open(run).await;
         }
         Ok(Some(id))
     }
@@ -473,9 +473,10 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, actor: String) -> Result<(), Gat
         .map_err(|e| GatewayError::Internal(format!("stdio: {e}")))?;
     let ended = service.waiting().await;
     // The client went away (or the transport broke): its run ends here.
-    let run = Gateway::stdio_run_id();
+    let run = postern_pipeline::Runs::stdio_run_id();
     if let Err(e) = gateway
-        .end_run(run, postern_ledger::RunEnd::TransportClosed)
+        .runs()
+        .end(run, postern_ledger::RunEnd::TransportClosed)
         .await
     {
         tracing::warn!(run = %run, error = %e, "the stdio run's end could not be recorded");

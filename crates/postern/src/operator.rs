@@ -1,5 +1,5 @@
 //! The operators' verbs, `postern approvals …` and `postern review …`: clients of the running
-//! gateway's operator API (`/ops`, README "Approvals and reviews"), so a decision is recorded by
+//! gateway's operator API (`/ops`, docs/operators.md), so a decision is recorded by
 //! the gateway that holds the waiting call and wakes it at once. The operator's token comes from
 //! the environment (`$POSTERN_OPERATOR_TOKEN`, or `--token-env NAME`), never from the command
 //! line, or else from the identity provider's sign-in `postern login` kept.

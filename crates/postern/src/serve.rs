@@ -331,7 +331,7 @@ async fn serve(a: &ServeArgs, telemetry: &postern_core::config::Telemetry) -> Re
         tracing::warn!("postern: stopped with executions still running; their tasks will read outcome_unknown after the recovery scan");
     }
     // The runs this gateway served end with it (a client that carries on resumes its run).
-    gateway.end_open_runs().await;
+    gateway.runs().end_open().await;
     assembled.stop_upstreams.cancel();
     // Records the writer holds back (deliveries, stream state) are committed before exit.
     if let Err(e) = gateway.ledger().flush().await {
@@ -379,7 +379,7 @@ fn keep_background_work(gateway: &Arc<Gateway>) -> bool {
         }
         std::process::exit(75);
     });
-    gateway.keep_run_expiry();
+    gateway.runs().keep_expiry();
     if gateway.waits_for_people() {
         expire_approvals_periodically(gateway);
     }
@@ -430,7 +430,9 @@ async fn serve_on_listener(
     } else {
         "http"
     };
-    gateway.set_console_base(&format!("{scheme}://{addr}"));
+    gateway
+        .notices()
+        .set_console_base(&format!("{scheme}://{addr}"));
     let console = console.map(|setup| postern_console::Console::new(gateway.clone(), setup));
     let stop_webhooks = tokio_util::sync::CancellationToken::new();
     if let Some(c) = &console {

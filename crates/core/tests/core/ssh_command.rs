@@ -54,19 +54,19 @@ fn the_safe_forms_load() {
     }
 }
 
-/// The repository's own configs: the starter, the tests' shared one, and the README's SSH
-/// example.
+/// The repository's own configs: the starter, the tests' shared one, and the SSH example of
+/// docs/ssh.md.
 #[test]
 fn the_repository_s_configs_still_load() {
     let starter = include_str!("../../../../examples/postern.toml");
     Config::parse(starter, "examples/postern.toml").unwrap();
     Config::parse(CONFIG, "support.toml").unwrap();
 
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/ssh.md");
     let section = &readme[readme.find("## Remote commands over SSH").unwrap()..];
     let block = &section[section.find("```toml\n").unwrap() + 8..];
     let block = &block[..block.find("```").unwrap()];
-    Config::parse(&format!("{GATEWAY}{block}"), "README.md").unwrap();
+    Config::parse(&format!("{GATEWAY}{block}"), "docs/ssh.md").unwrap();
 }
 
 /// A config whose ssh tool `cmp` runs `command` with `n` of property schema `n_schema`.

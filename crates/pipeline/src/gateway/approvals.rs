@@ -319,7 +319,7 @@ impl Gateway {
         let event = NewEvent::new(EventKind::Resolved(resolution)).with_detail(detail);
         match self.ledger.append(s.id, event, now()).await {
             Ok(_) => {
-                self.notify(super::Notice::Decided);
+                self.notices.notify(super::Notice::Decided);
                 self.pending_decision(s.id).await
             }
             Err(LedgerError::Transition { .. }) => {
@@ -448,7 +448,7 @@ impl Gateway {
             }
         }
         if expired > 0 {
-            self.notify(super::Notice::Decided);
+            self.notices.notify(super::Notice::Decided);
         }
         Ok(expired)
     }
@@ -517,7 +517,7 @@ impl Gateway {
     ) -> Result<ExecutionSummary, GatewayError> {
         match self.ledger.append(id, event, now()).await {
             Ok(s) => {
-                self.notify(super::Notice::Decided);
+                self.notices.notify(super::Notice::Decided);
                 Ok(s)
             }
             Err(LedgerError::Transition { .. }) => {

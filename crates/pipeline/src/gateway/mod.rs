@@ -28,9 +28,10 @@ mod upstreams;
 pub use crate::clock::now;
 pub use crate::decision::{Decided, DecisionError};
 pub use approvals::PendingDecision;
-pub use notices::Notice;
+pub use notices::{Notice, Notices};
 pub use promises::unkept_promises;
 pub use run_approval::{call_json, RunView};
+pub use runs::Runs;
 pub use upstreams::{UpstreamToolView, UpstreamView, VisibleUpstream};
 
 use crate::error::GatewayError;
@@ -154,8 +155,8 @@ pub struct Gateway {
     held: approvals::HeldCalls,
     /// The vault credential secrets come from, if the config names one.
     vault: Option<crate::vault::VaultSlot>,
-    /// Runs this process recorded and has not seen end.
-    open_runs: runs::OpenRuns,
+    /// The runs this process serves, and the calls log.
+    runs: Arc<runs::Runs>,
     /// New approval requests and decisions, for the console and the webhooks.
     notices: notices::Notices,
     /// Bumped when the tools served change by an operator's act (an accepted tool version):
@@ -224,6 +225,11 @@ impl Gateway {
         key: FingerprintKey,
         ledger: Arc<Ledger>,
     ) -> Gateway {
+        let notices = notices::Notices::new(
+            config.console.public_url.clone(),
+            config.gateway.listen.clone(),
+        );
+        let runs = Arc::new(runs::Runs::new(ledger.clone(), config.gateway.session_idle));
         Gateway {
             ledger,
             registry,
@@ -233,8 +239,8 @@ impl Gateway {
             running: Default::default(),
             held: Default::default(),
             vault: None,
-            open_runs: runs::OpenRuns::default(),
-            notices: notices::Notices::default(),
+            runs,
+            notices,
             tool_view: tokio::sync::watch::channel(0).0,
         }
     }
@@ -264,6 +270,11 @@ impl Gateway {
 
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// The runs this process serves (the Sessions log) and the calls log.
+    pub fn runs(&self) -> &Arc<Runs> {
+        &self.runs
     }
 
     /// Loads the upstream tools' pins and keeps them current as upstreams list their tools
@@ -335,13 +346,13 @@ impl Gateway {
     /// task reads it).
     pub async fn start(self: &Arc<Self>, call: ToolCall) -> Result<ExecutionSummary, GatewayError> {
         use tracing::Instrument;
-        let asker = self.asker(&call);
+        let asker = runs::asker(&self.registry, &call);
         let span = call_span(&call, asker.class);
         let (_, accepted, target) = match self.admit(&call).instrument(span.clone()).await {
             Ok(admitted) => admitted,
             Err(e) => {
                 close_call_span(&span, Err(&e));
-                self.record_answer(asker, Err(&e));
+                self.runs.record_answer(asker, Err(&e));
                 return Err(e);
             }
         };
@@ -364,7 +375,7 @@ impl Gateway {
             AcceptOutcome::Created(_) => Attempt::New,
             _ => Attempt::Attached,
         };
-        self.record_call(
+        self.runs.record_call(
             asker,
             Some(summary.id),
             attempt.as_str(),
@@ -407,7 +418,7 @@ impl Gateway {
     /// with `bench/gateway-load`).
     pub async fn call(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
         use tracing::Instrument;
-        let asker = self.asker(&call);
+        let asker = runs::asker(&self.registry, &call);
         let span = call_span(&call, asker.class);
         let answer = self
             .background
@@ -415,7 +426,7 @@ impl Gateway {
             .instrument(span.clone())
             .await;
         close_call_span(&span, answer.as_ref());
-        self.record_answer(asker, answer.as_ref());
+        self.runs.record_answer(asker, answer.as_ref());
         answer
     }
 
@@ -558,7 +569,7 @@ impl Gateway {
             }
             AcceptOutcome::Created(s) if s.lifecycle.state == State::AwaitingApproval => {
                 self.hold_for_approval(s.id, call);
-                self.notify(Notice::ApprovalRequested(s.id));
+                self.notices.notify(Notice::ApprovalRequested(s.id));
                 self.stored_report(s.id, Attempt::New).await
             }
             AcceptOutcome::Created(s) => {

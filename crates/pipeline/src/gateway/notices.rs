@@ -22,45 +22,48 @@ pub enum Notice {
     Decided,
 }
 
-/// The gateway's notice board and the console's address.
-pub(crate) struct Notices {
+/// The gateway's notice board and the console's address: what people are told, and where
+/// they decide. Reached through [`Gateway::notices`].
+pub struct Notices {
     board: broadcast::Sender<Notice>,
     /// Where people reach the console: `[console] public_url`, else the listener's bound
     /// address (known once it is bound).
     console_base: OnceLock<String>,
+    /// `[console] public_url`.
+    public_url: Option<String>,
+    /// `[gateway] listen`, until the listener is bound.
+    listen: String,
 }
 
-impl Default for Notices {
-    fn default() -> Self {
+impl Notices {
+    pub(crate) fn new(public_url: Option<String>, listen: String) -> Notices {
         Notices {
             board: broadcast::channel(1024).0,
             console_base: OnceLock::new(),
+            public_url,
+            listen,
         }
     }
-}
 
-impl Gateway {
     /// Tells whoever listens; a notice with no listener is dropped.
     pub(crate) fn notify(&self, notice: Notice) {
-        let _ = self.notices.board.send(notice);
+        let _ = self.board.send(notice);
     }
 
     /// Every notice from now on (a slow listener misses some and is told how many: it then
     /// re-reads the ledger).
-    pub fn notices(&self) -> broadcast::Receiver<Notice> {
-        self.notices.board.subscribe()
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.board.subscribe()
     }
 
     /// Sets the console's address from the bound listener, unless `[console] public_url`
     /// names one. Only the first call counts.
     pub fn set_console_base(&self, listener_url: &str) {
         let base = self
-            .config
-            .console
             .public_url
             .clone()
             .unwrap_or_else(|| listener_url.trim_end_matches('/').to_string());
-        let _ = self.notices.console_base.set(base);
+        let _ = self.console_base.set(base);
     }
 
     /// The page where an operator decides on execution `id`. The URL carries the execution id
@@ -68,13 +71,19 @@ impl Gateway {
     /// page asks for an operator's log-in.
     pub fn approval_url(&self, id: ExecutionId) -> String {
         let base = self
-            .notices
             .console_base
             .get()
             .cloned()
-            .or_else(|| self.config.console.public_url.clone())
-            .unwrap_or_else(|| format!("http://{}", self.config.gateway.listen));
+            .or_else(|| self.public_url.clone())
+            .unwrap_or_else(|| format!("http://{}", self.listen));
         format!("{base}/ui/approvals/{id}")
+    }
+}
+
+impl Gateway {
+    /// What people are told, and where they decide.
+    pub fn notices(&self) -> &Notices {
+        &self.notices
     }
 
     /// One page of the executions in `state` (awaiting approval, or under review), newest

@@ -276,7 +276,7 @@ impl Gateway {
             .decide_run(run_id, decision.clone(), operator, now())
             .await?
         {
-            self.notify(super::Notice::Decided);
+            self.notices.notify(super::Notice::Decided);
             return Ok(());
         }
         let run = self.ledger.run(run_id).await?.unwrap_or(run);

@@ -17,15 +17,18 @@ use std::time::{Duration, Instant};
 use postern_core::ExecutionId;
 use postern_ledger::{CallRecord, LedgerError, Run, RunEnd};
 
-use super::{now, Gateway, ToolCall};
+use postern_ledger::Ledger;
+
+use super::{now, ToolCall};
 use crate::error::GatewayError;
+use crate::registry::Registry;
 use crate::report::CallReport;
 
 /// Runs this process has recorded and not seen end, with when it last recorded each. Bounded:
 /// past the bound it is cleared (a run forgotten here is recorded again on its next call,
 /// which only marks it seen).
 #[derive(Default)]
-pub(super) struct OpenRuns(Mutex<HashMap<String, Instant>>);
+struct OpenRuns(Mutex<HashMap<String, Instant>>);
 
 const REMEMBERED: usize = 10_000;
 
@@ -59,7 +62,36 @@ impl Asker {
     }
 }
 
-impl Gateway {
+/// The runs this process serves and the calls log: its own state (the runs it remembers),
+/// the ledger it records them in. Reached through [`super::Gateway::runs`].
+pub struct Runs {
+    ledger: Arc<Ledger>,
+    open: OpenRuns,
+    /// `[gateway] session_idle`.
+    session_idle: Duration,
+}
+
+/// Who asked, with the tool's class as a metrics label: a configured tool's, the built-in
+/// status read's, or `none` for a name the agent made up (counted as tool `(unknown)`, never a
+/// label of its choosing).
+pub(super) fn asker(registry: &Registry, call: &ToolCall) -> Asker {
+    let class = match registry.get(&call.tool) {
+        Some(entry) => entry.contract.class.as_str(),
+        None if call.tool == postern_core::contract::EXECUTION_STATUS => "status_read",
+        None => "none",
+    };
+    Asker::of(call, class)
+}
+
+impl Runs {
+    pub(super) fn new(ledger: Arc<Ledger>, session_idle: Duration) -> Runs {
+        Runs {
+            ledger,
+            open: OpenRuns::default(),
+            session_idle,
+        }
+    }
+
     /// The run of this process's stdio client: `stdio:<pid>-<start, unix ms>`. The pid alone
     /// would name two processes one run once the system reuses it (and then a later stdio
     /// client would be recorded into, or resume, an earlier one's run).
@@ -69,17 +101,17 @@ impl Gateway {
     }
 
     /// How long this process trusts its memory that a run is recorded and open.
-    fn run_memory(&self) -> Duration {
-        self.config.gateway.session_idle / 2
+    fn memory(&self) -> Duration {
+        self.session_idle / 2
     }
 
     /// Records `run` the first time this process sees it, or once its memory of it has aged
     /// (marking it seen, and resuming it if it ended only because it idled or a gateway
     /// stopped). Returns whether it was recorded now.
-    pub async fn open_run(&self, run: Run) -> bool {
-        let memory = self.run_memory();
+    pub async fn open(&self, run: Run) -> bool {
+        let memory = self.memory();
         let first = {
-            let mut open = self.open_runs.lock();
+            let mut open = self.open.lock();
             if open.len() >= REMEMBERED {
                 open.clear();
             }
@@ -98,29 +130,29 @@ impl Gateway {
     }
 
     /// How many runs this process serves (recorded and not seen end).
-    pub fn open_run_count(&self) -> usize {
-        self.open_runs.lock().len()
+    pub fn open_count(&self) -> usize {
+        self.open.lock().len()
     }
 
     /// Whether this process has recorded `run_id`, not seen it end, and recorded it recently
     /// enough to skip recording it again (see the module's doc).
-    pub fn is_open_run(&self, run_id: &str) -> bool {
-        let memory = self.run_memory();
-        self.open_runs
+    pub fn is_open(&self, run_id: &str) -> bool {
+        let memory = self.memory();
+        self.open
             .lock()
             .get(run_id)
             .is_some_and(|since| since.elapsed() < memory)
     }
 
     /// Records how a run ended (the first end recorded stays).
-    pub async fn end_run(&self, run_id: &str, how: RunEnd) -> Result<(), LedgerError> {
-        self.open_runs.lock().remove(run_id);
+    pub async fn end(&self, run_id: &str, how: RunEnd) -> Result<(), LedgerError> {
+        self.open.lock().remove(run_id);
         self.ledger.end_run(run_id, now(), how).await
     }
 
     /// Ends every run this process still has open as `gateway_stopped` (a graceful stop).
-    pub async fn end_open_runs(&self) {
-        let open: Vec<String> = self.open_runs.lock().drain().map(|(id, _)| id).collect();
+    pub async fn end_open(&self) {
+        let open: Vec<String> = self.open.lock().drain().map(|(id, _)| id).collect();
         for id in open {
             if let Err(e) = self
                 .ledger
@@ -134,18 +166,18 @@ impl Gateway {
 
     /// Starts the pass that ends runs idle past `[gateway] session_idle`, whichever replica
     /// served them: every quarter of it, between 1 s and 1 min.
-    pub fn keep_run_expiry(self: &Arc<Self>) {
-        let gateway = self.clone();
-        let idle = gateway.config.gateway.session_idle;
+    pub fn keep_expiry(self: &Arc<Self>) {
+        let runs = self.clone();
+        let idle = runs.session_idle;
         let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let at = now();
                 let before = postern_core::Timestamp(at.0 - idle.as_millis() as i64);
-                match gateway.ledger.expire_runs(before, at).await {
+                match runs.ledger.expire_runs(before, at).await {
                     Ok(ended) => {
-                        let mut open = gateway.open_runs.lock();
+                        let mut open = runs.open.lock();
                         for id in &ended {
                             open.remove(id);
                         }
@@ -156,18 +188,6 @@ impl Gateway {
                 }
             }
         });
-    }
-
-    /// Who asked, with the tool's class as a metrics label: a configured tool's, the built-in
-    /// status read's, or `none` for a name the agent made up (counted as tool `(unknown)`,
-    /// never a label of its choosing).
-    pub(super) fn asker(&self, call: &ToolCall) -> Asker {
-        let class = match self.registry.get(&call.tool) {
-            Some(entry) => entry.contract.class.as_str(),
-            None if call.tool == postern_core::contract::EXECUTION_STATUS => "status_read",
-            None => "none",
-        };
-        Asker::of(call, class)
     }
 
     /// Records a call as answered: nothing waits for the row.

@@ -53,7 +53,7 @@ impl Gateway {
             outcome_unknown: health.outcome_unknown,
             outcome_unknown_last_hour: health.unknown_last_hour,
             dispatched: health.dispatched,
-            runs_open: self.open_run_count(),
+            runs_open: self.runs.open_count(),
             last_checkpoint: health.last_checkpoint.map(|c| CheckpointView {
                 age_seconds: age(c.at),
                 at: c.at.to_string(),

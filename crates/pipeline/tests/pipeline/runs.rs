@@ -47,9 +47,10 @@ fn now() -> Timestamp {
 
 /// What the front does on every call: record the run unless this process remembers it.
 async fn call_seen(gateway: &Gateway, id: &str) {
-    if !gateway.is_open_run(id) {
+    if !gateway.runs().is_open(id) {
         gateway
-            .open_run(Run::new(
+            .runs()
+            .open(Run::new(
                 id.into(),
                 "agent".into(),
                 "streamable-http".into(),
@@ -70,7 +71,7 @@ async fn a_run_another_replica_ended_is_resumed_by_the_next_call_here() {
     let (a, b) = (replica(&url).await, replica(&url).await);
 
     call_seen(&a, "run-1").await;
-    assert!(a.is_open_run("run-1"));
+    assert!(a.runs().is_open("run-1"));
     // Replica B's idle pass, once the run has been quiet for session_idle.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let cut = Timestamp(now().0 - 1000);
@@ -78,7 +79,7 @@ async fn a_run_another_replica_ended_is_resumed_by_the_next_call_here() {
     assert_eq!(ended, ["run-1"]);
     assert_eq!(end_of(&a, "run-1").await, Some(RunEnd::IdleExpired));
     // A no longer trusts its memory of the run: its next call records it again, resumed.
-    assert!(!a.is_open_run("run-1"));
+    assert!(!a.runs().is_open("run-1"));
     call_seen(&a, "run-1").await;
     assert_eq!(end_of(&a, "run-1").await, None, "resumed");
     // Seen again just now: B's idle pass leaves it alone although it has no call since.
@@ -89,12 +90,12 @@ async fn a_run_another_replica_ended_is_resumed_by_the_next_call_here() {
     // B stops gracefully while A serves the run: A's next call (after its memory aged)
     // resumes it; a run its client closed is never resumed.
     call_seen(&b, "run-1").await;
-    b.end_open_runs().await;
+    b.runs().end_open().await;
     assert_eq!(end_of(&a, "run-1").await, Some(RunEnd::GatewayStopped));
     tokio::time::sleep(Duration::from_millis(600)).await;
     call_seen(&a, "run-1").await;
     assert_eq!(end_of(&a, "run-1").await, None, "resumed after B stopped");
-    a.end_run("run-1", RunEnd::Closed).await.unwrap();
+    a.runs().end("run-1", RunEnd::Closed).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     call_seen(&b, "run-1").await;
     assert_eq!(end_of(&a, "run-1").await, Some(RunEnd::Closed));

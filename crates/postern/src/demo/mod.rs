@@ -270,7 +270,7 @@ async fn demo() -> Result<i32> {
     let journal = upstream::journal(&stage.dir);
     upstream::scene(11, &d, &journal, &stage.mcp_url, &stage.token).await?;
     // The demo's gateway stops here: its runs end in the Sessions log as a stopped gateway's.
-    stage.gateway.end_open_runs().await;
+    stage.gateway.runs().end_open().await;
     let valid = scenes::audit(&stage).await?;
     scenes::where_to_look(&stage.dir, &first_id, &lost_id);
     Ok(if valid { 0 } else { 1 })

@@ -161,7 +161,7 @@ async fn a_control_character_in_next_lands_on_the_default_page() {
     assert_eq!(hidden(&r.text().await.unwrap(), "next"), "/ui/approvals");
 }
 
-/// Finding 3: a decision on a request that expired is 410 Gone (README: "410 an expired
+/// Finding 3: a decision on a request that expired is 410 Gone (docs/operators.md: "410 an expired
 /// request"), also after the expiry sweep has recorded it denied, on the console as on `/ops`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_after_expiry_is_gone() {
