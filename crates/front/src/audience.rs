@@ -127,7 +127,7 @@ impl Audience {
         for exposure in gateway.registry().upstreams() {
             tokio::spawn(watch(Arc::downgrade(&audience), exposure.upstream.clone()));
         }
-        let mut accepted = gateway.tool_view_changes();
+        let mut accepted = gateway.upstream_tools().tool_view_changes();
         let weak = Arc::downgrade(&audience);
         tokio::spawn(async move {
             while accepted.changed().await.is_ok() {
@@ -260,6 +260,7 @@ impl Audience {
                     None => true,
                     Some(name) => *sees.entry(m.actor.clone()).or_insert_with(|| {
                         self.gateway
+                            .upstream_tools()
                             .upstreams_for(&m.actor)
                             .iter()
                             .any(|v| v.upstream.name() == name)

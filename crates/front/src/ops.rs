@@ -484,7 +484,7 @@ fn reason(text: Option<String>) -> Option<String> {
 }
 
 async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {
-    Json(json!({"upstreams": st.gateway.upstream_views()})).into_response()
+    Json(json!({"upstreams": st.gateway.upstream_tools().upstream_views()})).into_response()
 }
 
 #[derive(Deserialize)]
@@ -514,6 +514,7 @@ async fn accept_tool(
     };
     match st
         .gateway
+        .upstream_tools()
         .accept_upstream_tool(&name, &tool, b.digest.as_deref(), &operator)
         .await
     {

@@ -57,7 +57,7 @@ impl PosternMcp {
         let actor = self.actor(ctx)?;
         Ok(Passage {
             routes: &self.routes,
-            visible: self.gateway.upstreams_for(&actor),
+            visible: self.gateway.upstream_tools().upstreams_for(&actor),
             cancel: ctx.ct.clone(),
         })
     }
@@ -70,6 +70,7 @@ impl PosternMcp {
         let request_id = serde_json::to_string(&ctx.id).ok();
         let outcome = if ok { "read" } else { "refused" };
         self.gateway
+            .runs()
             .record_read(&actor, run, request_id, what, outcome);
     }
 
@@ -149,6 +150,7 @@ impl PosternMcp {
             let name = v.upstream.name().to_string();
             let wanted = self.audience.set_level(&client, params.level, |actor| {
                 self.gateway
+                    .upstream_tools()
                     .upstreams_for(actor)
                     .iter()
                     .any(|u| u.upstream.name() == name)

@@ -32,8 +32,8 @@ pub mod vault;
 pub use error::GatewayError;
 pub use gateway::{
     agent_run, call_json, key_fault, now, Cancellation, Decided, DecisionError, Gateway, Notice,
-    Notices, PendingDecision, RunView, Runs, ToolCall, UpstreamToolView, UpstreamView,
-    VisibleUpstream,
+    Notices, PendingDecision, RunView, Runs, ToolCall, UpstreamToolView, UpstreamTools,
+    UpstreamView, VisibleUpstream,
 };
 pub use registry::{
     execution_status_schema, Dialers, ListedTool, Registry, Resolved, ResolvedCredential,

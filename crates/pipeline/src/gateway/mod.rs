@@ -32,7 +32,7 @@ pub use notices::{Notice, Notices};
 pub use promises::unkept_promises;
 pub use run_approval::{call_json, RunView};
 pub use runs::Runs;
-pub use upstreams::{UpstreamToolView, UpstreamView, VisibleUpstream};
+pub use upstreams::{UpstreamToolView, UpstreamTools, UpstreamView, VisibleUpstream};
 
 use crate::error::GatewayError;
 use crate::registry::{ListedTool, Registry, ToolEntry};
@@ -143,7 +143,7 @@ impl Cancellation {
 
 pub struct Gateway {
     pub(crate) ledger: Arc<Ledger>,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Arc<Registry>,
     key: FingerprintKey,
     config: Config,
     /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
@@ -159,9 +159,8 @@ pub struct Gateway {
     runs: Arc<runs::Runs>,
     /// New approval requests and decisions, for the console and the webhooks.
     notices: notices::Notices,
-    /// Bumped when the tools served change by an operator's act (an accepted tool version):
-    /// the front tells its clients their tool list changed.
-    tool_view: tokio::sync::watch::Sender<u64>,
+    /// The upstream servers' tools as they are served.
+    upstream_tools: upstreams::UpstreamTools,
 }
 
 /// The call's span (`tools/call`), in the client's trace when it sent one.
@@ -225,6 +224,9 @@ impl Gateway {
         key: FingerprintKey,
         ledger: Arc<Ledger>,
     ) -> Gateway {
+        let registry = Arc::new(registry);
+        let upstream_tools =
+            upstreams::UpstreamTools::new(registry.clone(), ledger.clone(), config.actors.clone());
         let notices = notices::Notices::new(
             config.console.public_url.clone(),
             config.gateway.listen.clone(),
@@ -241,7 +243,7 @@ impl Gateway {
             vault: None,
             runs,
             notices,
-            tool_view: tokio::sync::watch::channel(0).0,
+            upstream_tools,
         }
     }
 

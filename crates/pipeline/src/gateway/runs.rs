@@ -236,4 +236,29 @@ impl Runs {
             instance: self.ledger.instance().to_string(),
         });
     }
+
+    /// Records a read passed through to an upstream (a resource, a prompt) in the calls log:
+    /// who read what and when; never an execution.
+    pub fn record_read(
+        &self,
+        actor: &str,
+        run_id: Option<String>,
+        request_id: Option<String>,
+        what: String,
+        outcome: &'static str,
+    ) {
+        crate::telemetry::count_read(outcome);
+        self.ledger.record_call(CallRecord {
+            at: now(),
+            actor: actor.to_string(),
+            tool: what,
+            run_id,
+            request_id,
+            execution_id: None,
+            attempt: "read".into(),
+            operation_key: None,
+            outcome: outcome.into(),
+            instance: self.ledger.instance().to_string(),
+        });
+    }
 }

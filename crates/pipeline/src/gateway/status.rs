@@ -32,6 +32,7 @@ impl Gateway {
             store_read_seconds: started.elapsed().as_secs_f64(),
             ledger_queue: self.ledger().queue_depth(),
             upstreams: self
+                .upstream_tools
                 .upstream_views()
                 .into_iter()
                 .map(|u| UpstreamHealth {

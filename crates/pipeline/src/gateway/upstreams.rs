@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use postern_channels::mcp::Upstream;
 use postern_core::contract::ChannelSpec;
-use postern_ledger::CallRecord;
 use serde::Serialize;
+
+use postern_core::config::Actor;
+use postern_ledger::Ledger;
 
 use super::Gateway;
 use crate::error::GatewayError;
 use crate::pins::{self, AcceptError};
+use crate::registry::Registry;
 
 /// One upstream as `/ops/upstreams` shows it.
 #[derive(Clone, Debug, Serialize)]
@@ -65,10 +68,32 @@ pub struct VisibleUpstream {
     pub prefix: String,
 }
 
-impl Gateway {
+/// The upstream servers' tools as they are served: which upstreams an actor sees, the pins of
+/// their tools, an operator's acceptance of a changed version. Owns the tool view's change
+/// signal; reached through [`Gateway::upstream_tools`].
+pub struct UpstreamTools {
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    /// The actors (which tools each may call).
+    actors: Vec<Actor>,
+    /// Bumped when the tools served change by an operator's act (an accepted tool version):
+    /// the front tells its clients their tool list changed.
+    tool_view: tokio::sync::watch::Sender<u64>,
+}
+
+impl UpstreamTools {
+    pub(super) fn new(registry: Arc<Registry>, ledger: Arc<Ledger>, actors: Vec<Actor>) -> Self {
+        UpstreamTools {
+            registry,
+            ledger,
+            actors,
+            tool_view: tokio::sync::watch::channel(0).0,
+        }
+    }
+
     /// The upstreams `actor` sees, in name order.
     pub fn upstreams_for(&self, actor: &str) -> Vec<VisibleUpstream> {
-        let Some(config) = self.config.actor(actor) else {
+        let Some(config) = self.actors.iter().find(|a| a.name == actor) else {
             return Vec::new();
         };
         let served: HashSet<String> = self
@@ -116,31 +141,6 @@ impl Gateway {
     /// Changes the operators made to the tools served (an accepted version).
     pub fn tool_view_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.tool_view.subscribe()
-    }
-
-    /// Records a read passed through to an upstream (a resource, a prompt) in the calls log:
-    /// who read what and when; never an execution.
-    pub fn record_read(
-        &self,
-        actor: &str,
-        run_id: Option<String>,
-        request_id: Option<String>,
-        what: String,
-        outcome: &'static str,
-    ) {
-        crate::telemetry::count_read(outcome);
-        self.ledger.record_call(CallRecord {
-            at: super::now(),
-            actor: actor.to_string(),
-            tool: what,
-            run_id,
-            request_id,
-            execution_id: None,
-            attempt: "read".into(),
-            operation_key: None,
-            outcome: outcome.into(),
-            instance: self.ledger.instance().to_string(),
-        });
     }
 
     /// Every upstream whose tools are re-exported, with its tools' pins.
@@ -238,6 +238,13 @@ impl Gateway {
             Err(AcceptError::Ledger(e)) => Err(e.into()),
             Err(e @ AcceptError::Stale { .. }) => Err(GatewayError::Internal(e.to_string())),
         }
+    }
+}
+
+impl Gateway {
+    /// The upstream servers' tools as they are served.
+    pub fn upstream_tools(&self) -> &UpstreamTools {
+        &self.upstream_tools
     }
 }
 
