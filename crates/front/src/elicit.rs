@@ -97,7 +97,7 @@ pub(super) async fn ask_in_client(
     let wait = gateway
         .registry()
         .get(&report.tool)
-        .and_then(|e| gateway.approval_ttl(&e.contract))
+        .and_then(|e| gateway.policy().approval_ttl(&e.contract))
         .unwrap_or(gateway.config().gateway.approval_ttl)
         .min(MAX_WAIT);
     let asked = ctx

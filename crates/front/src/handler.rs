@@ -180,6 +180,7 @@ impl ServerHandler for PosternMcp {
         let actor = self.actor(&ctx)?;
         let mut tools: Vec<Tool> = self
             .gateway
+            .policy()
             .tools_for(&actor)
             // A tool its upstream changed is not offered until an operator accepts it.
             .filter(|t| t.withheld.is_none())
@@ -266,8 +267,8 @@ impl ServerHandler for PosternMcp {
             )),
         };
         // A call that may wait for a person is served as a task too.
-        let wants_task = (self.gateway.is_long_running(&call.tool)
-            || self.gateway.asks_approval(&call.tool))
+        let wants_task = (self.gateway.policy().is_long_running(&call.tool)
+            || self.gateway.policy().asks_approval(&call.tool))
             && ctx
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks());

@@ -32,7 +32,7 @@ pub mod vault;
 pub use error::GatewayError;
 pub use gateway::{
     agent_run, call_json, key_fault, now, Cancellation, Decided, DecisionError, Gateway, Notice,
-    Notices, PendingDecision, RunView, Runs, ToolCall, UpstreamToolView, UpstreamTools,
+    Notices, PendingDecision, RunView, Runs, ToolCall, ToolPolicy, UpstreamToolView, UpstreamTools,
     UpstreamView, VisibleUpstream,
 };
 pub use registry::{

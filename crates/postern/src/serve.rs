@@ -380,7 +380,7 @@ fn keep_background_work(gateway: &Arc<Gateway>) -> bool {
         std::process::exit(75);
     });
     gateway.runs().keep_expiry();
-    if gateway.waits_for_people() {
+    if gateway.policy().waits_for_people() {
         expire_approvals_periodically(gateway);
     }
     signs

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postern_audit::ChainedEvent;
-use postern_core::contract::{Approval, ToolContract};
 use postern_core::lifecycle::{Resolution, State};
 use postern_core::{first_step, AuthorizationFacts, EventKind, ExecutionId, FirstStep, Timestamp};
 use postern_ledger::{ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent, Run};
@@ -96,21 +95,6 @@ impl HeldCalls {
 }
 
 impl Gateway {
-    /// How long a call of this tool waits for its per-use approval, if it needs one.
-    pub fn approval_ttl(&self, contract: &ToolContract) -> Option<Duration> {
-        let credential = contract
-            .channel
-            .credential_ref()
-            .and_then(|c| self.config.credentials.get(c));
-        let asks = contract.approval == Approval::EveryCall
-            || credential.is_some_and(|c| c.approval == Approval::EveryCall);
-        asks.then(|| {
-            contract
-                .approval_ttl
-                .unwrap_or(self.config.gateway.approval_ttl)
-        })
-    }
-
     /// The events a new execution of this call gets in the accept's commit: the facts of
     /// contract §6 gathered here (the vault, the run's authorization, a per-use approval, the
     /// actor's calls already waiting), the order decided by [`postern_core::first_step`].
@@ -124,7 +108,7 @@ impl Gateway {
         at: Timestamp,
     ) -> Result<Vec<NewEvent>, GatewayError> {
         let vault_locked = self.vault_refuses(entry).is_some();
-        let per_use_ttl = self.approval_ttl(&entry.contract);
+        let per_use_ttl = self.policy.approval_ttl(&entry.contract);
         let unauthorized_run = match vault_locked {
             true => None,
             false => self.session_gate(call).await?,
@@ -167,35 +151,6 @@ impl Gateway {
             ..ListFilter::default()
         };
         Ok(self.ledger.count(&filter).await?)
-    }
-
-    /// Whether any call can wait for a person: a tool (or its credential) asks for a per-use
-    /// approval, or an actor for session authorization. Without either, nothing ever expires
-    /// and the expiry sweep is not run.
-    pub fn waits_for_people(&self) -> bool {
-        self.registry
-            .iter()
-            .iter()
-            .map(|e| &*e.contract)
-            .chain(
-                self.registry
-                    .upstreams()
-                    .iter()
-                    .filter_map(|x| x.default_contract()),
-            )
-            .any(|c| self.approval_ttl(c).is_some())
-            || self
-                .config
-                .actors
-                .iter()
-                .any(|a| a.session_approval == postern_core::config::SessionApproval::Required)
-    }
-
-    /// Whether every call of `tool` waits for a per-use approval.
-    pub fn asks_approval(&self, tool: &str) -> bool {
-        self.registry
-            .get(tool)
-            .is_some_and(|e| self.approval_ttl(&e.contract).is_some())
     }
 
     /// The `approval_requested` event of a new execution that waits for `waits` and expires

@@ -18,6 +18,7 @@ mod approvals;
 mod asked;
 mod dispatch;
 mod notices;
+mod policy;
 mod promises;
 mod recovery;
 mod run_approval;
@@ -29,13 +30,14 @@ pub use crate::clock::now;
 pub use crate::decision::{Decided, DecisionError};
 pub use approvals::PendingDecision;
 pub use notices::{Notice, Notices};
+pub use policy::ToolPolicy;
 pub use promises::unkept_promises;
 pub use run_approval::{call_json, RunView};
 pub use runs::Runs;
 pub use upstreams::{UpstreamToolView, UpstreamTools, UpstreamView, VisibleUpstream};
 
 use crate::error::GatewayError;
-use crate::registry::{ListedTool, Registry, ToolEntry};
+use crate::registry::{Registry, ToolEntry};
 use crate::report::{next_step, Attempt, CallReport};
 
 /// The longest operation key, re-issue key, intent scope or run id accepted (each is stored,
@@ -145,7 +147,7 @@ pub struct Gateway {
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) registry: Arc<Registry>,
     key: FingerprintKey,
-    config: Config,
+    config: Arc<Config>,
     /// Executions finishing in the background (MCP tasks): a graceful stop waits for them.
     background: tokio_util::task::TaskTracker,
     /// Task executions whose background run has not returned yet (a task reads `working`
@@ -157,6 +159,8 @@ pub struct Gateway {
     vault: Option<crate::vault::VaultSlot>,
     /// The runs this process serves, and the calls log.
     runs: Arc<runs::Runs>,
+    /// Which tools an actor may call, and which calls wait for a person.
+    policy: policy::ToolPolicy,
     /// New approval requests and decisions, for the console and the webhooks.
     notices: notices::Notices,
     /// The upstream servers' tools as they are served.
@@ -225,6 +229,8 @@ impl Gateway {
         ledger: Arc<Ledger>,
     ) -> Gateway {
         let registry = Arc::new(registry);
+        let config = Arc::new(config);
+        let policy = policy::ToolPolicy::new(config.clone(), registry.clone());
         let upstream_tools =
             upstreams::UpstreamTools::new(registry.clone(), ledger.clone(), config.actors.clone());
         let notices = notices::Notices::new(
@@ -244,6 +250,7 @@ impl Gateway {
             runs,
             notices,
             upstream_tools,
+            policy,
         }
     }
 
@@ -319,19 +326,6 @@ impl Gateway {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// Tools the actor may call, in config order.
-    pub fn tools_for<'a>(&'a self, actor: &'a str) -> impl Iterator<Item = ListedTool> + 'a {
-        self.registry
-            .iter()
-            .into_iter()
-            .filter(move |e| self.may_call(actor, &e.contract.name))
-            .map(|e| e.listed())
-    }
-
-    fn may_call(&self, actor: &str, tool: &str) -> bool {
-        self.config.actor(actor).is_some_and(|a| a.may_call(tool))
     }
 
     /// Performs (or recovers) one call, untracked: [`Gateway::call`] is the way in.
@@ -445,13 +439,6 @@ impl Gateway {
         self.running.lock().is_ok_and(|r| r.contains(&id))
     }
 
-    /// Whether a tool is declared long-running (served as an MCP task).
-    pub fn is_long_running(&self, tool: &str) -> bool {
-        self.registry
-            .get(tool)
-            .is_some_and(|e| e.contract.long_running)
-    }
-
     /// Validates and accepts (or matches) a call, durably.
     async fn admit(
         &self,
@@ -461,7 +448,7 @@ impl Gateway {
             .registry
             .get(&call.tool)
             .ok_or_else(|| GatewayError::UnknownTool(call.tool.clone()))?;
-        if !self.may_call(&call.actor, &call.tool) {
+        if !self.policy.may_call(&call.actor, &call.tool) {
             return Err(GatewayError::Forbidden {
                 actor: call.actor.clone(),
                 tool: call.tool.clone(),
