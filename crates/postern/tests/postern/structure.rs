@@ -412,3 +412,78 @@ fn the_cli_reference_is_the_binarys_own() {
         );
     }
 }
+
+/// ARCHITECTURE.md's crate-graph drawing is `cargo tree`'s graph of the workspace crates: every
+/// arrow drawn is a normal dependency, and every normal dependency between workspace crates is
+/// drawn.
+#[test]
+fn the_crate_graph_drawn_here_is_cargo_trees() {
+    let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
+    let section = &text[text.find("## Crate graph").expect("a Crate graph section")..];
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("a drawing in a code block");
+    let package = |name: &str| -> String {
+        let name = name.trim().trim_end_matches(" (binary)").trim();
+        match name.strip_prefix("bench/") {
+            Some(bench) => format!("postern-{bench}"),
+            None if name == "postern" => "postern".into(),
+            None => format!("postern-{name}"),
+        }
+    };
+    let mut drawn: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in block.lines().filter(|l| l.contains("──►")) {
+        let (from, to) = line.split_once("──►").unwrap();
+        // What follows two spaces and a parenthesis is a remark, not a crate.
+        let to = to.split("  (").next().unwrap_or("").trim();
+        let targets: BTreeSet<String> = match to {
+            "(no Postern crate)" => BTreeSet::new(),
+            list => list.split(',').map(package).collect(),
+        };
+        for name in from.trim().trim_end_matches('─').split(',') {
+            drawn
+                .entry(package(name))
+                .or_default()
+                .extend(targets.clone());
+        }
+    }
+    let graph = normal_dependencies();
+    let actual: BTreeMap<String, BTreeSet<String>> = graph
+        .iter()
+        .filter(|(k, _)| k.starts_with("postern"))
+        .map(|(k, deps)| {
+            let ours = deps
+                .iter()
+                .filter(|d| graph.contains_key(*d))
+                .cloned()
+                .collect();
+            (k.clone(), ours)
+        })
+        .collect();
+    assert!(
+        actual.len() > 10,
+        "the workspace's crates were read: {actual:?}"
+    );
+    let mut differences = Vec::new();
+    for (krate, deps) in &actual {
+        let shown = drawn.get(krate).cloned().unwrap_or_default();
+        if !drawn.contains_key(krate) {
+            differences.push(format!("{krate} is not drawn"));
+        }
+        for missing in deps.difference(&shown) {
+            differences.push(format!("{krate} → {missing} is not drawn"));
+        }
+        for extra in shown.difference(deps) {
+            differences.push(format!("{krate} → {extra} is drawn but is no dependency"));
+        }
+    }
+    for krate in drawn.keys().filter(|k| !actual.contains_key(*k)) {
+        differences.push(format!("{krate} is drawn but is no workspace crate"));
+    }
+    assert!(
+        differences.is_empty(),
+        "ARCHITECTURE.md's crate graph differs from cargo tree:\n{}",
+        differences.join("\n")
+    );
+}
