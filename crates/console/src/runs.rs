@@ -28,7 +28,7 @@ async fn list(
     State(st): State<Arc<ConsoleState>>,
     Extension(s): Extension<OperatorSession>,
 ) -> Response {
-    let runs = match st.gateway.run_views(SHOWN).await {
+    let runs = match st.gateway.runs().views(SHOWN).await {
         Ok(r) => r,
         Err(e) => return refused(e, &s),
     };

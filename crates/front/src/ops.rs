@@ -362,11 +362,17 @@ pub(crate) async fn metrics_response(gateway: &Gateway) -> Response {
 }
 
 async fn runs(State(st): State<Arc<OpsState>>) -> Response {
-    answer(st.gateway.run_views(200).await.map(|r| json!({"runs": r})))
+    answer(
+        st.gateway
+            .runs()
+            .views(200)
+            .await
+            .map(|r| json!({"runs": r})),
+    )
 }
 
 async fn run(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
-    answer(st.gateway.run_with_calls(&id, 1000).await)
+    answer(st.gateway.runs().with_calls(&id, 1000).await)
 }
 
 async fn authorize_run(

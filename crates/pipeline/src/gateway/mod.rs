@@ -32,8 +32,8 @@ pub use approvals::PendingDecision;
 pub use notices::{Notice, Notices};
 pub use policy::ToolPolicy;
 pub use promises::unkept_promises;
-pub use run_approval::{call_json, RunView};
 pub use runs::Runs;
+pub use runs::{call_json, RunView};
 pub use upstreams::{UpstreamToolView, UpstreamTools, UpstreamView, VisibleUpstream};
 
 use crate::error::GatewayError;
@@ -237,7 +237,7 @@ impl Gateway {
             config.console.public_url.clone(),
             config.gateway.listen.clone(),
         );
-        let runs = Arc::new(runs::Runs::new(ledger.clone(), config.gateway.session_idle));
+        let runs = Arc::new(runs::Runs::new(ledger.clone(), config.clone()));
         Gateway {
             ledger,
             registry,

@@ -17,57 +17,13 @@ use postern_core::{EventKind, Timestamp};
 use postern_ledger::{
     ExecutionSummary, ExecutionView, LedgerError, ListFilter, NewEvent, Run, RunDecision,
 };
-use serde::Serialize;
 use serde_json::json;
 
 use super::approvals::waits_for;
+use super::runs::RunView;
 use super::{now, Gateway, ToolCall};
 use crate::error::GatewayError;
 use crate::gateway::DecisionError;
-
-/// A run as an operator sees it.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunView {
-    pub run_id: String,
-    pub actor: String,
-    pub client: Option<String>,
-    pub client_version: Option<String>,
-    /// The address the client connected from (behind a trusted proxy, the one it named).
-    pub client_address: Option<String>,
-    /// Whom the agent acted for (an issuer's access token): `{issuer, subject, client_id}`.
-    pub principal: Option<serde_json::Value>,
-    pub protocol_version: Option<String>,
-    pub transport: String,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    /// How it ended: `closed`, `transport_closed`, `idle_expired`, `gateway_stopped`.
-    pub end_reason: Option<&'static str>,
-    /// Whether the run's actor must be authorized per run.
-    pub requires_authorization: bool,
-    /// `pending`, `authorized` or `revoked`.
-    pub authorization: &'static str,
-    pub authorized_by: Option<String>,
-    pub authorized_at: Option<String>,
-    pub revoked_by: Option<String>,
-    pub revoked_at: Option<String>,
-}
-
-/// A call of the calls log as the operator API and the CLI show it.
-pub fn call_json(c: &postern_ledger::CallRecord) -> serde_json::Value {
-    json!({
-        "at": c.at.to_string(),
-        "actor": c.actor,
-        "tool": c.tool,
-        "run_id": c.run_id,
-        "request_id": c.request_id,
-        "execution_id": c.execution_id.map(|id| id.to_string()),
-        "attempt": c.attempt,
-        "operation_key": c.operation_key,
-        // What the answer told the agent (see `investigate::told`).
-        "outcome": crate::investigate::told(&c.outcome),
-        "instance": c.instance,
-    })
-}
 
 impl Gateway {
     /// What session authorization asks of a call, before anything is recorded: `None` to go
@@ -108,30 +64,6 @@ impl Gateway {
         }
     }
 
-    /// The Sessions log, newest first.
-    pub async fn run_views(&self, limit: u32) -> Result<Vec<RunView>, GatewayError> {
-        Ok(self
-            .ledger
-            .runs(limit)
-            .await?
-            .iter()
-            .map(|r| self.run_view(r))
-            .collect())
-    }
-
-    /// One run with its calls (oldest first, at most `limit`).
-    pub async fn run_with_calls(
-        &self,
-        run_id: &str,
-        limit: u32,
-    ) -> Result<serde_json::Value, GatewayError> {
-        let view = self.run_view_of(run_id).await?;
-        let calls = self.ledger.calls_in(run_id, limit).await?;
-        let mut out = serde_json::to_value(&view).unwrap_or_default();
-        out["calls"] = calls.iter().map(call_json).collect();
-        Ok(out)
-    }
-
     /// Authorizes a run once, and releases its waiting calls.
     pub async fn authorize_run(
         self: &Arc<Self>,
@@ -143,7 +75,7 @@ impl Gateway {
         for view in self.waiting_in(run_id).await? {
             self.release_if_authorized(&view).await?;
         }
-        self.run_view_of(run_id).await
+        self.runs.view_of(run_id).await
     }
 
     /// Revokes a run: its waiting calls are denied, its next calls refused.
@@ -176,7 +108,7 @@ impl Gateway {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.run_view_of(run_id).await
+        self.runs.view_of(run_id).await
     }
 
     /// If `view` waits only for its run and the run is authorized now: recorded `authorized`
@@ -292,48 +224,5 @@ impl Gateway {
             at,
         }
         .into())
-    }
-
-    async fn run_view_of(&self, run_id: &str) -> Result<RunView, GatewayError> {
-        let run = self
-            .ledger
-            .run(run_id)
-            .await?
-            .ok_or_else(|| DecisionError::UnknownRun(run_id.chars().take(200).collect()))?;
-        Ok(self.run_view(&run))
-    }
-
-    fn run_view(&self, run: &Run) -> RunView {
-        let requires_authorization = self
-            .config
-            .actor(&run.actor)
-            .is_some_and(|a| a.session_approval == SessionApproval::Required);
-        let authorization = match (&run.revoked, &run.authorized) {
-            (Some(_), _) => "revoked",
-            (None, Some(_)) => "authorized",
-            (None, None) if requires_authorization => "pending",
-            (None, None) => "not_required",
-        };
-        RunView {
-            run_id: run.id.clone(),
-            actor: run.actor.clone(),
-            client: run.client_name.clone(),
-            client_version: run.client_version.clone(),
-            client_address: run.client_address.clone(),
-            principal: run.principal.as_ref().map(
-                |p| json!({"issuer": p.issuer, "subject": p.subject, "client_id": p.client_id}),
-            ),
-            protocol_version: run.protocol_version.clone(),
-            transport: run.transport.clone(),
-            started_at: run.started_at.to_string(),
-            ended_at: run.ended_at.map(|t| t.to_string()),
-            end_reason: run.end_reason.map(|e| e.as_str()),
-            requires_authorization,
-            authorization,
-            authorized_by: run.authorized.as_ref().map(|a| a.0.clone()),
-            authorized_at: run.authorized.as_ref().map(|a| a.1.to_string()),
-            revoked_by: run.revoked.as_ref().map(|r| r.0.clone()),
-            revoked_at: run.revoked.as_ref().map(|r| r.1.to_string()),
-        }
     }
 }
