@@ -478,7 +478,9 @@ impl ToolContractDraft {
                     "only an mcp tool has a status_tool; an http tool has a status_query".into(),
                 ))
             }
-            _ => {}
+            // Every channel is named: a new one must say what its probes are.
+            (ChannelSpec::Mcp(_), None, _)
+            | (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, None) => {}
         }
         if self.precondition.is_some() && matches!(channel, ChannelSpec::Mcp(_)) {
             return Err(self.err(

@@ -60,10 +60,13 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
         );
     }
     for tool in &config.tools {
-        let ChannelSpec::Http(h) = &tool.channel else {
-            continue;
+        // Every channel is named: a new one must say whether it trusts a CA file. (An SSH
+        // target is pinned by its host key; an mcp tool's upstream has its own, read below.)
+        let trusted = match &tool.channel {
+            ChannelSpec::Http(h) => h.ca_file.as_ref(),
+            ChannelSpec::Ssh(_) | ChannelSpec::Mcp(_) => None,
         };
-        let Some(file) = &h.ca_file else { continue };
+        let Some(file) = trusted else { continue };
         if resolved.ca_files.contains_key(file) {
             continue;
         }
