@@ -90,16 +90,21 @@ fn failure(status: StatusCode, text: &str) -> Response {
     page::message(status, None, "Sign-in failed", text)
 }
 
-/// A failed callback: the request in flight is over (its cookie cleared).
+/// A failed callback: the request in flight is over.
 fn failed(st: &ConsoleState, status: StatusCode, text: &str) -> Response {
     let mut response = failure(status, text);
+    end_pending(st, &mut response);
+    response
+}
+
+/// Clears the cookie of the sign-in in flight (it has been answered, one way or the other).
+fn end_pending(st: &ConsoleState, response: &mut Response) {
     let ended = st
         .sessions
         .cookie_header(PENDING_COOKIE, "", 0, "/ui/login", "Lax");
     if let Ok(v) = ended.parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
-    response
 }
 
 async fn provider(setup: &SignInSetup) -> Result<Provider, String> {
@@ -113,6 +118,7 @@ async fn provider(setup: &SignInSetup) -> Result<Provider, String> {
         metadata,
         &setup.settings.client_id,
         Some(&setup.secret),
+        setup.issuers.http().clone(),
     )
     .map_err(|e| e.to_string())
 }
@@ -248,12 +254,7 @@ async fn callback(
     };
     tracing::info!(operator = %operator, subject = %principal.subject, "an operator signed in to the console with the identity provider");
     let mut response = landing(&next);
-    let ended = st
-        .sessions
-        .cookie_header(PENDING_COOKIE, "", 0, "/ui/login", "Lax");
-    if let Ok(v) = ended.parse() {
-        response.headers_mut().append(header::SET_COOKIE, v);
-    }
+    end_pending(&st, &mut response);
     st.sessions.start(&operator, &mut response);
     response
 }

@@ -201,10 +201,10 @@ impl ResourceServer {
                 .actor_of(principal, peer)
                 .map_err(|why| (StatusCode::FORBIDDEN, why).into_response()),
             Err(why) => {
-                tracing::info!(reason = %why, "a bearer token was refused");
                 if let Some(unavailable) = unavailable(&why) {
                     return Some(Err(unavailable));
                 }
+                tracing::info!(reason = %why, "a bearer token was refused");
                 let mut refused =
                     (StatusCode::UNAUTHORIZED, format!("invalid_token: {why}")).into_response();
                 self.challenge(headers, &mut refused);
@@ -354,9 +354,7 @@ fn unavailable(why: &TokenError) -> Option<Response> {
         TokenError::IntrospectionFailed { .. } => "the token could not be checked now: its issuer cannot be asked; retry later",
         _ => return None,
     };
-    if let TokenError::IntrospectionFailed { .. } = why {
-        tracing::warn!(reason = %why, "a token could not be introspected");
-    }
+    tracing::warn!(reason = %why, "a bearer token could not be checked now");
     Some(
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -178,49 +178,39 @@ impl Provider {
         let metadata = keys::discover(&http, issuer)
             .await
             .map_err(FlowError::Metadata)?;
-        Provider::from_metadata(issuer, metadata, client_id, secret)
+        Provider::from_metadata(issuer, metadata, client_id, secret, http)
     }
 
+    /// As client `client_id` of an issuer whose metadata is known, over `http` (a client whose
+    /// connections are kept: the gateway's issuers share one).
     pub fn from_metadata(
         issuer: &str,
         metadata: Metadata,
         client_id: &str,
         secret: Option<&str>,
+        http: reqwest::Client,
     ) -> Result<Provider, FlowError> {
-        let url = |what: &str, u: &Option<String>| -> Result<Option<String>, FlowError> {
-            match u {
-                Some(u) if !provider_url(u) => Err(FlowError::Metadata(format!(
-                    "its {what} {u:?} is neither https nor loopback"
-                ))),
-                other => Ok(other.clone()),
-            }
-        };
-        let bad = |e: oauth2::url::ParseError| FlowError::Metadata(e.to_string());
         let mut client = oauth2::Client::new(ClientId::new(client_id.to_string()))
-            .set_auth_uri_option(
-                url("authorization endpoint", &metadata.authorization_endpoint)?
-                    .map(AuthUrl::new)
-                    .transpose()
-                    .map_err(bad)?,
-            )
-            .set_token_uri_option(
-                url("token endpoint", &metadata.token_endpoint)?
-                    .map(TokenUrl::new)
-                    .transpose()
-                    .map_err(bad)?,
-            )
-            .set_device_authorization_url_option(
-                url("device endpoint", &metadata.device_authorization_endpoint)?
-                    .map(DeviceAuthorizationUrl::new)
-                    .transpose()
-                    .map_err(bad)?,
-            )
-            .set_introspection_url_option(
-                url("introspection endpoint", &metadata.introspection_endpoint)?
-                    .map(IntrospectionUrl::new)
-                    .transpose()
-                    .map_err(bad)?,
-            );
+            .set_auth_uri_option(endpoint(
+                "authorization endpoint",
+                &metadata.authorization_endpoint,
+                AuthUrl::new,
+            )?)
+            .set_token_uri_option(endpoint(
+                "token endpoint",
+                &metadata.token_endpoint,
+                TokenUrl::new,
+            )?)
+            .set_device_authorization_url_option(endpoint(
+                "device endpoint",
+                &metadata.device_authorization_endpoint,
+                DeviceAuthorizationUrl::new,
+            )?)
+            .set_introspection_url_option(endpoint(
+                "introspection endpoint",
+                &metadata.introspection_endpoint,
+                IntrospectionUrl::new,
+            )?);
         if let Some(secret) = secret {
             client = client.set_client_secret(ClientSecret::new(secret.to_string()));
         }
@@ -228,14 +218,8 @@ impl Provider {
             issuer: issuer.to_string(),
             metadata,
             client,
-            http: keys::http_client(),
+            http,
         })
-    }
-
-    /// This provider over `http` (a client whose connections are kept between questions).
-    pub(crate) fn with_http(mut self, http: reqwest::Client) -> Provider {
-        self.http = http;
-        self
     }
 
     fn http(&self) -> impl Fn(oauth2::HttpRequest) -> ExchangeFuture + '_ {
@@ -380,6 +364,25 @@ impl Provider {
             .await
             .map_err(refused)
     }
+}
+
+/// An endpoint the metadata names, if it does: https, or http on loopback.
+fn endpoint<T>(
+    what: &str,
+    url: &Option<String>,
+    make: fn(String) -> Result<T, oauth2::url::ParseError>,
+) -> Result<Option<T>, FlowError> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    if !provider_url(url) {
+        return Err(FlowError::Metadata(format!(
+            "its {what} {url:?} is neither https nor loopback"
+        )));
+    }
+    make(url.clone())
+        .map(Some)
+        .map_err(|e| FlowError::Metadata(format!("its {what}: {e}")))
 }
 
 type ExchangeFuture = std::pin::Pin<

@@ -208,6 +208,11 @@ impl Issuers {
         Ok(principal)
     }
 
+    /// The HTTP client the issuers are reached with (its connections kept).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// The issuer's metadata (discovered when first asked).
     pub async fn metadata(&self, issuer: &str) -> Result<Metadata, FlowError> {
         let keys = self
@@ -228,10 +233,10 @@ impl Issuers {
         token: &str,
         resource: &str,
     ) -> Result<(Principal, u64), TokenError> {
-        let Some(keys) = self
+        let Some((keys, introspection)) = self
             .issuers
             .iter()
-            .find(|i| i.issuer.introspection.is_some())
+            .find_map(|i| Some((i, i.issuer.introspection.as_ref()?)))
         else {
             return Err(TokenError::Malformed(
                 "not a JWT, and no [[issuer]] introspects opaque tokens".into(),
@@ -248,15 +253,16 @@ impl Issuers {
             issuer: issuer.url.clone(),
             reason,
         };
-        let Some(introspection) = &issuer.introspection else {
-            return Err(TokenError::Busy(issuer.url.clone()));
-        };
         let metadata = keys.metadata().await.map_err(failed)?;
         let secret = self.secrets.get(&issuer.url).map(String::as_str);
-        let provider =
-            Provider::from_metadata(&issuer.url, metadata, &introspection.client_id, secret)
-                .map_err(|e| failed(e.to_string()))?
-                .with_http(self.http.clone());
+        let provider = Provider::from_metadata(
+            &issuer.url,
+            metadata,
+            &introspection.client_id,
+            secret,
+            self.http.clone(),
+        )
+        .map_err(|e| failed(e.to_string()))?;
         let answer = provider
             .introspect(token)
             .await

@@ -1,18 +1,17 @@
 //! Tokens already verified, so a client that sends the same access token on every request pays
 //! for its signature (or its introspection) once, not per call: the principal is kept under a
 //! SHA-256 of the token and the resource, until the token would stop being accepted (its `exp`
-//! plus the issuer's leeway) and never longer than [`LONGEST`] (a key the issuer withdraws, or
-//! a token it revokes, stops working within that). The token itself is never kept.
+//! plus the issuer's leeway) and never longer than [`LONGEST_BELIEF`]: a token the issuer
+//! revokes stops working within that, and a token signed by a key it withdraws within that
+//! after the key set is fetched again. The token itself is never kept.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use postern_core::config::Principal;
+use postern_core::config::{Principal, LONGEST_BELIEF};
 use sha2::{Digest, Sha256};
 
-/// The longest a verified token is believed without checking it again.
-pub const LONGEST: Duration = Duration::from_secs(300);
 /// Entries held at most; past it the expired go, and if none has, all of them (a refill costs
 /// one verification per client, and only a signer could mint that many valid tokens).
 const CAPACITY: usize = 16_384;
@@ -78,10 +77,10 @@ impl Verified {
         (*until > now_secs()).then(|| principal.clone())
     }
 
-    /// Keeps `principal` for `token` until `until` (unix seconds), at most [`LONGEST`] from now.
+    /// Keeps `principal` for `token` until `until` (unix seconds), at most [`LONGEST_BELIEF`] from now.
     pub(crate) fn keep(&self, token: &str, resource: &str, principal: &Principal, until: u64) {
         let now = now_secs();
-        let until = until.min(now + LONGEST.as_secs());
+        let until = until.min(now + LONGEST_BELIEF.as_secs());
         if until <= now {
             return;
         }
@@ -122,6 +121,6 @@ mod tests {
         assert!(v.get("old", "r").is_none(), "an expired token is not kept");
         v.keep("long", "r", &principal(), now + 86_400);
         let until = v.entries.lock().unwrap()[&key("long", "r")].1;
-        assert!(until <= now + LONGEST.as_secs() + 1);
+        assert!(until <= now + LONGEST_BELIEF.as_secs() + 1);
     }
 }
