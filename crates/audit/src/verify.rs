@@ -3,28 +3,24 @@
 //! totals.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
-use postern_core::lifecycle::{EventKind, Lifecycle};
+use postern_core::lifecycle::EventKind;
 use postern_core::{ExecutionId, Timestamp};
-use serde::{Deserialize, Serialize};
 
 pub use crate::breaks::{Break, BreakReason};
 use crate::chain::ChainHead;
 use crate::chain::{event_hash, ChainedEvent, Checkpoint, VerifyingKey, GENESIS_HASH};
-use crate::fold::FoldMap;
 use crate::pruned::PrunedRange;
 use crate::seqs::SeqHashes;
+use executions::Executions;
+use pruned_ranges::PrunedRanges;
+pub use report::{ChainRange, Report, UnsignedTail};
 
+mod coverage;
+mod executions;
+mod pruned_ranges;
+mod report;
 mod signatures;
-
-/// A contiguous run of one chain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainRange {
-    pub chain: String,
-    pub from: u64,
-    pub to: u64,
-}
 
 #[derive(Default)]
 struct ChainState {
@@ -40,152 +36,6 @@ struct ChainState {
     /// When unsigned history is refused: each event past `checkpointed_to` as it came, with
     /// its time (few: the young tail, unless checkpoints were deleted).
     late: Vec<(u64, Timestamp)>,
-}
-
-#[derive(Default)]
-struct ExecutionState {
-    next_n: u32,
-    lifecycle: Option<Lifecycle>,
-    /// Events that arrived ahead of their turn (possible when an execution spans chains).
-    waiting: BTreeMap<u32, (EventKind, String, u64)>,
-}
-
-impl ExecutionState {
-    /// Folds the execution's next event; what was refused, if anything. A refused event is
-    /// skipped (the state stays), so one bad event is one break.
-    fn advance(&mut self, event: EventKind) -> Option<Refused> {
-        self.next_n += 1;
-        match Lifecycle::step(self.lifecycle, event) {
-            Ok(l) => {
-                self.lifecycle = Some(l);
-                None
-            }
-            Err(e) => Some(Refused(e)),
-        }
-    }
-}
-
-struct Refused(postern_core::lifecycle::TransitionError);
-
-impl Refused {
-    fn of(self, execution_id: ExecutionId) -> BreakReason {
-        BreakReason::ImpossibleTransition {
-            execution_id,
-            from: self.0.from,
-            event: self.0.event,
-            after_earlier_dispatch: self.0.unmet.is_some(),
-        }
-    }
-}
-
-/// The verification result.
-#[derive(Clone, Debug)]
-pub struct Report {
-    pub requested: Vec<ChainRange>,
-    pub covered: Vec<ChainRange>,
-    pub breaks: Vec<Break>,
-    pub events: u64,
-    pub checkpoints: u64,
-    pub valid_signatures: u64,
-    pub executions: u64,
-    /// Chains no signed checkpoint covers: truncation of their tail cannot be ruled out.
-    pub unsigned_chains: Vec<String>,
-    /// Per chain, the events after its last validly signed checkpoint: nothing vouches for
-    /// them, so a cut of them (with any checkpoint after them) would not be seen.
-    pub unsigned_tail: Vec<UnsignedTail>,
-    /// Events removed by retention whose signed pruned ranges the links went across: their
-    /// contents are gone, the chain around them verified.
-    pub pruned_events: u64,
-    pub pruned_ranges: u64,
-    /// An export whose signed header names no chain heads (written before they were): only
-    /// checkpoints vouch for its events.
-    pub header_without_heads: bool,
-}
-
-/// The events of one chain that no valid signature covers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnsignedTail {
-    pub chain: String,
-    /// The seq of the last validly signed checkpoint, if any.
-    pub signed_to: Option<u64>,
-    pub events: u64,
-}
-
-impl Report {
-    pub fn is_valid(&self) -> bool {
-        self.breaks.is_empty()
-    }
-
-    /// Adds breaks found beside the chain (stored results), in the report's order.
-    pub fn add_breaks(&mut self, breaks: Vec<Break>) {
-        self.breaks.extend(breaks);
-        self.breaks
-            .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
-    }
-
-    /// How many events, over all chains, no valid signature covers.
-    pub fn unsigned_tail_events(&self) -> u64 {
-        self.unsigned_tail.iter().map(|t| t.events).sum()
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ranges = |r: &[ChainRange]| {
-            if r.is_empty() {
-                "(none)".to_string()
-            } else {
-                r.iter()
-                    .map(|r| format!("chain {} seq {}..{}", r.chain, r.from, r.to))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        };
-        writeln!(f, "Range requested: {}", ranges(&self.requested))?;
-        writeln!(f, "Range covered:   {}", ranges(&self.covered))?;
-        for b in &self.breaks {
-            writeln!(f, "BREAK {b}")?;
-        }
-        if self.header_without_heads {
-            writeln!(f, "note: the export header names no chain heads (an export from before they were signed): only signed checkpoints vouch for its events")?;
-        }
-        for c in &self.unsigned_chains {
-            writeln!(f, "note: no signed checkpoint covers chain {c}: truncation of its tail cannot be ruled out")?;
-        }
-        for t in self.unsigned_tail.iter().filter(|t| t.signed_to.is_some()) {
-            writeln!(
-                f,
-                "note: {} event(s) of chain {} after the last signed checkpoint (seq {}) are not covered by a signature: a cut of them would not be seen",
-                t.events,
-                t.chain,
-                t.signed_to.unwrap_or(0)
-            )?;
-        }
-        if self.pruned_events > 0 {
-            writeln!(
-                f,
-                "note: {} event(s) in {} range(s) were pruned by retention (signed pruned-range statements): the chain links across them, their contents are gone",
-                self.pruned_events, self.pruned_ranges
-            )?;
-        }
-        writeln!(
-            f,
-            "Results: {} events in {} chain(s), {} executions; {} checkpoint(s), {} with a valid signature",
-            self.events,
-            self.covered.len(),
-            self.executions,
-            self.checkpoints,
-            self.valid_signatures
-        )?;
-        if self.is_valid() {
-            write!(
-                f,
-                "VALID: every event links, hashes and follows the lifecycle"
-            )
-        } else {
-            write!(f, "INVALID: {} break(s)", self.breaks.len())
-        }
-    }
 }
 
 /// What the verifier needs of one event (its detail is only needed to check its hash).
@@ -221,16 +71,13 @@ pub struct Verifier {
     key: VerifyingKey,
     requested: Vec<ChainRange>,
     chains: BTreeMap<String, ChainState>,
-    executions: FoldMap<ExecutionId, ExecutionState>,
+    executions: Executions,
     checkpoints: Vec<Checkpoint>,
     breaks: Vec<Break>,
     /// Heads recorded outside the log (chain, seq, hash) it must still contain.
     anchors: Vec<(String, u64, [u8; 32])>,
-    /// Validly signed pruned ranges, by chain and first seq.
-    pruned: HashMap<(String, u64), PrunedRange>,
-    /// Events and ranges the verified links went across.
-    pruned_events: u64,
-    pruned_ranges: u64,
+    /// Validly signed pruned ranges, and the events and ranges the verified links went across.
+    pruned: PrunedRanges,
     /// The heads a validly signed export header names; `Some(None)`: a signed header that
     /// names none.
     signed_heads: Option<Option<Vec<ChainHead>>>,
@@ -248,13 +95,11 @@ impl Verifier {
             key,
             requested: Vec::new(),
             chains: BTreeMap::new(),
-            executions: FoldMap::default(),
+            executions: Executions::default(),
             checkpoints: Vec::new(),
             breaks: Vec::new(),
             anchors: Vec::new(),
-            pruned: HashMap::new(),
-            pruned_events: 0,
-            pruned_ranges: 0,
+            pruned: PrunedRanges::default(),
             signed_heads: None,
             signed_before: None,
             checkpointed_to: HashMap::new(),
@@ -302,15 +147,9 @@ impl Verifier {
     /// A range pruned by retention (before the chain's events are fed). One without a valid
     /// signature of the verifier's key is a break, and explains nothing.
     pub fn pruned(&mut self, r: PrunedRange) {
-        if !r.is_signed_by(&self.key) || r.is_empty() {
-            self.breaks.push(Break {
-                chain: Some(r.chain.clone()),
-                seq: Some(r.from),
-                reason: BreakReason::PrunedRangeUnsigned { to: r.to },
-            });
-            return;
+        if let Some(unsigned) = self.pruned.admit(r, &self.key) {
+            self.breaks.push(unsigned);
         }
-        self.pruned.insert((r.chain.clone(), r.from), r);
     }
 
     /// Declares a head recorded elsewhere (an anchor): the log must hold `hash` at `seq` of
@@ -392,16 +231,9 @@ impl Verifier {
         let after = chain.last.map_or((0, GENESIS_HASH), |l| {
             (l, chain.last_hash.unwrap_or(GENESIS_HASH))
         });
-        // (Most stores have no pruned range: no key is built for them.)
-        let bridge = (!self.pruned.is_empty())
-            .then(|| self.pruned.get(&(b.chain.to_string(), after.0 + 1)))
-            .flatten()
-            .filter(|r| r.to + 1 == b.seq && r.before_hash == after.1 && r.to_hash == e.prev_hash)
-            .map(PrunedRange::len);
+        let bridged = self.pruned.bridge(b.chain, after, b.seq, &e.prev_hash);
         match chain.last {
-            _ if bridge.is_some() => {
-                self.pruned_events += bridge.unwrap_or(0);
-                self.pruned_ranges += 1;
+            _ if bridged => {
                 if chain.last.is_none() {
                     chain.first = Some(1);
                 }
@@ -456,56 +288,7 @@ impl Verifier {
             chain.last_hash = Some(e.hash);
         }
         chain.hashes.insert(b.seq, e.hash);
-        self.lifecycle(e);
-    }
-
-    fn lifecycle(&mut self, e: &EventMeta<'_>) {
-        let b = e;
-        // A notice is chained like any event but belongs to no execution's lifecycle; it is
-        // its own id's only event.
-        if b.event == EventKind::Notice {
-            if b.n != 1 {
-                self.breaks.push(Break {
-                    chain: Some(b.chain.to_string()),
-                    seq: Some(b.seq),
-                    reason: BreakReason::Malformed {
-                        line: 0,
-                        reason: format!("notice {} is not event 1 of its id", b.execution_id),
-                    },
-                });
-            }
-            return;
-        }
-        let ex = self
-            .executions
-            .entry(b.execution_id)
-            .or_insert_with(|| ExecutionState {
-                next_n: 1,
-                ..Default::default()
-            });
-        if b.n == ex.next_n && ex.waiting.is_empty() {
-            // The common case: the execution's next event, in order.
-            let refused = ex.advance(b.event);
-            if let Some(reason) = refused {
-                self.breaks.push(Break {
-                    chain: Some(b.chain.to_string()),
-                    seq: Some(b.seq),
-                    reason: reason.of(b.execution_id),
-                });
-            }
-            return;
-        }
-        ex.waiting
-            .insert(b.n, (b.event, b.chain.to_string(), b.seq));
-        while let Some((event, chain, seq)) = ex.waiting.remove(&ex.next_n) {
-            if let Some(reason) = ex.advance(event) {
-                self.breaks.push(Break {
-                    chain: Some(chain),
-                    seq: Some(seq),
-                    reason: reason.of(b.execution_id),
-                });
-            }
-        }
+        self.executions.fold(e, &mut self.breaks);
     }
 
     /// One signed checkpoint.
@@ -514,30 +297,8 @@ impl Verifier {
         self.checkpoints.push(c.clone());
     }
 
-    /// Ranges pruned at a chain's end (or a whole chain's events): nothing after them links
-    /// to them, so they extend the chain from its last event.
-    fn follow_tail_ranges(&mut self) {
-        let mut names: Vec<String> = self.pruned.keys().map(|(c, _)| c.clone()).collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let state = self.chains.entry(name.clone()).or_default();
-            while let Some(r) = self
-                .pruned
-                .get(&(name.clone(), state.last.unwrap_or(0) + 1))
-                .filter(|r| r.before_hash == state.last_hash.unwrap_or(GENESIS_HASH))
-            {
-                state.first.get_or_insert(1);
-                state.last = Some(r.to);
-                state.last_hash = Some(r.to_hash);
-                self.pruned_events += r.len();
-                self.pruned_ranges += 1;
-            }
-        }
-    }
-
     pub fn finish(mut self) -> Report {
-        self.follow_tail_ranges();
+        self.pruned.follow_tails(&mut self.chains);
         let checkpoints = self.checkpoints.len() as u64;
         let (valid_signatures, mut signed) = self.check_checkpoints();
         let header_without_heads = matches!(self.signed_heads, Some(None));
@@ -547,7 +308,7 @@ impl Verifier {
         self.report_pending_gaps();
         self.check_requested(&signed);
         self.check_anchors();
-        self.report_incomplete_executions();
+        self.executions.report_incomplete(&mut self.breaks);
         let covered = self.covered();
         let unsigned_chains = self
             .chains
@@ -559,6 +320,7 @@ impl Verifier {
         self.check_unsigned_history(&signed);
         self.breaks
             .sort_by(|a, b| (&a.chain, a.seq).cmp(&(&b.chain, b.seq)));
+        let (pruned_events, pruned_ranges) = self.pruned.crossed();
         Report {
             requested: self.requested,
             covered,
@@ -569,157 +331,9 @@ impl Verifier {
             executions: self.executions.len() as u64,
             unsigned_chains,
             unsigned_tail,
-            pruned_events: self.pruned_events,
-            pruned_ranges: self.pruned_ranges,
+            pruned_events,
+            pruned_ranges,
             header_without_heads,
-        }
-    }
-
-    /// Skips that no later, lower seq explained as a reorder: events are missing.
-    fn report_pending_gaps(&mut self) {
-        for (name, chain) in &self.chains {
-            if let Some((expected, at)) = chain.pending_gap {
-                self.breaks.push(Break {
-                    chain: Some(name.clone()),
-                    seq: Some(at),
-                    reason: BreakReason::Gap { expected },
-                });
-            }
-        }
-    }
-
-    /// Each requested range must be present, or vouched for by a signature (`signed`).
-    fn check_requested(&mut self, signed: &BTreeMap<String, u64>) {
-        for r in &self.requested {
-            let last = self.chains.get(&r.chain).and_then(|c| c.last);
-            let behind_checkpoint = signed.get(&r.chain).is_some_and(|s| *s >= r.to);
-            if last.is_none_or(|l| l < r.to) && !behind_checkpoint {
-                self.breaks.push(Break {
-                    chain: Some(r.chain.clone()),
-                    seq: Some(r.to),
-                    reason: BreakReason::RangeNotCovered { last_seq: last },
-                });
-            }
-        }
-    }
-
-    /// Each head recorded elsewhere must be in the log with its hash.
-    fn check_anchors(&mut self) {
-        for (chain, seq, hash) in std::mem::take(&mut self.anchors) {
-            let found = self
-                .chains
-                .get(&chain)
-                .and_then(|c| c.hashes.get(seq))
-                .copied();
-            if found != Some(hash) {
-                self.breaks.push(Break {
-                    chain: Some(chain),
-                    seq: Some(seq),
-                    reason: BreakReason::AnchorMismatch {
-                        expected_hash: postern_core::hexdigits::encode(hash),
-                        found: found.map(postern_core::hexdigits::encode),
-                    },
-                });
-            }
-        }
-    }
-
-    /// Executions still waiting for an event at the end: that event is missing.
-    fn report_incomplete_executions(&mut self) {
-        for (id, ex) in &self.executions {
-            if !ex.waiting.is_empty() {
-                self.breaks.push(Break {
-                    chain: None,
-                    seq: None,
-                    reason: BreakReason::MissingExecutionEvent {
-                        execution_id: *id,
-                        expected_n: ex.next_n,
-                    },
-                });
-            }
-        }
-    }
-
-    /// The run each chain covers, first to last seq.
-    fn covered(&self) -> Vec<ChainRange> {
-        self.chains
-            .iter()
-            .filter_map(|(name, c)| {
-                Some(ChainRange {
-                    chain: name.clone(),
-                    from: c.first?,
-                    to: c.last?,
-                })
-            })
-            .collect()
-    }
-
-    /// Per chain, the events past the last seq a valid signature vouches for (`signed`).
-    fn unsigned_tail(&self, signed: &BTreeMap<String, u64>) -> Vec<UnsignedTail> {
-        self.chains
-            .iter()
-            .filter_map(|(name, c)| {
-                let signed_to = signed.get(name).copied();
-                let events = match signed_to {
-                    Some(s) => c.hashes.seqs().filter(|&seq| seq > s).count() as u64,
-                    None => c.hashes.len() as u64,
-                };
-                (events > 0).then(|| UnsignedTail {
-                    chain: name.clone(),
-                    signed_to,
-                    events,
-                })
-            })
-            .collect()
-    }
-
-    /// Holds the log to the heads a signed export header names: each chain must end exactly
-    /// at its head, with its hash, and no other chain may appear. A head that holds counts as
-    /// signed coverage up to it (in `signed`), like a checkpoint.
-    fn check_signed_heads(&mut self, signed: &mut BTreeMap<String, u64>) {
-        let Some(Some(heads)) = self.signed_heads.take() else {
-            return;
-        };
-        for h in &heads {
-            let brk = |seq, reason| Break {
-                chain: Some(h.chain.clone()),
-                seq: Some(seq),
-                reason,
-            };
-            let chain = self.chains.get(&h.chain);
-            let last = chain.and_then(|c| c.last);
-            match chain.and_then(|c| c.hashes.get(h.seq)) {
-                Some(found) if *found == h.hash => {
-                    let entry = signed.entry(h.chain.clone()).or_insert(0);
-                    *entry = (*entry).max(h.seq);
-                }
-                Some(found) => self.breaks.push(brk(
-                    h.seq,
-                    BreakReason::SignedHeadMismatch {
-                        expected_hash: postern_core::hexdigits::encode(h.hash),
-                        found: postern_core::hexdigits::encode(found),
-                    },
-                )),
-                // A head inside a pruned range cannot be: retention never prunes a head.
-                None => self.breaks.push(brk(
-                    h.seq,
-                    BreakReason::EndsBeforeSignedHead { last_seq: last },
-                )),
-            }
-            if let Some(past) = chain.and_then(|c| c.hashes.seqs().filter(|s| *s > h.seq).min()) {
-                self.breaks
-                    .push(brk(past, BreakReason::PastSignedHead { head: Some(h.seq) }));
-            }
-        }
-        for (name, chain) in &self.chains {
-            if !heads.iter().any(|h| h.chain == *name) {
-                let first = chain.hashes.seqs().min();
-                self.breaks.push(Break {
-                    chain: Some(name.clone()),
-                    seq: first,
-                    reason: BreakReason::PastSignedHead { head: None },
-                });
-            }
         }
     }
 }

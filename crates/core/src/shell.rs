@@ -18,6 +18,10 @@
 
 use std::fmt;
 
+use here_doc::HereDoc;
+
+mod here_doc;
+mod nesting;
 mod reread;
 
 /// Where a placeholder stands that the gateway's quoting would not keep one word of data.
@@ -156,12 +160,6 @@ struct Command {
 /// What the lexer is inside of, and (for `$(…)` and `$((…))`) how many parentheses are open
 /// inside it.
 type Frame = (Context, usize);
-
-/// A here-document whose body starts at the end of the current line.
-struct HereDoc {
-    delimiter: String,
-    strip_tabs: bool,
-}
 
 struct Lexer {
     s: Vec<char>,
@@ -401,46 +399,6 @@ impl Lexer {
         Ok(())
     }
 
-    /// Parentheses nest inside `$(…)` and `$((…))`; the `)` at depth 0 closes the first, `))`
-    /// the second. A `case` pattern's lone `)` closes a `$(…)` early: what follows until the
-    /// real `)` is then taken as plain code, where the quoting works as it does at the top.
-    fn paren(&mut self, c: char) {
-        use Context::{Arithmetic, ArithmeticCommand, CommandSubstitution};
-        self.i += 1;
-        self.word_start = true;
-        let Some(frame) = self.stack.last_mut() else {
-            return; // a subshell at the top: nothing to track
-        };
-        match (*frame, c) {
-            ((CommandSubstitution | Arithmetic | ArithmeticCommand, d), '(') => frame.1 = d + 1,
-            ((CommandSubstitution | Arithmetic | ArithmeticCommand, d), ')') if d > 0 => {
-                frame.1 = d - 1;
-            }
-            ((CommandSubstitution, _), ')') => drop(self.stack.pop()),
-            ((Arithmetic | ArithmeticCommand, _), ')') if self.s.get(self.i) == Some(&')') => {
-                self.stack.pop();
-                self.i += 1;
-            }
-            // `$((a) )` is a subshell inside `$(…)`, as bash reads it.
-            ((Arithmetic, _), ')') => frame.0 = CommandSubstitution,
-            // `((a) )` at the top was two subshells after all.
-            ((ArithmeticCommand, _), ')') => drop(self.stack.pop()),
-            _ => {}
-        }
-    }
-
-    /// Brackets nest inside `$[…]`; the `]` at depth 0 closes it.
-    fn bracket(&mut self, c: char) {
-        self.i += 1;
-        if let Some(frame) = self.stack.last_mut() {
-            match (frame.1, c) {
-                (d, '[') => frame.1 = d + 1,
-                (0, _) => drop(self.stack.pop()),
-                (d, _) => frame.1 = d - 1,
-            }
-        }
-    }
-
     /// `#` at a word's start comments out the rest of the line.
     fn comment(&mut self) -> Result<(), TemplateError> {
         while let Some(c) = self.peek(0) {
@@ -448,75 +406,6 @@ impl Lexer {
                 '\n' => break,
                 '{' => return self.placeholder(Some(Context::Comment)),
                 _ => self.i += 1,
-            }
-        }
-        Ok(())
-    }
-
-    /// `<<WORD` or `<<-WORD`; its body is read at the end of the line. `<<<` is a here-string,
-    /// one plain word.
-    fn here_operator(&mut self) -> Result<(), TemplateError> {
-        if self.peek(2) == Some('<') {
-            self.i += 3;
-            self.word_start = true;
-            return Ok(());
-        }
-        self.i += 2;
-        let strip_tabs = self.peek(0) == Some('-');
-        self.i += usize::from(strip_tabs);
-        while matches!(self.peek(0), Some(' ' | '\t')) {
-            self.i += 1;
-        }
-        let delimiter = self.here_delimiter()?;
-        self.pending.push(HereDoc {
-            delimiter,
-            strip_tabs,
-        });
-        self.word_start = false;
-        Ok(())
-    }
-
-    /// The delimiter word, its quotes removed (quoting it only turns off expansions).
-    fn here_delimiter(&mut self) -> Result<String, TemplateError> {
-        let (mut word, mut quote, mut escaped) = (String::new(), None, false);
-        while let Some(c) = self.peek(0) {
-            if c == '{' {
-                self.placeholder(Some(Context::HereDelimiter))?; // always refused
-            }
-            match (quote, c) {
-                _ if escaped => {
-                    word.push(c);
-                    escaped = false;
-                }
-                (None, ' ' | '\t' | '\n' | ';' | '&' | '|' | '(' | ')' | '<' | '>') => break,
-                (Some(q), _) if c == q => quote = None,
-                (None, '\'' | '"') => quote = Some(c),
-                (None | Some('"'), '\\') => escaped = true,
-                _ => word.push(c),
-            }
-            self.i += 1;
-        }
-        Ok(word)
-    }
-
-    /// After a newline: the bodies of the line's here-documents, in order, each up to the line
-    /// equal to its delimiter (leading tabs removed for `<<-`).
-    fn here_bodies(&mut self) -> Result<(), TemplateError> {
-        for doc in std::mem::take(&mut self.pending) {
-            while self.i < self.s.len() {
-                let rest = &self.s[self.i..];
-                let len = rest.iter().position(|&c| c == '\n').unwrap_or(rest.len());
-                let line: String = rest[..len].iter().collect();
-                let next = (self.i + len + 1).min(self.s.len());
-                if line.trim_start_matches(|c| doc.strip_tabs && c == '\t') == doc.delimiter {
-                    self.i = next;
-                    break;
-                }
-                if let Some(at) = rest[..len].iter().position(|&c| c == '{') {
-                    self.i += at;
-                    return self.placeholder(Some(Context::HereDocument));
-                }
-                self.i = next;
             }
         }
         Ok(())

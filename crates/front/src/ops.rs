@@ -36,12 +36,17 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use postern_core::lifecycle::{Resolution, State as LifecycleState};
+use postern_core::lifecycle::State as LifecycleState;
 use serde::Deserialize;
 use serde_json::json;
 
+use decisions::{approval, approve, deny, resolve};
 use postern_pipeline::GatewayError;
 use postern_pipeline::{DecisionError, Gateway};
+use vault::{vault_lock, vault_state, vault_unlock};
+
+mod decisions;
+mod vault;
 
 /// The operator a request authenticated as.
 #[derive(Clone, Debug)]
@@ -223,96 +228,6 @@ async fn reviews(State(st): State<Arc<OpsState>>, Query(q): Query<PageQuery>) ->
     pending_page(&st, LifecycleState::NeedsReview, "reviews", q).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UnlockBody {
-    passphrase: String,
-}
-
-async fn vault_state(State(st): State<Arc<OpsState>>) -> Response {
-    match st.gateway.vault() {
-        None => Json(json!({"configured": false, "locked": true, "names": []})).into_response(),
-        Some(v) => match v.names() {
-            Ok(names) => Json(json!({"configured": true, "locked": v.is_locked(), "names": names}))
-                .into_response(),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        },
-    }
-}
-
-async fn vault_unlock(
-    State(st): State<Arc<OpsState>>,
-    Extension(Operator(operator)): Extension<Operator>,
-    raw: axum::body::Bytes,
-) -> Response {
-    let b: UnlockBody = match body(&raw) {
-        Ok(b) => b,
-        Err(_) => return error(StatusCode::BAD_REQUEST, "expected {\"passphrase\": \"…\"}"),
-    };
-    if st.gateway.vault().is_none() {
-        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
-    }
-    // The key derivation takes a moment: off the async threads.
-    let passphrase = zeroize::Zeroizing::new(b.passphrase);
-    let gateway = st.gateway.clone();
-    let unlocked =
-        tokio::task::spawn_blocking(move || gateway.vault().map(|v| v.unlock(&passphrase))).await;
-    match unlocked {
-        Ok(Some(Ok(names))) => {
-            // An operator decision that changes what the gateway will do: on the chain, or
-            // undone.
-            let detail = json!({"notice": "vault_unlocked", "by": operator, "names": names});
-            if let Err(e) = st
-                .gateway
-                .ledger()
-                .notice(None, detail, postern_pipeline::now())
-                .await
-            {
-                if let Some(v) = st.gateway.vault() {
-                    v.lock();
-                }
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("the unlock could not be recorded, so the vault stays locked: {e}"),
-                );
-            }
-            tracing::info!(operator = %operator, "the vault was unlocked");
-            Json(json!({"locked": false, "names": names, "unlocked_by": operator})).into_response()
-        }
-        Ok(Some(Err(postern_vault::VaultError::WrongPassphrase))) => error(
-            StatusCode::FORBIDDEN,
-            "wrong passphrase: the vault stays locked",
-        ),
-        Ok(Some(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        _ => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the unlock did not finish",
-        ),
-    }
-}
-
-async fn vault_lock(
-    State(st): State<Arc<OpsState>>,
-    Extension(Operator(operator)): Extension<Operator>,
-) -> Response {
-    let Some(vault) = st.gateway.vault() else {
-        return error(StatusCode::NOT_FOUND, "no [gateway] vault is configured");
-    };
-    vault.lock();
-    let detail = json!({"notice": "vault_locked", "by": operator});
-    if let Err(e) = st
-        .gateway
-        .ledger()
-        .notice(None, detail, postern_pipeline::now())
-        .await
-    {
-        // The lock took effect (it only takes power away); the record of it is what failed.
-        tracing::error!(operator = %operator, "the vault was locked, but the lock could not be chained: {e}");
-    }
-    tracing::info!(operator = %operator, "the vault was locked");
-    Json(json!({"locked": true, "locked_by": operator})).into_response()
-}
-
 async fn status(State(st): State<Arc<OpsState>>) -> Response {
     Json(st.gateway.status().await).into_response()
 }
@@ -389,104 +304,6 @@ async fn revoke_run(
     Path(id): Path<String>,
 ) -> Response {
     answer(st.gateway.revoke_run(&id, &operator).await)
-}
-
-async fn approval(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
-    let unknown = || DecisionError::Unknown(id.chars().take(64).collect()).into();
-    match id.parse() {
-        Ok(parsed) => answer(st.gateway.pending_decision(parsed).await),
-        Err(_) => refused(unknown()),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApproveBody {
-    /// The fingerprint the operator was shown: an approval is bound to it.
-    fingerprint: String,
-    reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DenyBody {
-    reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResolveBody {
-    resolution: String,
-    reason: String,
-}
-
-async fn approve(
-    State(st): State<Arc<OpsState>>,
-    Extension(Operator(operator)): Extension<Operator>,
-    Path(id): Path<String>,
-    raw: axum::body::Bytes,
-) -> Response {
-    let b: ApproveBody = match body(&raw) {
-        Ok(b) => b,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    answer(
-        st.gateway
-            .approve(&id, &operator, &b.fingerprint, reason(b.reason))
-            .await,
-    )
-}
-
-async fn deny(
-    State(st): State<Arc<OpsState>>,
-    Extension(Operator(operator)): Extension<Operator>,
-    Path(id): Path<String>,
-    raw: axum::body::Bytes,
-) -> Response {
-    let b: DenyBody = match body(&raw) {
-        Ok(b) => b,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    answer(st.gateway.deny(&id, &operator, reason(b.reason)).await)
-}
-
-async fn resolve(
-    State(st): State<Arc<OpsState>>,
-    Extension(Operator(operator)): Extension<Operator>,
-    Path(id): Path<String>,
-    raw: axum::body::Bytes,
-) -> Response {
-    let b: ResolveBody = match body(&raw) {
-        Ok(b) => b,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    let resolution = match b.resolution.as_str() {
-        "applied" => Resolution::Applied,
-        "not_applied" => Resolution::NotApplied,
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "resolution must be \"applied\" or \"not_applied\"",
-            )
-        }
-    };
-    let Some(why) = reason(Some(b.reason)) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "a resolution needs a reason (what was checked, and where)",
-        );
-    };
-    answer(
-        st.gateway
-            .resolve_review(&id, &operator, resolution, why)
-            .await,
-    )
-}
-
-/// A reason as recorded: trimmed, at most 1,000 characters, none if empty.
-fn reason(text: Option<String>) -> Option<String> {
-    text.map(|t| t.trim().chars().take(1000).collect::<String>())
-        .filter(|t| !t.is_empty())
 }
 
 async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {

@@ -15,36 +15,28 @@
 //! a crash costs a replay, never an action — the execution's result is in its own durable
 //! record and a re-issued call recovers it.
 
-use std::collections::{HashMap, VecDeque};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postern_core::{ExecutionId, Timestamp};
 use postern_ledger::{Ledger, StreamEvent, StreamOwner, StreamWrite};
 use rmcp::model::{ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_server::session::{
-    EventId, EventStore, EventStoreError, EventStream, ServerSseMessage, SessionState,
-    SessionStore, SessionStoreError,
+    EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use live::Live;
 use postern_pipeline::{now, Gateway};
+use replay::Replay;
+pub(crate) use sessions::DurableSessions;
 
-/// How long a finished stream that was cut (and so is in the ledger too) stays in memory for a
-/// fast in-process replay; the ledger serves it after that.
-const ABANDONED_IN_MEMORY: Duration = Duration::from_secs(60);
-/// How long a finished stream that was written out whole stays resumable: long enough for a
-/// client whose connection died with the last bytes still in flight, short enough that memory
-/// stays bounded under load (a few seconds of calls).
-const DELIVERED_IN_MEMORY: Duration = Duration::from_secs(5);
-/// A stream with no event for this long leaves memory (a session's standalone stream).
-const IDLE_IN_MEMORY: Duration = Duration::from_secs(600);
-/// A request stream that never finished (its handler is gone) leaves memory after this long.
-const ORPHANED_IN_MEMORY: Duration = Duration::from_secs(24 * 3600);
+mod live;
+mod replay;
+mod sessions;
 
 /// The event as stored: rmcp's message and retry hint, without the id (derived from the row).
 #[derive(Serialize, Deserialize)]
@@ -60,80 +52,6 @@ struct StoredSse {
 struct Replayed {
     sse: ServerSseMessage,
     execution: Option<ExecutionId>,
-}
-
-#[derive(Default)]
-struct LiveState {
-    events: Vec<(u64, Replayed)>,
-    next: u64,
-    finished: bool,
-    owner: Option<(Option<String>, String)>,
-    watchers: Vec<mpsc::UnboundedSender<Replayed>>,
-    touched: Option<Instant>,
-    /// The client went away before the end: events are written to the ledger, in order,
-    /// through this queue (one writer task per durable stream).
-    durable: Option<mpsc::UnboundedSender<StreamWrite>>,
-    /// When each event was stored, by position (for its row, should the stream turn durable).
-    stored_at: Vec<Timestamp>,
-}
-
-/// Streams this process is carrying (or carried a moment ago). A sweep (at most every
-/// `SWEEP_EVERY`) drops finished streams after their grace and idle ones.
-#[derive(Default)]
-struct Live(Mutex<LiveMap>);
-
-#[derive(Default)]
-struct LiveMap {
-    streams: HashMap<String, Arc<Mutex<LiveState>>>,
-    swept: Option<Instant>,
-}
-
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
-impl Live {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LiveMap> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn get(&self, stream_id: &str) -> Option<Arc<Mutex<LiveState>>> {
-        self.lock().streams.get(stream_id).cloned()
-    }
-
-    fn get_or_create(&self, stream_id: &str) -> Arc<Mutex<LiveState>> {
-        let mut map = self.lock();
-        if map.swept.is_none_or(|t| t.elapsed() > SWEEP_EVERY) {
-            map.swept = Some(Instant::now());
-            map.streams.retain(|_, s| {
-                let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                let age = s.touched.map_or(Duration::ZERO, |t| t.elapsed());
-                let gone = if s.finished {
-                    age > if s.durable.is_some() {
-                        ABANDONED_IN_MEMORY
-                    } else {
-                        DELIVERED_IN_MEMORY
-                    }
-                } else if s.owner.is_some() || s.durable.is_some() {
-                    // A request still running (a long call): its numbering must go on.
-                    age > ORPHANED_IN_MEMORY
-                } else {
-                    // A session's standalone stream, idle.
-                    age > IDLE_IN_MEMORY
-                };
-                !gone
-            });
-            metrics::gauge!(postern_pipeline::telemetry::STREAMS_LIVE)
-                .set(map.streams.len() as f64);
-        }
-        map.streams
-            .entry(stream_id.to_string())
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(LiveState {
-                    touched: Some(Instant::now()),
-                    ..LiveState::default()
-                }))
-            })
-            .clone()
-    }
 }
 
 /// The ledger-backed event and session store of the Streamable HTTP front.
@@ -439,145 +357,9 @@ impl EventStore for DurableStreams {
                 queue.extend(Self::decode(&event));
             }
         }
-        Ok(Box::pin(Replay {
-            queue,
-            live: live_rx,
-            carried: Vec::new(),
-            gateway: self.gateway.clone(),
-            ended: false,
-        }))
+        Ok(Box::pin(Replay::new(queue, live_rx, self.gateway.clone())))
     }
 }
-
-/// A replayed stream. An execution whose answer it carried is recorded `delivered` once that
-/// event was taken by the connection — the stream is polled again after yielding it, or ends —
-/// and `delivery_failed` if the client went away before.
-struct Replay {
-    queue: VecDeque<Replayed>,
-    live: Option<mpsc::UnboundedReceiver<Replayed>>,
-    carried: Vec<ExecutionId>,
-    gateway: Arc<Gateway>,
-    ended: bool,
-}
-
-impl Replay {
-    fn end(&mut self, delivered: bool) {
-        if self.ended {
-            return;
-        }
-        self.ended = true;
-        let ids = std::mem::take(&mut self.carried);
-        // A replay repeats an answer: only a first delivery is recorded (that takes a read, so
-        // it runs on the runtime; a drop outside one records as before).
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let gateway = self.gateway.clone();
-                runtime.spawn(async move { gateway.record_first_delivery(&ids, delivered).await });
-            }
-            Err(_) => self.gateway.record_delivery(&ids, delivered),
-        }
-    }
-
-    fn yield_event(&mut self, r: Replayed) -> Poll<Option<ServerSseMessage>> {
-        if let Some(id) = r.execution {
-            self.carried.push(id);
-        }
-        Poll::Ready(Some(r.sse))
-    }
-}
-
-impl futures_core::Stream for Replay {
-    type Item = ServerSseMessage;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
-        let this = self.get_mut();
-        if !this.carried.is_empty() {
-            // Polled again: the answers yielded last were taken by the connection.
-            let ids = std::mem::take(&mut this.carried);
-            let gateway = this.gateway.clone();
-            tokio::spawn(async move { gateway.record_first_delivery(&ids, true).await });
-        }
-        if let Some(r) = this.queue.pop_front() {
-            return this.yield_event(r);
-        }
-        if let Some(rx) = this.live.as_mut() {
-            match rx.poll_recv(cx) {
-                Poll::Ready(Some(r)) => return this.yield_event(r),
-                Poll::Ready(None) => this.live = None,
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        this.end(true);
-        Poll::Ready(None)
-    }
-}
-
-impl Drop for Replay {
-    fn drop(&mut self) {
-        self.end(false);
-    }
-}
-
-/// MCP sessions outlive a restart: rmcp restores one from its stored initialize parameters.
-pub(crate) struct DurableSessions {
-    ledger: Arc<Ledger>,
-}
-
-impl DurableSessions {
-    pub(crate) fn new(ledger: Arc<Ledger>) -> DurableSessions {
-        DurableSessions { ledger }
-    }
-}
-
-#[async_trait::async_trait]
-impl SessionStore for DurableSessions {
-    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match self.ledger.mcp_session(session_id).await? {
-            Some(text) => {
-                let state = serde_json::from_str(&text)?;
-                // A session in use is not old: restoring it restarts its retention.
-                let touch = StreamWrite::PutSession {
-                    id: session_id.to_string(),
-                    state: text,
-                    at: now(),
-                };
-                let ledger = self.ledger.clone();
-                tokio::spawn(async move { ledger.record_stream(touch).await });
-                Ok(Some(state))
-            }
-            None => Ok(None),
-        }
-    }
-
-    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let write = StreamWrite::PutSession {
-            id: session_id.to_string(),
-            state: serde_json::to_string(state)?,
-            at: now(),
-        };
-        Ok(self.ledger.record_stream_now(write).await?)
-    }
-
-    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        // A closed session is an ended run in the Sessions log.
-        if let Err(e) = self
-            .ledger
-            .end_run(
-                &format!("mcp-session:{session_id}"),
-                now(),
-                postern_ledger::RunEnd::Closed,
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "a closed session's end could not be recorded in the Sessions log");
-        }
-        Ok(self
-            .ledger
-            .record_stream(StreamWrite::DropSession(session_id.to_string()))
-            .await?)
-    }
-}
-
 /// How many session ids the front remembers before it forgets them all (a cache over the
 /// ledger, which holds the truth).
 pub(crate) const REMEMBERED: usize = 10_000;

@@ -8,7 +8,7 @@ use postern_core::Timestamp;
 
 use super::Verifier;
 use crate::breaks::{Break, BreakReason};
-use crate::chain::{Checkpoint, CheckpointLink};
+use crate::chain::Checkpoint;
 
 /// Sorts checkpoints by chain and seq and drops repeats (a witnessed one also in the log);
 /// how many are left.
@@ -73,11 +73,7 @@ impl Verifier {
                 .and_then(|c| c.last)
                 .is_none_or(|last| last < w.seq);
             let kept = stored.iter().any(|c| c == w);
-            if !kept
-                && !ends_before
-                && self
-                    .checkpoint_in_pruned(&w.chain, w.seq, &w.head_hash)
-                    .is_none()
+            if !kept && !ends_before && self.pruned.holding(&w.chain, w.seq, &w.head_hash).is_none()
             {
                 self.breaks.push(Break {
                     chain: Some(w.chain.clone()),
@@ -99,14 +95,14 @@ impl Verifier {
             let linked = match (c.prev, before) {
                 (Some(p), Some(b)) => p == b.link(),
                 // Pruned with its range: the range's signed last hash vouches for it.
-                (Some(p), None) => self.pruned_link(&c.chain, p),
+                (Some(p), None) => self.pruned.vouch_for_link(&c.chain, p),
                 (None, None) => true,
                 // Signed before checkpoints were chained: nothing to hold it to, unless the
                 // one before it was chained (a chain never goes back to unchained).
                 (None, Some(b)) => b.prev.is_none(),
             };
             let pruned_between = match (c.prev, before) {
-                (Some(p), Some(b)) => p.seq > b.seq && self.pruned_link(&c.chain, p),
+                (Some(p), Some(b)) => p.seq > b.seq && self.pruned.vouch_for_link(&c.chain, p),
                 _ => false,
             };
             if !linked && !pruned_between {
@@ -120,22 +116,6 @@ impl Verifier {
                 });
             }
         }
-    }
-
-    /// For a checkpoint (or a link naming one) whose seq lies in a pruned range: whether it
-    /// matches what the range says (its last hash, the only one left); `None` when no range
-    /// holds the seq.
-    fn checkpoint_in_pruned(&self, chain: &str, seq: u64, head_hash: &[u8; 32]) -> Option<bool> {
-        self.pruned
-            .values()
-            .find(|r| r.chain == chain && r.from <= seq && seq <= r.to)
-            .map(|r| seq != r.to || *head_hash == r.to_hash)
-    }
-
-    /// Whether a checkpoint link names a place retention pruned (the range's signature
-    /// vouches for what was there).
-    fn pruned_link(&self, chain: &str, p: CheckpointLink) -> bool {
-        self.checkpoint_in_pruned(chain, p.seq, &p.head_hash) == Some(true)
     }
 
     /// Events older than the cutoff that no signature covers are a break, one per chain.
@@ -174,7 +154,7 @@ impl Verifier {
             Some(h) if *h == c.head_hash => None,
             Some(_) => Some(BreakReason::CheckpointMismatch),
             // Inside a pruned range only its last hash is left to compare with.
-            None => match self.checkpoint_in_pruned(&c.chain, c.seq, &c.head_hash) {
+            None => match self.pruned.holding(&c.chain, c.seq, &c.head_hash) {
                 Some(true) => None,
                 Some(false) => Some(BreakReason::CheckpointMismatch),
                 None => Some(BreakReason::Truncated {
