@@ -13,6 +13,12 @@ use serde_json::{json, Value};
 use crate::client::{is_variable_name, shown_variable};
 use crate::terminal::{shown, text};
 
+mod approvals;
+mod sessions;
+
+pub use approvals::approvals;
+pub use sessions::sessions;
+
 #[derive(Args, Clone)]
 pub struct GatewayArgs {
     /// The gateway's address (its /ops API is on the MCP listener); default: the config's
@@ -249,191 +255,6 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-pub fn approvals(cmd: &ApprovalsCommand) -> Result<i32> {
-    runtime()?.block_on(async {
-        match cmd {
-            ApprovalsCommand::List(a) => {
-                let ops = Ops::new(a)?;
-                let v = ops.get("/ops/approvals").await?;
-                ops.print(&v, |v| {
-                    print_list(&v["approvals"], "no call awaits approval");
-                    print_more(v, "/ops/approvals");
-                });
-            }
-            ApprovalsCommand::Show { execution, gateway } => {
-                let ops = Ops::new(gateway)?;
-                let v = ops
-                    .get(&format!("/ops/approvals/{}", segment(execution)))
-                    .await?;
-                ops.print(&v, print_one);
-            }
-            ApprovalsCommand::Approve {
-                execution,
-                reason,
-                fingerprint,
-                yes,
-                gateway,
-            } => {
-                let ops = Ops::new(gateway)?;
-                // What is approved is what was shown: the approval carries its fingerprint.
-                let shown = ops
-                    .get(&format!("/ops/approvals/{}", segment(execution)))
-                    .await?;
-                let current = shown["fingerprint"].as_str().unwrap_or_default();
-                let fingerprint = match fingerprint {
-                    Some(f) => f.as_str(),
-                    None => {
-                        confirm(&shown, *yes)?;
-                        current
-                    }
-                };
-                let v = ops
-                    .post(
-                        &format!("/ops/approvals/{}/approve", segment(execution)),
-                        json!({"fingerprint": fingerprint, "reason": reason}),
-                    )
-                    .await?;
-                ops.print(&v, |v| {
-                    print_one(&shown);
-                    println!("approved: {} is {}", execution, text(&v["state"]));
-                });
-            }
-            ApprovalsCommand::Deny {
-                execution,
-                reason,
-                gateway,
-            } => {
-                let ops = Ops::new(gateway)?;
-                let v = ops
-                    .post(
-                        &format!("/ops/approvals/{}/deny", segment(execution)),
-                        json!({"reason": reason}),
-                    )
-                    .await?;
-                ops.print(&v, |v| {
-                    println!("denied: {} is {}", execution, text(&v["state"]))
-                });
-            }
-        }
-        Ok(0)
-    })
-}
-
-pub fn sessions(cmd: &SessionsCommand) -> Result<i32> {
-    runtime()?.block_on(async {
-        let (ops, path, verb) = match cmd {
-            SessionsCommand::List(a) => {
-                let ops = Ops::new(a)?;
-                let v = ops.get("/ops/runs").await?;
-                ops.print(&v, |v| {
-                    let runs = v["runs"].as_array().map(Vec::as_slice).unwrap_or_default();
-                    if runs.is_empty() {
-                        println!("no runs yet");
-                    }
-                    println!(
-                        "{:<52} {:<16} {:<24} {:<24} {:<30} AUTHORIZATION",
-                        "RUN", "ACTOR", "CLIENT", "STARTED", "ENDED"
-                    );
-                    for r in runs {
-                        println!(
-                            "{:<52} {:<16} {:<24} {:<24} {:<30} {}{}",
-                            text(&r["run_id"]),
-                            text(&r["actor"]),
-                            client(r),
-                            text(&r["started_at"]),
-                            ended(r),
-                            text(&r["authorization"]),
-                            decided_by(r)
-                        );
-                    }
-                });
-                return Ok(0);
-            }
-            SessionsCommand::Show { run, gateway } => {
-                let ops = Ops::new(gateway)?;
-                let r = ops.get(&format!("/ops/runs/{}", segment(run))).await?;
-                ops.print(&r, |r| {
-                    println!("run          {}", text(&r["run_id"]));
-                    println!("actor        {}", text(&r["actor"]));
-                    println!("client       {}", client(r));
-                    if let Some(p) = r.get("principal").filter(|p| p.is_object()) {
-                        println!(
-                            "acting for   {} of {} (client {})",
-                            text(&p["subject"]),
-                            text(&p["issuer"]),
-                            text(&p["client_id"])
-                        );
-                    }
-                    println!(
-                        "protocol     {} over {}",
-                        text(&r["protocol_version"]),
-                        text(&r["transport"])
-                    );
-                    println!("started      {}", text(&r["started_at"]));
-                    println!("ended        {}", ended(r));
-                    println!(
-                        "authorized   {}{}",
-                        text(&r["authorization"]),
-                        decided_by(r)
-                    );
-                    let calls = r["calls"].as_array().map(Vec::as_slice).unwrap_or_default();
-                    println!("calls        {}", calls.len());
-                    for c in calls {
-                        println!(
-                            "  {}  id {:<8} {:<20} {:<10} {:<32} {}",
-                            text(&c["at"]),
-                            shown(c["request_id"].as_str().unwrap_or("-")),
-                            text(&c["tool"]),
-                            text(&c["attempt"]),
-                            shown(c["execution_id"].as_str().unwrap_or("-")),
-                            text(&c["outcome"])
-                        );
-                    }
-                });
-                return Ok(0);
-            }
-            SessionsCommand::Authorize { run, gateway } => (Ops::new(gateway)?, run, "authorize"),
-            SessionsCommand::Revoke { run, gateway } => (Ops::new(gateway)?, run, "revoke"),
-        };
-        let v = ops
-            .post(&format!("/ops/runs/{}/{verb}", segment(path)), json!({}))
-            .await?;
-        ops.print(&v, |v| {
-            println!("run {}: {}", text(&v["run_id"]), text(&v["authorization"]))
-        });
-        Ok(0)
-    })
-}
-
-fn client(r: &Value) -> String {
-    let named = match (r["client"].as_str(), r["client_version"].as_str()) {
-        (Some(n), Some(v)) => format!("{} {}", shown(n), shown(v)),
-        (Some(n), None) => shown(n).into_owned(),
-        _ => "-".to_string(),
-    };
-    match r["client_address"].as_str() {
-        Some(from) => format!("{named} from {}", shown(from)),
-        None => named,
-    }
-}
-
-/// " by OPERATOR" of a run's authorization or revocation, if any.
-fn decided_by(r: &Value) -> String {
-    r["authorized_by"]
-        .as_str()
-        .or(r["revoked_by"].as_str())
-        .map(|by| format!(" by {}", shown(by)))
-        .unwrap_or_default()
-}
-
-fn ended(r: &Value) -> String {
-    match (r["ended_at"].as_str(), r["end_reason"].as_str()) {
-        (Some(t), Some(how)) => format!("{} ({})", shown(t), shown(how)),
-        (Some(t), None) => shown(t).into_owned(),
-        _ => "open".to_string(),
-    }
-}
-
 pub fn review(cmd: &ReviewCommand) -> Result<i32> {
     runtime()?.block_on(async {
         match cmd {
@@ -488,25 +309,6 @@ pub(crate) fn segment(text: &str) -> String {
     out
 }
 
-/// On a terminal, shows the call and asks before approving it (a person approves what they
-/// saw); elsewhere (a script) approves what is shown now.
-fn confirm(shown: &Value, yes: bool) -> Result<()> {
-    use std::io::{BufRead, IsTerminal, Write};
-    if yes || !std::io::stdin().is_terminal() {
-        return Ok(());
-    }
-    print_one(shown);
-    print!("approve this call? [y/N] ");
-    std::io::stdout().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    if matches!(answer.trim(), "y" | "Y" | "yes") {
-        Ok(())
-    } else {
-        bail!("not approved (nothing was changed)")
-    }
-}
-
 fn print_list(items: &Value, none: &str) {
     let items = items.as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
@@ -545,67 +347,6 @@ fn list_lines(items: &[Value]) -> Vec<String> {
         .collect();
     let header = ["EXECUTION", "TOOL", "ACTOR", "SINCE", "EXPIRES"];
     crate::terminal::table(&header, &cells, &[])
-}
-
-/// The request as it will be sent (the record above leaves out non-semantic fields), or why it
-/// cannot be shown.
-fn print_request(request: &Value) {
-    if request.is_null() {
-        println!("sent as      (this gateway does not hold the call's arguments now: an approval applies to the record above, and the next identical call supplies them)");
-        return;
-    }
-    println!("sent to      {}", shown(&request["target"].to_string()));
-    println!("sent as      {}", shown(&request["arguments"].to_string()));
-    let names: Vec<_> = request["non_semantic"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(text)
-        .collect();
-    if !names.is_empty() {
-        println!(
-            "non-semantic {} (sent, but outside the fingerprint: not what is approved)",
-            names.join(", ")
-        );
-    }
-}
-
-fn print_one(p: &Value) {
-    println!("execution    {}", text(&p["execution_id"]));
-    println!("state        {}", text(&p["state"]));
-    println!("tool         {}", text(&p["tool"]));
-    println!("actor        {}", text(&p["actor"]));
-    if let Some(run) = p["run_id"].as_str() {
-        println!("run          {}", shown(run));
-    }
-    // JSON text escapes control characters but not invisible formatting (a bidi override).
-    println!(
-        "arguments    {}",
-        shown(&p["record"]["arguments"].to_string())
-    );
-    print_request(&p["request"]);
-    println!("fingerprint  {}", text(&p["fingerprint"]));
-    println!("since        {}", text(&p["since"]));
-    if let Some(e) = p["expires_at"].as_str() {
-        println!("expires      {}", shown(e));
-    }
-    if let Some(d) = p["decided"].as_object() {
-        println!(
-            "decided      {} by {} at {}{}",
-            shown(d.get("decision").and_then(Value::as_str).unwrap_or("?")),
-            shown(
-                d.get("by")
-                    .and_then(Value::as_str)
-                    .unwrap_or("nobody (expired)")
-            ),
-            shown(d.get("at").and_then(Value::as_str).unwrap_or("?")),
-            d.get("reason")
-                .and_then(Value::as_str)
-                .map(|r| format!(": {}", shown(r)))
-                .unwrap_or_default()
-        );
-    }
 }
 
 #[cfg(test)]

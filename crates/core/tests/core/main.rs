@@ -5,6 +5,7 @@
 
 mod canon;
 mod config;
+mod config_doc;
 mod fingerprint;
 mod fuzz;
 mod lifecycle;

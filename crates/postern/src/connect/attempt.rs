@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ProgressToken};
 
-use super::{classify, Bridge, Failure};
+use crate::connect::failure::{classify, Failure};
+use crate::connect::Bridge;
 
 /// An attempt still waiting for its answer: the gateway's answer, or why there is none (and
 /// the session generation to rebuild when the link is gone).

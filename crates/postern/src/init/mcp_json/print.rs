@@ -7,7 +7,8 @@ use postern_core::config::{DEFAULT_MAX_DURATION, DEFAULT_UPSTREAM_TIMEOUT};
 use postern_core::duration::format_duration;
 use serde_json::Value;
 
-use super::{Onboarding, Shown, AGENT_TOKEN_VAR, OPERATOR_TOKEN_VAR};
+use super::variables::Shown;
+use super::{Onboarding, AGENT_TOKEN_VAR, OPERATOR_TOKEN_VAR};
 
 /// How the two tokens the config names are made (a shell command substitution).
 const RANDOM_TOKEN: &str = "$(openssl rand -hex 24)";

@@ -1,8 +1,9 @@
 //! The config `init --from-mcp-json` makes, and its refusals, without writing a file.
 
 use postern_core::ActionClass;
-use serde_json::json;
+use serde_json::{json, Value};
 
+use super::variables::Shown;
 use super::*;
 
 fn make(doc: Value) -> Result<Onboarding> {
