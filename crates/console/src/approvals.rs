@@ -154,6 +154,7 @@ async fn table_body(
 ) -> Result<(Markup, Option<String>), GatewayError> {
     let pending = st
         .gateway
+        .operator()
         .pending_page(LifecycleState::AwaitingApproval, PAGE, before)
         .await?;
     let older = (pending.len() == PAGE as usize)
@@ -189,7 +190,7 @@ async fn list(
         .map(|h| h.awaiting_approval)
         .unwrap_or_default();
     let decided = match q.decided.as_deref().and_then(|d| d.parse().ok()) {
-        Some(id) => st.gateway.pending_decision(id).await.ok(),
+        Some(id) => st.gateway.operator().pending_decision(id).await.ok(),
         None => None,
     };
     let rows_url = format!(
@@ -272,7 +273,7 @@ async fn one(
             "That is not an approval request's id.",
         );
     };
-    let p = match st.gateway.pending_decision(parsed).await {
+    let p = match st.gateway.operator().pending_decision(parsed).await {
         Ok(p) => p,
         Err(e) => return refused(e, &s),
     };
@@ -352,6 +353,7 @@ async fn approve(
 ) -> Response {
     match st
         .gateway
+        .operator()
         .approve(&id, &s.operator, &f.fingerprint, reason(f.reason))
         .await
     {
@@ -366,7 +368,12 @@ async fn deny(
     Path(id): Path<String>,
     Form(f): Form<ReasonForm>,
 ) -> Response {
-    match st.gateway.deny(&id, &s.operator, reason(f.reason)).await {
+    match st
+        .gateway
+        .operator()
+        .deny(&id, &s.operator, reason(f.reason))
+        .await
+    {
         Ok(_) => Redirect::to(&format!("/ui/approvals?decided={id}")).into_response(),
         Err(e) => refused(e, &s),
     }
@@ -383,6 +390,7 @@ async fn reviews(
     };
     let pending = match st
         .gateway
+        .operator()
         .pending_page(LifecycleState::NeedsReview, PAGE, before)
         .await
     {
@@ -390,7 +398,7 @@ async fn reviews(
         Err(e) => return refused(e, &s),
     };
     let resolved = match q.decided.as_deref().and_then(|d| d.parse().ok()) {
-        Some(id) => st.gateway.pending_decision(id).await.ok(),
+        Some(id) => st.gateway.operator().pending_decision(id).await.ok(),
         None => None,
     };
     let body = html! {
@@ -457,6 +465,7 @@ async fn resolve(
     };
     match st
         .gateway
+        .operator()
         .resolve_review(&id, &s.operator, resolution, why)
         .await
     {

@@ -98,7 +98,7 @@ async fn authorize(
     Extension(s): Extension<OperatorSession>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.gateway.authorize_run(&id, &s.operator).await {
+    match st.gateway.operator().authorize_run(&id, &s.operator).await {
         Ok(_) => Redirect::to("/ui/runs").into_response(),
         Err(e) => refused(e, &s),
     }
@@ -109,7 +109,7 @@ async fn revoke(
     Extension(s): Extension<OperatorSession>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.gateway.revoke_run(&id, &s.operator).await {
+    match st.gateway.operator().revoke_run(&id, &s.operator).await {
         Ok(_) => Redirect::to("/ui/runs").into_response(),
         Err(e) => refused(e, &s),
     }

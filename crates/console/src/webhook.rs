@@ -248,6 +248,7 @@ pub(crate) fn start(
 
 async fn unannounced(gateway: &Gateway, deliveries: &Deliveries) -> Vec<ExecutionId> {
     let waiting = gateway
+        .operator()
         .pending_page(postern_core::lifecycle::State::AwaitingApproval, 1000, None)
         .await
         .unwrap_or_default();
@@ -268,7 +269,12 @@ struct Delivery {
 
 impl Delivery {
     async fn body(&self, delivery: &str) -> Option<Vec<u8>> {
-        let p = self.gateway.pending_decision(self.id).await.ok()?;
+        let p = self
+            .gateway
+            .operator()
+            .pending_decision(self.id)
+            .await
+            .ok()?;
         let page = self.gateway.notices().approval_url(self.id);
         serde_json::to_vec(&serde_json::json!({
             "type": "approval_requested",

@@ -13,6 +13,17 @@ use serde_json::{Map, Value};
 use crate::canon;
 use crate::class::{ActionClass, RecoveryMethod};
 
+mod channel;
+mod http;
+mod mcp;
+mod ssh;
+
+use channel::FieldErr;
+pub use channel::{ChannelRules, ChannelSpec, Probes, StatusProbe};
+pub use http::{HttpBody, HttpRequestSpec, HttpSpec};
+pub use mcp::{McpSpec, StatusTool, ToolErrorVerdict};
+pub use ssh::SshSpec;
+
 /// Why a tool contract was refused. Always names the tool and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("tool {tool:?}: {field}: {reason}")]
@@ -38,168 +49,6 @@ impl ChannelKind {
             ChannelKind::Http => "http",
             ChannelKind::Ssh => "ssh",
             ChannelKind::Mcp => "mcp",
-        }
-    }
-}
-
-/// How an HTTP request body is built from the arguments.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HttpBody {
-    /// No body.
-    None,
-    /// The (validated) arguments object as a JSON body.
-    Arguments,
-}
-
-/// An HTTP request template; `{name}` in the URL is replaced by the argument `name`
-/// (percent-encoded), `{execution_id}` by the execution id.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct HttpRequestSpec {
-    pub method: String,
-    pub url: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct HttpSpec {
-    pub request: HttpRequestSpec,
-    pub credential: Option<String>,
-    pub body: HttpBody,
-    /// Header that carries the execution id on every non-read request.
-    pub idempotency_header: String,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    /// A PEM file of CA certificates (relative to the config file) that the tool's `https://`
-    /// requests trust instead of the webpki roots.
-    pub ca_file: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct SshSpec {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    /// Pinned host key: an OpenSSH public key line (`ssh-ed25519 AAAA…`) or its SHA-256
-    /// fingerprint (`SHA256:…`).
-    pub host_key: String,
-    pub credential: String,
-    /// Command template; `{name}` is replaced by the POSIX-shell-quoted argument, so it must
-    /// stand in plain shell code, outside quotes ([`crate::shell::check_command`]).
-    pub command: String,
-    /// The directory the command runs in on the host (`None`: the user's home).
-    pub cwd: Option<String>,
-    /// How long a dispatch stays connected waiting for the command to end; after that its
-    /// outcome is unknown and the marker answers the retry.
-    pub timeout: Duration,
-    /// Exit codes that mean "nothing changed": `rejected`. Other non-zero codes are unknown.
-    pub unchanged_exit_codes: Vec<i32>,
-    /// Where the markers live on the host (`None`: `${POSTERN_MARKER_DIR:-$HOME/.postern/exec}`).
-    pub marker_dir: Option<String>,
-}
-
-impl SshSpec {
-    /// The argument names the command template uses, in order of first use.
-    pub fn placeholders(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
-        let mut rest = self.command.as_str();
-        while let Some(start) = rest.find('{') {
-            let Some(len) = rest[start..].find('}') else {
-                break;
-            };
-            let name = &rest[start + 1..start + len];
-            if !names.contains(&name) {
-                names.push(name);
-            }
-            rest = &rest[start + len + 1..];
-        }
-        names
-    }
-}
-
-/// One tool of an upstream MCP server, re-exported under this contract.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct McpSpec {
-    /// The `[upstream.NAME]` it is called on.
-    pub server: String,
-    /// The upstream's name for the tool.
-    pub tool: String,
-    /// How long a call waits for the upstream's answer or its next progress report (each
-    /// report extends the wait: a call runs as long as its upstream keeps it alive); then
-    /// `outcome_unknown`.
-    pub timeout: Duration,
-    /// The longest a call runs however often its upstream reports progress (the upstream's
-    /// `max_duration`, never less than `timeout`).
-    pub max_duration: Duration,
-    /// What an answer with `isError: true` means for the effect (default unknown: an MCP
-    /// tool error may follow a partial effect).
-    pub on_tool_error: ToolErrorVerdict,
-    /// The config gives no `input_schema`: calls are validated against the upstream's, as it
-    /// lists it now.
-    pub schema_from_upstream: bool,
-    /// The largest answer stored: a read's larger answer is still given to the caller (and
-    /// only a note of it stored), any other's is stored as a note with its size and digest.
-    pub max_response_bytes: usize,
-}
-
-/// How an upstream tool's `isError: true` result is read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolErrorVerdict {
-    #[default]
-    Unknown,
-    Rejected,
-}
-
-/// An upstream tool that answers whether an execution was applied (the MCP channel's status
-/// query): called with `arguments`, where a string `"{execution_id}"` is replaced by the id and
-/// `"{name}"` by the call's argument `name`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct StatusTool {
-    pub tool: String,
-    pub arguments: Map<String, Value>,
-}
-
-/// The channel-specific part of a contract.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChannelSpec {
-    Http(HttpSpec),
-    Ssh(SshSpec),
-    Mcp(McpSpec),
-}
-
-impl ChannelSpec {
-    pub fn channel(&self) -> ChannelKind {
-        match self {
-            ChannelSpec::Http(_) => ChannelKind::Http,
-            ChannelSpec::Ssh(_) => ChannelKind::Ssh,
-            ChannelSpec::Mcp(_) => ChannelKind::Mcp,
-        }
-    }
-
-    /// The target as it enters the action record: where the effect lands, without arguments.
-    pub fn target(&self) -> String {
-        match self {
-            ChannelSpec::Http(h) => h.request.url.clone(),
-            ChannelSpec::Ssh(s) => format!("{}@{}:{}", s.user, s.host, s.port),
-            ChannelSpec::Mcp(m) => format!("{}/{}", m.server, m.tool),
-        }
-    }
-
-    /// The operation as it enters the action record.
-    pub fn method(&self) -> String {
-        match self {
-            ChannelSpec::Http(h) => h.request.method.clone(),
-            ChannelSpec::Ssh(s) => s.command.clone(),
-            ChannelSpec::Mcp(_) => "tools/call".to_string(),
-        }
-    }
-
-    pub fn credential_ref(&self) -> Option<&str> {
-        match self {
-            ChannelSpec::Http(h) => h.credential.as_deref(),
-            ChannelSpec::Ssh(s) => Some(s.credential.as_str()),
-            ChannelSpec::Mcp(_) => None,
         }
     }
 }
@@ -323,12 +172,12 @@ impl ToolContractDraft {
             .unwrap_or_else(|| serde_json::json!({"type": "object"}));
         validate_schema(&input_schema).map_err(|r| err("input_schema", r))?;
         validate_arguments(&self.arguments, &input_schema, &err)?;
-        validate_channel(&channel, &input_schema, &err)?;
-        self.check_placeholders(&channel, &input_schema)?;
+        channel.rules().validate(&input_schema, &err)?;
         let (match_window, retention) = self.windows(class)?;
         let method = self.recovery_method(class)?;
-        self.check_probes(&channel, class)?;
-        if method == RecoveryMethod::Marker && channel.channel() != ChannelKind::Ssh {
+        let probes = channel.rules().probes();
+        self.check_probes(probes, class)?;
+        if method == RecoveryMethod::Marker && !probes.marker {
             return Err(err(
                 "recovery.method",
                 "the marker protocol exists only on the ssh channel; use review".into(),
@@ -378,27 +227,6 @@ impl ToolContractDraft {
         }
         if self.name == EXECUTION_STATUS {
             return Err(self.err("name", "execution_status is a built-in tool".into()));
-        }
-        Ok(())
-    }
-
-    /// Every `{name}` in an ssh command must be an argument the schema declares.
-    fn check_placeholders(
-        &self,
-        channel: &ChannelSpec,
-        input_schema: &Value,
-    ) -> Result<(), ContractError> {
-        let ChannelSpec::Ssh(s) = channel else {
-            return Ok(());
-        };
-        let props = input_schema.get("properties").and_then(Value::as_object);
-        for name in s.placeholders() {
-            if !props.is_some_and(|p| p.contains_key(name)) {
-                return Err(self.err(
-                    "ssh.command",
-                    format!("{{{name}}} is not a property of input_schema"),
-                ));
-            }
         }
         Ok(())
     }
@@ -464,25 +292,23 @@ impl ToolContractDraft {
 
     /// Status probes and preconditions fit the channel (an mcp tool asks its upstream, the
     /// others send HTTP) and a precondition belongs to a conditional_write, which needs one.
-    fn check_probes(&self, channel: &ChannelSpec, class: ActionClass) -> Result<(), ContractError> {
-        match (channel, &self.status_query, &self.status_tool) {
-            (ChannelSpec::Mcp(_), Some(_), _) => {
+    fn check_probes(&self, probes: Probes, class: ActionClass) -> Result<(), ContractError> {
+        match probes.status {
+            StatusProbe::UpstreamTool if self.status_query.is_some() => {
                 return Err(self.err(
                     "recovery.status_query",
                     "an mcp tool asks its upstream: use status_tool = \"…\"".into(),
                 ))
             }
-            (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, Some(_)) => {
+            StatusProbe::HttpQuery if self.status_tool.is_some() => {
                 return Err(self.err(
                     "recovery.status_tool",
                     "only an mcp tool has a status_tool; an http tool has a status_query".into(),
                 ))
             }
-            // Every channel is named: a new one must say what its probes are.
-            (ChannelSpec::Mcp(_), None, _)
-            | (ChannelSpec::Http(_) | ChannelSpec::Ssh(_), _, None) => {}
+            StatusProbe::UpstreamTool | StatusProbe::HttpQuery => {}
         }
-        if self.precondition.is_some() && matches!(channel, ChannelSpec::Mcp(_)) {
+        if self.precondition.is_some() && !probes.precondition {
             return Err(self.err(
                 "recovery.precondition",
                 "a precondition is an HTTP query; an mcp tool cannot have one".into(),
@@ -528,8 +354,6 @@ fn validate_schema(schema: &Value) -> Result<(), String> {
     canon::check_numbers(schema).map_err(|e| e.to_string())
 }
 
-type FieldErr<'a> = &'a dyn Fn(&str, String) -> ContractError;
-
 fn validate_arguments(
     rules: &ArgumentRules,
     schema: &Value,
@@ -571,7 +395,7 @@ fn validate_arguments(
     Ok(())
 }
 
-fn validate_request(
+pub(crate) fn validate_request(
     req: &HttpRequestSpec,
     err: &dyn Fn(String) -> ContractError,
 ) -> Result<(), ContractError> {
@@ -594,83 +418,6 @@ fn validate_request(
             "url {:?} has an unbalanced {{placeholder}}",
             req.url
         )));
-    }
-    Ok(())
-}
-
-/// The properties whose schema allows only an integer, a boolean or one of an enum's (or a
-/// `const`'s) operator-chosen values: all an SSH template may let bash read again.
-fn typed_properties(input_schema: &Value) -> Vec<&str> {
-    let Some(props) = input_schema.get("properties").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    props
-        .iter()
-        .filter(|(_, p)| {
-            matches!(
-                p.get("type").and_then(Value::as_str),
-                Some("integer" | "boolean")
-            ) || p
-                .get("enum")
-                .and_then(Value::as_array)
-                .is_some_and(|e| !e.is_empty())
-                || p.get("const").is_some()
-        })
-        .map(|(name, _)| name.as_str())
-        .collect()
-}
-
-fn validate_channel(
-    channel: &ChannelSpec,
-    input_schema: &Value,
-    err: FieldErr<'_>,
-) -> Result<(), ContractError> {
-    match channel {
-        ChannelSpec::Http(h) => {
-            validate_request(&h.request, &|r| err("http", r))?;
-            if h.idempotency_header.is_empty()
-                || !h
-                    .idempotency_header
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            {
-                return Err(err(
-                    "http.idempotency_header",
-                    format!("{:?} is not a valid header name", h.idempotency_header),
-                ));
-            }
-            if h.response_timeout.is_zero() || h.connect_timeout.is_zero() {
-                return Err(err("http", "timeouts must be greater than zero".into()));
-            }
-        }
-        ChannelSpec::Ssh(s) => {
-            if s.host.is_empty() || s.user.is_empty() || s.command.is_empty() {
-                return Err(err("ssh", "host, user and command are required".into()));
-            }
-            let fingerprint = s.host_key.strip_prefix("SHA256:");
-            if fingerprint.is_none_or(str::is_empty) && s.host_key.split_whitespace().count() < 2 {
-                return Err(err(
-                    "ssh.host_key",
-                    "must be a pinned OpenSSH public key line (\"ssh-ed25519 AAAA…\") or its fingerprint (\"SHA256:…\", as ssh-keygen -lf prints)".into(),
-                ));
-            }
-            if s.command.matches('{').count() != s.command.matches('}').count() {
-                return Err(err("ssh.command", "has an unbalanced {placeholder}".into()));
-            }
-            crate::shell::check_command_typed(&s.command, &typed_properties(input_schema))
-                .map_err(|e| err("ssh.command", e.to_string()))?;
-            if s.timeout.is_zero() {
-                return Err(err("ssh.timeout", "must be greater than zero".into()));
-            }
-        }
-        ChannelSpec::Mcp(m) => {
-            if m.server.is_empty() || m.tool.is_empty() {
-                return Err(err("mcp", "server and tool are required".into()));
-            }
-            if m.timeout.is_zero() {
-                return Err(err("mcp.timeout", "must be greater than zero".into()));
-            }
-        }
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ pub(super) trait RecordsDelivery: Send + Sync {
 
 impl RecordsDelivery for Gateway {
     fn record_delivery(&self, ids: &[ExecutionId], delivered: bool) {
-        Gateway::record_delivery(self, ids, delivered);
+        self.records().record_delivery(ids, delivered);
     }
 }
 

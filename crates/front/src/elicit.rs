@@ -108,6 +108,10 @@ pub(super) async fn ask_in_client(
         tracing::info!(execution_id = %report.execution_id, error = %e, "the client did not answer the approval elicitation");
     }
     // Whatever the client answered, the record says what was decided (on the console).
-    let (_, now) = gateway.recorded(report.execution_id, actor).await.ok()?;
+    let (_, now) = gateway
+        .records()
+        .recorded(report.execution_id, actor)
+        .await
+        .ok()?;
     Some(tool_result(&now).into())
 }

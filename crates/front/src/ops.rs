@@ -204,11 +204,18 @@ async fn pending_page(st: &OpsState, state: LifecycleState, key: &str, q: PageQu
     };
     let limit = q.limit.unwrap_or(PAGE_MAX).clamp(1, PAGE_MAX);
     let page = async {
-        let pending = st.gateway.pending_page(state, limit, before).await?;
+        let pending = st
+            .gateway
+            .operator()
+            .pending_page(state, limit, before)
+            .await?;
         let last = pending.last().and_then(|p| p.execution_id.parse().ok());
         let more = match last {
             Some(last) if pending.len() == limit as usize => {
-                st.gateway.pending_count(state, Some(last)).await?
+                st.gateway
+                    .operator()
+                    .pending_count(state, Some(last))
+                    .await?
             }
             _ => 0,
         };
@@ -229,7 +236,7 @@ async fn reviews(State(st): State<Arc<OpsState>>, Query(q): Query<PageQuery>) ->
 }
 
 async fn status(State(st): State<Arc<OpsState>>) -> Response {
-    Json(st.gateway.status().await).into_response()
+    Json(st.gateway.operator().status().await).into_response()
 }
 
 async fn metrics_text(State(st): State<Arc<OpsState>>) -> Response {
@@ -260,7 +267,7 @@ pub(crate) async fn metrics_response(gateway: &Gateway) -> Response {
             "metrics are not enabled in this process",
         );
     }
-    match postern_pipeline::telemetry::render(&gateway.status().await) {
+    match postern_pipeline::telemetry::render(&gateway.operator().status().await) {
         Some(text) => (
             [(
                 header::CONTENT_TYPE,
@@ -295,7 +302,7 @@ async fn authorize_run(
     Extension(Operator(operator)): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Response {
-    answer(st.gateway.authorize_run(&id, &operator).await)
+    answer(st.gateway.operator().authorize_run(&id, &operator).await)
 }
 
 async fn revoke_run(
@@ -303,7 +310,7 @@ async fn revoke_run(
     Extension(Operator(operator)): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Response {
-    answer(st.gateway.revoke_run(&id, &operator).await)
+    answer(st.gateway.operator().revoke_run(&id, &operator).await)
 }
 
 async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {

@@ -65,7 +65,7 @@ pub(crate) async fn get(
     to_result: impl FnOnce(&CallReport) -> JsonObject,
 ) -> Result<GetTaskResult, ErrorData> {
     let id = parse_task_id(task_id)?;
-    let (summary, report) = match gateway.recorded(id, actor).await {
+    let (summary, report) = match gateway.records().recorded(id, actor).await {
         Ok(found) => found,
         Err(GatewayError::UnknownExecution(_)) => return Err(unknown_task(task_id)),
         Err(e) => return Err(ErrorData::internal_error(e.to_string(), None)),

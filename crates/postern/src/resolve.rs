@@ -10,7 +10,6 @@ use postern_channels::mcp::{UpstreamSpec, UpstreamTransport as ChannelTransport}
 use postern_core::config::{
     ClientCertificate, Config, CredentialKind, EnvValue, SecretRef, UpstreamTransport,
 };
-use postern_core::contract::ChannelSpec;
 use postern_pipeline::vault::VaultCredential;
 use postern_pipeline::{Resolved, ResolvedCredential};
 
@@ -60,18 +59,14 @@ pub fn resolve(config: &Config, dir: &Path) -> Result<Resolved> {
         );
     }
     for tool in &config.tools {
-        // Every channel is named: a new one must say whether it trusts a CA file. (An SSH
-        // target is pinned by its host key; an mcp tool's upstream has its own, read below.)
-        let trusted = match &tool.channel {
-            ChannelSpec::Http(h) => h.ca_file.as_ref(),
-            ChannelSpec::Ssh(_) | ChannelSpec::Mcp(_) => None,
-        };
+        // Each channel says whether it trusts a CA file (`ChannelRules::ca_file`).
+        let trusted = tool.channel.rules().ca_file();
         let Some(file) = trusted else { continue };
         if resolved.ca_files.contains_key(file) {
             continue;
         }
         let roots = ca_file(file, dir).with_context(|| format!("tool {:?}", tool.name))?;
-        resolved.ca_files.insert(file.clone(), roots);
+        resolved.ca_files.insert(file.to_string(), roots);
     }
     for (name, upstream) in &config.upstreams {
         let UpstreamTransport::Http {

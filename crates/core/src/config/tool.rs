@@ -92,15 +92,35 @@ fn channel(
     credentials: &BTreeMap<String, Credential>,
     upstreams: &BTreeMap<String, Upstream>,
 ) -> Result<Option<ChannelSpec>, Fault> {
-    match (http, ssh, mcp) {
-        (Some(h), None, None) => http_channel(h, credentials).map(Some),
-        (None, Some(s), None) => ssh_channel(s, credentials).map(Some),
-        (None, None, Some(m)) => Ok(Some(ChannelSpec::Mcp(upstream::mcp_spec(
+    // Each declared channel table, tagged: adding a channel adds one entry and one arm.
+    let mut declared: Vec<RawChannel> = [
+        http.map(RawChannel::Http),
+        ssh.map(RawChannel::Ssh),
+        mcp.map(RawChannel::Mcp),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if declared.len() > 1 {
+        return Err(("channel", "declare exactly one of http, ssh or mcp".into()));
+    }
+    let Some(raw) = declared.pop() else {
+        return Ok(None);
+    };
+    match raw {
+        RawChannel::Http(h) => http_channel(h, credentials).map(Some),
+        RawChannel::Ssh(s) => ssh_channel(s, credentials).map(Some),
+        RawChannel::Mcp(m) => Ok(Some(ChannelSpec::Mcp(upstream::mcp_spec(
             m, upstreams, has_schema,
         )?))),
-        (None, None, None) => Ok(None),
-        _ => Err(("channel", "declare exactly one of http, ssh or mcp".into())),
     }
+}
+
+/// A tool's channel table as written (`http`, `ssh` or `mcp`).
+enum RawChannel {
+    Http(RawHttp),
+    Ssh(RawSsh),
+    Mcp(RawMcp),
 }
 
 fn known_credential<'a>(

@@ -16,7 +16,7 @@ use super::{answer, body, error, refused, Operator, OpsState};
 pub(super) async fn approval(State(st): State<Arc<OpsState>>, Path(id): Path<String>) -> Response {
     let unknown = || DecisionError::Unknown(id.chars().take(64).collect()).into();
     match id.parse() {
-        Ok(parsed) => answer(st.gateway.pending_decision(parsed).await),
+        Ok(parsed) => answer(st.gateway.operator().pending_decision(parsed).await),
         Err(_) => refused(unknown()),
     }
 }
@@ -54,6 +54,7 @@ pub(super) async fn approve(
     };
     answer(
         st.gateway
+            .operator()
             .approve(&id, &operator, &b.fingerprint, reason(b.reason))
             .await,
     )
@@ -69,7 +70,12 @@ pub(super) async fn deny(
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    answer(st.gateway.deny(&id, &operator, reason(b.reason)).await)
+    answer(
+        st.gateway
+            .operator()
+            .deny(&id, &operator, reason(b.reason))
+            .await,
+    )
 }
 
 pub(super) async fn resolve(
@@ -100,6 +106,7 @@ pub(super) async fn resolve(
     };
     answer(
         st.gateway
+            .operator()
             .resolve_review(&id, &operator, resolution, why)
             .await,
     )

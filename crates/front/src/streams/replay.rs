@@ -50,9 +50,14 @@ impl Replay {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let gateway = self.gateway.clone();
-                runtime.spawn(async move { gateway.record_first_delivery(&ids, delivered).await });
+                runtime.spawn(async move {
+                    gateway
+                        .records()
+                        .record_first_delivery(&ids, delivered)
+                        .await
+                });
             }
-            Err(_) => self.gateway.record_delivery(&ids, delivered),
+            Err(_) => self.gateway.records().record_delivery(&ids, delivered),
         }
     }
 
@@ -73,7 +78,7 @@ impl futures_core::Stream for Replay {
             // Polled again: the answers yielded last were taken by the connection.
             let ids = std::mem::take(&mut this.carried);
             let gateway = this.gateway.clone();
-            tokio::spawn(async move { gateway.record_first_delivery(&ids, true).await });
+            tokio::spawn(async move { gateway.records().record_first_delivery(&ids, true).await });
         }
         if let Some(r) = this.queue.pop_front() {
             return this.yield_event(r);

@@ -11,7 +11,9 @@ use postern_channels::ClientAsker;
 use postern_core::ExecutionId;
 use postern_ledger::ExecutionView;
 
-use super::{Gateway, ToolCall};
+use postern_ledger::Ledger;
+
+use super::ToolCall;
 use crate::error::GatewayError;
 use crate::report::CallReport;
 
@@ -49,33 +51,31 @@ pub(super) fn withheld_step(id: ExecutionId) -> String {
     format!("execution {id} already performed this call for another run, and its answer holds what that run's client gave when the target asked it (elicitation, sampling or roots): it is shown only to that run")
 }
 
-impl Gateway {
-    /// Takes the recorded answer out of `report` when the execution's client answered a
-    /// question of the target and this call is of another run.
-    pub(super) async fn withhold_from_other_runs(
-        &self,
-        (id, run): (ExecutionId, Option<String>),
-        call: &ToolCall,
-        report: &mut CallReport,
-    ) -> Result<(), GatewayError> {
-        if report.response.is_none() || run == call.run_id {
-            return Ok(());
-        }
-        let Some(view) = self.ledger.execution(id).await? else {
-            return Ok(());
-        };
-        let asked = view
-            .events
-            .iter()
-            .any(|e| e.body.detail.get(ASKED_CLIENT) == Some(&serde_json::Value::Bool(true)));
-        if asked {
-            report.response = None;
-            report.next_step = Some(format!(
-                "{}. The action itself is not repeated: {}",
-                withheld_step(id),
-                crate::report::new_action(report.window_ends)
-            ));
-        }
-        Ok(())
+/// Takes the recorded answer out of `report` when the execution's client answered a
+/// question of the target and this call is of another run.
+pub(super) async fn withhold_from_other_runs(
+    ledger: &Ledger,
+    (id, run): (ExecutionId, Option<String>),
+    call: &ToolCall,
+    report: &mut CallReport,
+) -> Result<(), GatewayError> {
+    if report.response.is_none() || run == call.run_id {
+        return Ok(());
     }
+    let Some(view) = ledger.execution(id).await? else {
+        return Ok(());
+    };
+    let asked = view
+        .events
+        .iter()
+        .any(|e| e.body.detail.get(ASKED_CLIENT) == Some(&serde_json::Value::Bool(true)));
+    if asked {
+        report.response = None;
+        report.next_step = Some(format!(
+            "{}. The action itself is not repeated: {}",
+            withheld_step(id),
+            crate::report::new_action(report.window_ends)
+        ));
+    }
+    Ok(())
 }

@@ -14,10 +14,16 @@ use postern_ledger::{ExecutionSummary, NewEvent, ResultBody};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{now, response_value, Gateway, ToolCall};
+use std::sync::{Arc, OnceLock};
+
+use postern_ledger::Ledger;
+
+use super::records::{response_value, Records};
+use super::{now, ToolCall};
 use crate::error::GatewayError;
 use crate::registry::ToolEntry;
 use crate::report::{unrecorded_next_step, unsettled_next_step, Attempt, CallReport};
+use crate::vault::VaultSlot;
 
 /// What the record of an answer notes besides the answer.
 #[derive(Default)]
@@ -28,7 +34,31 @@ pub(super) struct Noted<'a> {
     pub asked_client: bool,
 }
 
-impl Gateway {
+/// Sends dispatched executions through their channels and records what came of them. Calls
+/// only [`Records`].
+pub(super) struct Dispatch {
+    pub(super) ledger: Arc<Ledger>,
+    pub(super) records: Arc<Records>,
+    /// The vault credential secrets come from, if the config names one (set once, at start).
+    pub(super) vault: OnceLock<VaultSlot>,
+    /// Records that wait for the store to come back, and calls sent after an approval.
+    pub(super) background: tokio_util::task::TaskTracker,
+}
+
+impl Dispatch {
+    pub(super) fn vault(&self) -> Option<&VaultSlot> {
+        self.vault.get()
+    }
+
+    /// Why a tool's call cannot be sent now because of the vault, if it cannot.
+    pub(super) fn vault_refuses(&self, entry: &ToolEntry) -> Option<String> {
+        entry.vault_credential.as_ref()?;
+        match self.vault.get() {
+            Some(v) if !v.is_locked() => None,
+            _ => Some("the vault is locked".to_string()),
+        }
+    }
+
     /// Sends a dispatched execution through its channel and records the outcome durably
     /// before returning it.
     pub(super) async fn send(
@@ -75,11 +105,12 @@ impl Gateway {
             // left (an earlier dispatch's fate stays as unknown as it was).
             let reason = "cancelled after dispatch was recorded and before the request left; this attempt sent nothing";
             let event = s.lifecycle.nothing_sent_event();
-            self.append(
-                s.id,
-                NewEvent::new(event).with_detail(json!({"reason": reason})),
-            )
-            .await?;
+            self.records
+                .append(
+                    s.id,
+                    NewEvent::new(event).with_detail(json!({"reason": reason})),
+                )
+                .await?;
             return Err(GatewayError::Cancelled);
         }
         let target_span = tracing::debug_span!(
@@ -110,7 +141,7 @@ impl Gateway {
                 outcome = &mut sending => outcome,
                 () = cancel.cancelled() => {
                     let note = json!({"note": "cancellation arrived after dispatch: the request had left; the execution runs to its recorded end (a channel that can pass the cancellation on does)"});
-                    if let Err(e) = self.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await {
+                    if let Err(e) = self.records.append(s.id, NewEvent::new(EventKind::CancelRequested).with_detail(note)).await {
                         tracing::warn!(execution_id = %s.id, error = %e, "a cancellation after dispatch could not be recorded");
                     }
                     forward_cancel.cancel();
@@ -143,7 +174,7 @@ impl Gateway {
         entry.channel.target(arguments, &secret)
     }
 
-    /// [`Gateway::target_of`], after the channel learned (once) what the record must name
+    /// [`Dispatch::target_of`], after the channel learned (once) what the record must name
     /// that only the target can tell (an SSH host's marker directory).
     pub(super) async fn target_now(
         &self,
@@ -201,7 +232,7 @@ impl Gateway {
 
     /// The tool's credential now: from the vault when it lives there.
     fn credential_for(&self, entry: &ToolEntry) -> Result<Option<Credential>, String> {
-        match (&entry.vault_credential, &self.vault) {
+        match (&entry.vault_credential, self.vault.get()) {
             (Some(c), Some(vault)) => vault
                 .credential(c)
                 .map_err(|why| format!("{why}: this request was not sent")),
@@ -290,7 +321,7 @@ impl Gateway {
                 let why = e.to_string();
                 tracing::error!(execution_id = %id, error = %why, "the target's answer could not be recorded; retrying in the background");
                 self.record_when_possible(id, event);
-                let mut report = self.report(dispatched, attempt, status, response);
+                let mut report = self.records.report(dispatched, attempt, status, response);
                 report.next_step = Some(unrecorded_next_step(id, &why));
                 report.is_error = false;
                 return Ok(report);
@@ -299,11 +330,11 @@ impl Gateway {
                 // Another instance recorded this execution's fate first (it took this one over
                 // while the answer was awaited): the agent is told the record, not an error.
                 tracing::warn!(execution_id = %id, "the outcome arrived after another instance settled the execution; answering from the record");
-                return self.stored_report(id, attempt).await;
+                return self.records.stored_report(id, attempt).await;
             }
             Err(e) => return Err(e.into()),
         };
-        let mut report = self.report(&s, attempt, status, response);
+        let mut report = self.records.report(&s, attempt, status, response);
         if unsettled {
             report.next_step = Some(unsettled_next_step(id));
         }

@@ -4,14 +4,10 @@
 
 use std::sync::OnceLock;
 
-use postern_core::lifecycle::State;
 use postern_core::ExecutionId;
-use postern_ledger::ListFilter;
 use tokio::sync::broadcast;
 
-use super::approvals::PendingDecision;
 use super::Gateway;
-use crate::error::GatewayError;
 
 /// A change a person may need to see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,43 +80,5 @@ impl Gateway {
     /// What people are told, and where they decide.
     pub fn notices(&self) -> &Notices {
         &self.notices
-    }
-
-    /// One page of the executions in `state` (awaiting approval, or under review), newest
-    /// first, older than `before` when given.
-    pub async fn pending_page(
-        &self,
-        state: State,
-        limit: u32,
-        before: Option<ExecutionId>,
-    ) -> Result<Vec<PendingDecision>, GatewayError> {
-        let filter = ListFilter {
-            state: Some(state.as_str().to_string()),
-            limit,
-            before,
-            ..ListFilter::default()
-        };
-        let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
-            if let Ok(p) = self.pending_decision(s.id).await {
-                out.push(p);
-            }
-        }
-        Ok(out)
-    }
-
-    /// How many executions in `state` are older than `before` (all of them without it): what
-    /// a page ending at `before` leaves out.
-    pub async fn pending_count(
-        &self,
-        state: State,
-        before: Option<ExecutionId>,
-    ) -> Result<u64, GatewayError> {
-        let filter = ListFilter {
-            state: Some(state.as_str().to_string()),
-            before,
-            ..ListFilter::default()
-        };
-        Ok(self.ledger.count(&filter).await?)
     }
 }

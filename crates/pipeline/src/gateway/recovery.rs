@@ -13,12 +13,30 @@ use postern_core::{EventKind, ExecutionId};
 use postern_ledger::{ExecutionSummary, LedgerError, NewEvent};
 use serde_json::json;
 
-use super::{now, Gateway, ToolCall};
+use std::sync::Arc;
+
+use postern_core::config::Config;
+use postern_ledger::Ledger;
+
+use super::approvals::Approvals;
+use super::dispatch::Dispatch;
+use super::records::Records;
+use super::{now, ToolCall};
 use crate::error::GatewayError;
 use crate::registry::ToolEntry;
 use crate::report::{next_step, unsettled_next_step, Attempt, CallReport};
 
-impl Gateway {
+/// Recovers calls matched to an earlier execution. Calls down into [`Approvals`],
+/// [`Dispatch`] and [`Records`]; nothing calls back into it but the gateway.
+pub(super) struct Recovery {
+    pub(super) ledger: Arc<Ledger>,
+    pub(super) config: Arc<Config>,
+    pub(super) records: Arc<Records>,
+    pub(super) dispatch: Arc<Dispatch>,
+    pub(super) approvals: Arc<Approvals>,
+}
+
+impl Recovery {
     pub(super) async fn recover(
         &self,
         entry: &ToolEntry,
@@ -45,23 +63,26 @@ impl Gateway {
                     return Ok(r);
                 }
                 if prior.lifecycle.state == State::Accepted {
-                    self.append(execution_id, NewEvent::new(EventKind::Authorized))
+                    self.records
+                        .append(execution_id, NewEvent::new(EventKind::Authorized))
                         .await?;
                 }
                 // Where it goes, as every `dispatched` event records (this call's arguments
                 // have the execution's fingerprint, so the same target).
                 // The first call's arguments when this process holds them (a retry's
                 // non-semantic fields never replace what was approved).
-                let held = self.held.take(execution_id);
+                let held = self.approvals.take_held(execution_id);
                 let call = held.as_ref().unwrap_or(call);
                 let target = self
+                    .dispatch
                     .target_now(entry, &call.arguments)
                     .await
                     .map_err(GatewayError::Internal)?;
                 let dispatched = NewEvent::new(EventKind::Dispatched).with_detail(target.clone());
                 match self.ledger.append(execution_id, dispatched, now()).await {
                     Ok(s) => {
-                        self.send(entry, s, call, Attempt::Attached, Some(target))
+                        self.dispatch
+                            .send(entry, s, call, Attempt::Attached, Some(target))
                             .await
                     }
                     // Someone else dispatched it meanwhile: join them.
@@ -76,26 +97,32 @@ impl Gateway {
                 // arguments; otherwise they are kept (after a restart they were lost) so an
                 // approval sends it at once.
                 if let Some(view) = self.ledger.execution(execution_id).await? {
-                    if !self.expire_if_due(&view).await? {
+                    if !self.approvals.expire_if_due(&view).await? {
                         // Released only when this call may send it now.
                         if self.held_back(entry, execution_id, call).await?.is_none() {
-                            if let Some(released) = self.release(&view).await? {
+                            if let Some(released) = self.approvals.release(&view).await? {
                                 let go_on = D::Continue { execution_id };
                                 return Box::pin(self.recover(entry, go_on, released, call)).await;
                             }
                         }
-                        self.hold_for_approval(execution_id, call);
+                        self.approvals.hold_for_approval(execution_id, call);
                     }
                 }
-                self.stored_report(execution_id, Attempt::Recovered).await
+                self.records
+                    .stored_report(execution_id, Attempt::Recovered)
+                    .await
             }
             D::ReturnDenial { execution_id }
             | D::ReturnReview { execution_id }
             | D::ReturnResolution { execution_id, .. } => {
-                self.stored_report(execution_id, Attempt::Recovered).await
+                self.records
+                    .stored_report(execution_id, Attempt::Recovered)
+                    .await
             }
             D::ReturnResult { execution_id, .. } => {
-                self.stored_report(execution_id, Attempt::Recovered).await
+                self.records
+                    .stored_report(execution_id, Attempt::Recovered)
+                    .await
             }
             D::RecoverUnknown {
                 execution_id,
@@ -118,12 +145,12 @@ impl Gateway {
         id: ExecutionId,
         call: &ToolCall,
     ) -> Result<Option<CallReport>, GatewayError> {
-        let why = match (self.vault_refuses(entry), self.session_gate(call).await?) {
+        let why = match (self.dispatch.vault_refuses(entry), self.approvals.session_gate(call).await?) {
             (Some(why), _) => format!("{why}: nothing was sent. Repeat the identical call once an operator has unlocked it (postern vault unlock)"),
             (None, Some(run)) => format!("this call's run {run} is not authorized yet: nothing was sent. An operator authorizes it with postern sessions authorize {run}; then repeat the identical call"),
             (None, None) => return Ok(None),
         };
-        let mut report = self.stored_report(id, Attempt::Recovered).await?;
+        let mut report = self.records.stored_report(id, Attempt::Recovered).await?;
         report.next_step = Some(why);
         Ok(Some(report))
     }
@@ -143,7 +170,7 @@ impl Gateway {
                 State::Accepted | State::Authorized | State::Dispatched
             );
             if !in_flight || tokio::time::Instant::now() >= deadline {
-                let mut r = self.stored_report(id, Attempt::Attached).await?;
+                let mut r = self.records.stored_report(id, Attempt::Attached).await?;
                 if in_flight {
                     r.next_step = next_step(State::Dispatched, id);
                 }
@@ -290,6 +317,7 @@ impl Gateway {
         via: &str,
     ) -> Result<CallReport, GatewayError> {
         match self
+            .dispatch
             .record_outcome(
                 prior,
                 outcome,
@@ -329,7 +357,11 @@ impl Gateway {
             )
             .await
         {
-            Ok(s) => self.send(entry, s, call, Attempt::Recovered, None).await,
+            Ok(s) => {
+                self.dispatch
+                    .send(entry, s, call, Attempt::Recovered, None)
+                    .await
+            }
             Err(LedgerError::Transition { .. }) => self.attach(id).await,
             Err(e) => Err(e.into()),
         }
@@ -351,8 +383,10 @@ impl Gateway {
             )
             .await
         {
-            Ok(s) => Ok(self.report(&s, Attempt::Recovered, None, None)),
-            Err(LedgerError::Transition { .. }) => self.stored_report(id, Attempt::Recovered).await,
+            Ok(s) => Ok(self.records.report(&s, Attempt::Recovered, None, None)),
+            Err(LedgerError::Transition { .. }) => {
+                self.records.stored_report(id, Attempt::Recovered).await
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -368,10 +402,13 @@ impl Gateway {
     ) -> Reading {
         let (id, intent) = (prior.id.to_string(), prior.fingerprint.to_string());
         let cancel = tokio_util::sync::CancellationToken::new();
-        let Ok(mut action) = self.action(entry, &call.arguments, (&id, &intent), cancel) else {
+        let Ok(mut action) = self
+            .dispatch
+            .action(entry, &call.arguments, (&id, &intent), cancel)
+        else {
             return Reading::NoAnswer;
         };
-        action.recorded_target = self.recorded_target(prior.id).await;
+        action.recorded_target = self.dispatch.recorded_target(prior.id).await;
         let reading = match entry.channel.ask(question, action) {
             Some(asking) => asking.await,
             None => Reading::NoAnswer,
@@ -382,7 +419,7 @@ impl Gateway {
     /// The target could not be asked: nothing is recorded, the execution stays unknown, and
     /// the caller learns how to settle it without a second action.
     async fn stay_unknown(&self, id: ExecutionId) -> Result<CallReport, GatewayError> {
-        let mut report = self.stored_report(id, Attempt::Recovered).await?;
+        let mut report = self.records.stored_report(id, Attempt::Recovered).await?;
         if report.state == State::OutcomeUnknown {
             report.next_step = Some(unsettled_next_step(id));
         }

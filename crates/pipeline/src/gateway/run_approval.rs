@@ -9,8 +9,6 @@
 //! on. Revoking the run denies its waiting calls and refuses its next ones before anything is
 //! recorded.
 
-use std::sync::Arc;
-
 use postern_core::config::SessionApproval;
 use postern_core::lifecycle::State;
 use postern_core::{EventKind, Timestamp};
@@ -19,13 +17,13 @@ use postern_ledger::{
 };
 use serde_json::json;
 
-use super::approvals::waits_for;
-use super::runs::RunView;
-use super::{now, Gateway, ToolCall};
+use super::approvals::Approvals;
+use super::{now, Notice, ToolCall};
+use crate::decision::waits_for;
 use crate::error::GatewayError;
 use crate::gateway::DecisionError;
 
-impl Gateway {
+impl Approvals {
     /// What session authorization asks of a call, before anything is recorded: `None` to go
     /// on, the run to wait for, or a refusal (a revoked run, a call that names no run).
     pub(super) async fn session_gate(
@@ -64,57 +62,10 @@ impl Gateway {
         }
     }
 
-    /// Authorizes a run once, and releases its waiting calls.
-    pub async fn authorize_run(
-        self: &Arc<Self>,
-        run_id: &str,
-        operator: &str,
-    ) -> Result<RunView, GatewayError> {
-        self.decide_run(run_id, RunDecision::Authorize, operator)
-            .await?;
-        for view in self.waiting_in(run_id).await? {
-            self.release_if_authorized(&view).await?;
-        }
-        self.runs.view_of(run_id).await
-    }
-
-    /// Revokes a run: its waiting calls are denied, its next calls refused.
-    pub async fn revoke_run(&self, run_id: &str, operator: &str) -> Result<RunView, GatewayError> {
-        self.decide_run(run_id, RunDecision::Revoke, operator)
-            .await?;
-        let reason = format!("run {run_id} revoked by {operator}");
-        for view in self.waiting_in(run_id).await? {
-            let detail = json!({"denied_by": operator, "reason": reason});
-            let denied = NewEvent::new(EventKind::Denied).with_detail(detail);
-            self.held.take(view.summary.id);
-            match self.ledger.append(view.summary.id, denied, now()).await {
-                Ok(_) | Err(LedgerError::Transition { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Approved but not yet sent (this gateway restarted before sending): never sent now.
-        let authorized = ListFilter {
-            state: Some(State::Authorized.as_str().to_string()),
-            run_id: Some(run_id.to_string()),
-            limit: 100_000,
-            ..ListFilter::default()
-        };
-        for s in self.ledger.list(&authorized).await? {
-            self.held.take(s.id);
-            let rejected =
-                NewEvent::new(EventKind::Rejected).with_detail(json!({"reason": reason}));
-            match self.ledger.append(s.id, rejected, now()).await {
-                Ok(_) | Err(LedgerError::Transition { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.runs.view_of(run_id).await
-    }
-
     /// If `view` waits only for its run and the run is authorized now: recorded `authorized`
     /// and, when this process holds its arguments, sent. Whether it was released.
     pub(super) async fn release_if_authorized(
-        self: &Arc<Self>,
+        &self,
         view: &ExecutionView,
     ) -> Result<bool, GatewayError> {
         match self.release(view).await? {
@@ -177,7 +128,10 @@ impl Gateway {
     }
 
     /// Executions of the run waiting for approval.
-    async fn waiting_in(&self, run_id: &str) -> Result<Vec<ExecutionView>, GatewayError> {
+    pub(super) async fn waiting_in(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<ExecutionView>, GatewayError> {
         let filter = ListFilter {
             state: Some(State::AwaitingApproval.as_str().to_string()),
             run_id: Some(run_id.to_string()),
@@ -193,7 +147,7 @@ impl Gateway {
         Ok(out)
     }
 
-    async fn decide_run(
+    pub(super) async fn decide_run(
         &self,
         run_id: &str,
         decision: RunDecision,
@@ -208,7 +162,7 @@ impl Gateway {
             .decide_run(run_id, decision.clone(), operator, now())
             .await?
         {
-            self.notices.notify(super::Notice::Decided);
+            self.notices.notify(Notice::Decided);
             return Ok(());
         }
         let run = self.ledger.run(run_id).await?.unwrap_or(run);

@@ -179,10 +179,11 @@ impl Run {
         let g = self.gateway();
         let result = if approve {
             let fingerprint = g.ledger().summary(id).await.unwrap().unwrap().fingerprint;
-            g.approve(&id.to_string(), who, &fingerprint.to_string(), None)
+            g.operator()
+                .approve(&id.to_string(), who, &fingerprint.to_string(), None)
                 .await
         } else {
-            g.deny(&id.to_string(), who, None).await
+            g.operator().deny(&id.to_string(), who, None).await
         };
         match result {
             Ok(_) => Ok(true),

@@ -52,13 +52,14 @@ pub(super) async fn scene(n: u32, d: &Demo, gateway: &Arc<Gateway>) -> Result<()
     )
     .await?;
     line("why      the same intent is the same execution and the same approval request: never a second prompt");
-    let pending = gateway.pending_decision(id.parse()?).await?;
+    let pending = gateway.operator().pending_decision(id.parse()?).await?;
     line(format!(
         "operator → approves {id} (what `postern approvals approve` asks /ops to do), bound to fingerprint {}…",
         pending.fingerprint.chars().take(24).collect::<String>()
     ));
     let before = d.target.requests().len();
     gateway
+        .operator()
         .approve(
             &id,
             "demo-operator",

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod sizes;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -260,16 +262,21 @@ fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 /// The first path segment after every `crate::` (and, when `super_is_root`, `super::`) in
 /// `text`'s code lines, `crate::{a, b::c}` groups included.
 fn imported_modules(text: &str, super_is_root: bool) -> BTreeSet<String> {
+    let prefixes: &[&str] = if super_is_root {
+        &["crate::", "super::"]
+    } else {
+        &["crate::"]
+    };
+    imported_after(text, prefixes)
+}
+
+/// The first path segment after every one of `prefixes` in `text`'s code lines.
+fn imported_after(text: &str, prefixes: &[&str]) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect()
-    };
-    let prefixes: &[&str] = if super_is_root {
-        &["crate::", "super::"]
-    } else {
-        &["crate::"]
     };
     // Joined, so a group spread over lines reads as one.
     let code: String = text
@@ -352,6 +359,82 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         }
         if let Some(c) = cycle(&edges) {
             cycles.push(format!("{}: {}", src.display(), c.join(" → ")));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// The module directories under `src` (`gateway/`, …), as module paths (`gateway`).
+fn module_directories(src: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if d != *src || path.file_name().is_some_and(|n| n != "bin") {
+                    dirs.push(path.clone());
+                }
+                stack.push(path);
+            }
+        }
+    }
+    dirs.sort();
+    dirs
+}
+
+/// Inside a module directory, its children (each file or directory under it, the parent's
+/// own file aside) import one another one way: a part never calls back into a part that
+/// calls it.
+#[test]
+fn no_module_directory_has_an_import_cycle_between_its_children() {
+    let mut cycles = Vec::new();
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for dir in module_directories(&src) {
+            let rel = dir.strip_prefix(&src).unwrap();
+            let path: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let absolute = format!("crate::{}::", path.join("::"));
+            let files: Vec<PathBuf> = sources(&dir)
+                .into_iter()
+                .filter(|f| f.parent() != Some(dir.as_path()) || !f.ends_with("mod.rs"))
+                .collect();
+            let child = |f: &Path| -> String {
+                let first = f.strip_prefix(&dir).unwrap().components().next().unwrap();
+                first
+                    .as_os_str()
+                    .to_string_lossy()
+                    .trim_end_matches(".rs")
+                    .to_string()
+            };
+            let children: BTreeSet<String> = files.iter().map(|f| child(f)).collect();
+            let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for file in &files {
+                let from = child(file);
+                let text = std::fs::read_to_string(file).unwrap();
+                // `super::` from a file directly in the directory is the parent module.
+                let direct = file.parent() == Some(dir.as_path());
+                let prefixes = [absolute.as_str(), "super::"];
+                let prefixes = if direct {
+                    &prefixes[..]
+                } else {
+                    &prefixes[..1]
+                };
+                for name in imported_after(&text, prefixes) {
+                    if name != from && children.contains(&name) {
+                        edges.entry(from.clone()).or_default().insert(name);
+                    }
+                }
+            }
+            if let Some(c) = cycle(&edges) {
+                cycles.push(format!("{}: {}", dir.display(), c.join(" → ")));
+            }
         }
     }
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
