@@ -184,6 +184,7 @@ async fn list(
     let waiting = st
         .gateway
         .ledger()
+        .read()
         .health(postern_pipeline::now())
         .await
         .map(|h| h.awaiting_approval)
@@ -249,6 +250,7 @@ async fn rows(
             let waiting = st
                 .gateway
                 .ledger()
+                .read()
                 .health(postern_pipeline::now())
                 .await
                 .map(|h| h.awaiting_approval)

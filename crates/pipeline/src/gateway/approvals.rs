@@ -150,7 +150,7 @@ impl Gateway {
             state: Some(State::AwaitingApproval.as_str().to_string()),
             ..ListFilter::default()
         };
-        Ok(self.ledger.count(&filter).await?)
+        Ok(self.ledger.read().count(&filter).await?)
     }
 
     /// The `approval_requested` event of a new execution that waits for `waits` and expires
@@ -329,7 +329,7 @@ impl Gateway {
 
     /// Whether the run `run` lets execution `id` be approved: authorized and not revoked.
     async fn run_allows(&self, id: ExecutionId, run: &str) -> Result<(), GatewayError> {
-        match self.ledger.run(run).await? {
+        match self.ledger.read().run(run).await? {
             Some(Run {
                 revoked: Some((by, at)),
                 ..
@@ -359,10 +359,10 @@ impl Gateway {
         };
         let mut expired = 0;
         // Oldest first (the list is newest first): they are the ones due.
-        for s in self.ledger.list(&filter).await?.into_iter().rev() {
+        for s in self.ledger.read().list(&filter).await?.into_iter().rev() {
             // One execution's trouble (a store fault) does not stop the others' expiry.
             let step = async {
-                let Some(view) = self.ledger.execution(s.id).await? else {
+                let Some(view) = self.ledger.read().execution(s.id).await? else {
                     return Ok::<_, GatewayError>(false);
                 };
                 if self.expire_if_due(&view).await? {
@@ -386,7 +386,7 @@ impl Gateway {
             limit: 100_000,
             ..ListFilter::default()
         };
-        for s in self.ledger.list(&approved).await?.into_iter().rev() {
+        for s in self.ledger.read().list(&approved).await?.into_iter().rev() {
             let ttl = self
                 .registry
                 .get(&s.tool)
@@ -459,6 +459,7 @@ impl Gateway {
         let unknown = || DecisionError::Unknown(id.chars().take(64).collect());
         let parsed: ExecutionId = id.parse().map_err(|_| unknown())?;
         self.ledger
+            .read()
             .execution(parsed)
             .await?
             .ok_or_else(|| unknown().into())

@@ -61,7 +61,7 @@ impl Gateway {
         if report.response.is_none() || run == call.run_id {
             return Ok(());
         }
-        let Some(view) = self.ledger.execution(id).await? else {
+        let Some(view) = self.ledger.read().execution(id).await? else {
             return Ok(());
         };
         let asked = view

@@ -650,6 +650,7 @@ impl Gateway {
     ) -> Result<CallReport, GatewayError> {
         let view = self
             .ledger
+            .read()
             .execution(id)
             .await?
             .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
@@ -690,6 +691,7 @@ impl Gateway {
     ) -> Result<(ExecutionSummary, CallReport), GatewayError> {
         let summary = self
             .ledger
+            .read()
             .summary(id)
             .await?
             .filter(|s| s.actor == actor)
@@ -723,6 +725,7 @@ impl Gateway {
                 Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition { .. })) => {
                     summary = self
                         .ledger
+                        .read()
                         .summary(id)
                         .await?
                         .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
@@ -742,7 +745,7 @@ impl Gateway {
     pub async fn record_first_delivery(&self, ids: &[ExecutionId], delivered: bool) {
         let mut first = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Ok(Some(s)) = self.ledger.summary(*id).await {
+            if let Ok(Some(s)) = self.ledger.read().summary(*id).await {
                 if matches!(s.lifecycle.state, State::Completed(_)) {
                     first.push(*id);
                 }

@@ -101,7 +101,7 @@ impl Gateway {
             ..ListFilter::default()
         };
         let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
+        for s in self.ledger.read().list(&filter).await? {
             if let Ok(p) = self.pending_decision(s.id).await {
                 out.push(p);
             }
@@ -121,6 +121,6 @@ impl Gateway {
             before,
             ..ListFilter::default()
         };
-        Ok(self.ledger.count(&filter).await?)
+        Ok(self.ledger.read().count(&filter).await?)
     }
 }

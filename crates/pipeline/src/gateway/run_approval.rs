@@ -44,7 +44,7 @@ impl Gateway {
                 actor: call.actor.clone(),
             });
         };
-        match self.ledger.run(run_id).await? {
+        match self.ledger.read().run(run_id).await? {
             Some(run) if run.actor != call.actor => Err(GatewayError::NoRun {
                 actor: call.actor.clone(),
             }),
@@ -99,7 +99,7 @@ impl Gateway {
             limit: 100_000,
             ..ListFilter::default()
         };
-        for s in self.ledger.list(&authorized).await? {
+        for s in self.ledger.read().list(&authorized).await? {
             self.held.take(s.id);
             let rejected =
                 NewEvent::new(EventKind::Rejected).with_detail(json!({"reason": reason}));
@@ -166,7 +166,7 @@ impl Gateway {
         let Some(run_id) = waits.run else {
             return Ok(None);
         };
-        Ok(match self.ledger.run(&run_id).await? {
+        Ok(match self.ledger.read().run(&run_id).await? {
             Some(Run {
                 authorized: Some((by, _)),
                 revoked: None,
@@ -185,8 +185,8 @@ impl Gateway {
             ..ListFilter::default()
         };
         let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
-            if let Some(view) = self.ledger.execution(s.id).await? {
+        for s in self.ledger.read().list(&filter).await? {
+            if let Some(view) = self.ledger.read().execution(s.id).await? {
                 out.push(view);
             }
         }
@@ -200,7 +200,7 @@ impl Gateway {
         operator: &str,
     ) -> Result<(), GatewayError> {
         let shown = || run_id.chars().take(200).collect::<String>();
-        let Some(run) = self.ledger.run(run_id).await? else {
+        let Some(run) = self.ledger.read().run(run_id).await? else {
             return Err(DecisionError::UnknownRun(shown()).into());
         };
         if self
@@ -211,7 +211,7 @@ impl Gateway {
             self.notices.notify(super::Notice::Decided);
             return Ok(());
         }
-        let run = self.ledger.run(run_id).await?.unwrap_or(run);
+        let run = self.ledger.read().run(run_id).await?.unwrap_or(run);
         let (what, by, at) = match (&run.revoked, &run.authorized) {
             (Some((by, at)), _) => ("revoked", by.clone(), *at),
             (None, Some((by, at))) => ("authorized", by.clone(), *at),

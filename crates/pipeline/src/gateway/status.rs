@@ -17,7 +17,7 @@ impl Gateway {
     pub async fn status(&self) -> Status {
         let at = now();
         let started = std::time::Instant::now();
-        let (store_state, health) = match self.ledger().health(at).await {
+        let (store_state, health) = match self.ledger().read().health(at).await {
             Ok(h) => ("ok".to_string(), h),
             Err(e) => (e.to_string(), Default::default()),
         };
@@ -83,7 +83,7 @@ impl Gateway {
         let id: ExecutionId = raw
             .parse()
             .map_err(|_| GatewayError::UnknownExecution(raw.chars().take(64).collect()))?;
-        let view = self.ledger.execution(id).await?;
+        let view = self.ledger.read().execution(id).await?;
         let Some(view) = view.filter(|v| v.summary.actor == call.actor) else {
             // Another actor's execution is indistinguishable from a missing one.
             return Err(GatewayError::UnknownExecution(
