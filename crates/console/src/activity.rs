@@ -134,7 +134,7 @@ async fn list(
             }
         }
     }
-    let found = match st.gateway.ledger().list(&filter).await {
+    let found = match st.gateway.ledger().read().list(&filter).await {
         Ok(f) => f,
         Err(e) => return bad(e.to_string()),
     };

@@ -185,6 +185,7 @@ async fn list(
     let waiting = st
         .gateway
         .ledger()
+        .read()
         .health(postern_pipeline::now())
         .await
         .map(|h| h.awaiting_approval)
@@ -250,6 +251,7 @@ async fn rows(
             let waiting = st
                 .gateway
                 .ledger()
+                .read()
                 .health(postern_pipeline::now())
                 .await
                 .map(|h| h.awaiting_approval)

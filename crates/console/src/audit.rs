@@ -24,8 +24,16 @@ pub(crate) fn routes() -> Router<Arc<ConsoleState>> {
 
 async fn overview(st: &ConsoleState, s: &OperatorSession) -> Result<Markup, String> {
     let ledger = st.gateway.ledger();
-    let heads = ledger.chain_heads().await.map_err(|e| e.to_string())?;
-    let checkpoints = ledger.checkpoints().await.map_err(|e| e.to_string())?;
+    let heads = ledger
+        .read()
+        .chain_heads()
+        .await
+        .map_err(|e| e.to_string())?;
+    let checkpoints = ledger
+        .read()
+        .checkpoints()
+        .await
+        .map_err(|e| e.to_string())?;
     let last = checkpoints.iter().max_by_key(|c| c.at.0);
     Ok(html! {
         h1 { "Audit" }

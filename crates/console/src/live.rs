@@ -29,11 +29,13 @@ pub(crate) struct Live {
 async fn signature(gateway: &Gateway) -> Option<(u64, Option<i64>, Option<String>, u64)> {
     let health = gateway
         .ledger()
+        .read()
         .health(postern_pipeline::now())
         .await
         .ok()?;
     let newest = gateway
         .ledger()
+        .read()
         .list(&ListFilter {
             state: Some(LifecycleState::AwaitingApproval.as_str().to_string()),
             limit: 1,

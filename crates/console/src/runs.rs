@@ -37,6 +37,7 @@ async fn list(
         calls.push(
             st.gateway
                 .ledger()
+                .read()
                 .calls_in(&r.run_id, 1000)
                 .await
                 .map(|c| c.len())

@@ -198,7 +198,7 @@ impl DurableStreams {
         {
             return owner == actor;
         }
-        match self.ledger().mcp_session_actor(session).await {
+        match self.ledger().read().mcp_session_actor(session).await {
             Ok(Some(owner)) => {
                 let mine = owner == actor;
                 self.remember_owner(session, &owner);
@@ -260,7 +260,7 @@ impl DurableStreams {
             Some(o) => Some(o),
             // No flush first: an unknown id must not cost a commit (a cheap way to stall the
             // writer). A cut stream's owner is queued ahead of its events.
-            None => match self.ledger().stream_owner(stream_id).await {
+            None => match self.ledger().read().stream_owner(stream_id).await {
                 Ok(found) => found.map(|o| (o.session_id, o.actor)),
                 Err(_) => None,
             },
@@ -351,6 +351,7 @@ impl EventStore for DurableStreams {
             self.ledger().flush().await?;
             for event in self
                 .ledger()
+                .read()
                 .stream_events_after(stream_id, Some(after))
                 .await?
             {

@@ -187,7 +187,7 @@ async fn verify_throughput(db: &Path, key: &SigningKey, dir: &Path) -> (f64, u64
     let (ledger, _) = Ledger::open(&url, LedgerOptions::default()).await.unwrap();
     let out = dir.join("audit-export.jsonl");
     let mut w = BufWriter::new(std::fs::File::create(&out).unwrap());
-    for c in ledger.checkpoints().await.unwrap() {
+    for c in ledger.read().checkpoints().await.unwrap() {
         writeln!(
             w,
             "{}",
@@ -196,6 +196,7 @@ async fn verify_throughput(db: &Path, key: &SigningKey, dir: &Path) -> (f64, u64
         .unwrap();
     }
     ledger
+        .read()
         .scan_events(|e| {
             writeln!(
                 w,

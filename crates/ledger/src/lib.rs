@@ -31,8 +31,14 @@
 //! signing for good ([`Ledger::signing_refused`]); each checkpoint names the one before it.
 //! Every error says which storage fault it is
 //! ([`StorageFault`]): busy and unavailable are worth waiting for, full and read-only are not.
+//!
+//! A reader that cannot write is a type: [`Ledger::read`] gives the ledger's [`StoreReader`]
+//! (the one `audit verify --store` opens alone), which has no write path. [`Ledger`] keeps the
+//! writes and its lifecycle (liveness, leases and retention in modules of their own); the
+//! writer is in parts, a type for each role (`writer.rs`).
 
 mod combiner;
+mod connect;
 mod db;
 mod dialect;
 pub mod disk;
@@ -48,16 +54,17 @@ mod rows;
 mod schema;
 mod streams;
 pub mod telemetry;
+mod write_path;
 mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use postern_audit::{ChainedEvent, Checkpoint, SigningKey};
+use postern_audit::{Checkpoint, SigningKey};
 use postern_core::{ExecutionId, Timestamp};
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
-use tokio::sync::{mpsc, oneshot};
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+use tokio::sync::oneshot;
 
 pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
@@ -74,7 +81,7 @@ pub use lease::LeaseLost;
 use liveness::Liveness;
 use ops::Op;
 use reader::sqlite_path;
-use writer::{now_millis, Writer, WriterConfig};
+use write_path::WritePath;
 pub use writer::{CheckpointSink, SigningTrust};
 
 /// How a ledger is opened.
@@ -113,10 +120,11 @@ impl Default for LedgerOptions {
     }
 }
 
-/// The ledger: a writer task for durable changes and a pool for reads.
+/// The ledger: a writer for durable changes and, for reads, a [`StoreReader`] over the same
+/// pool ([`Ledger::read`]).
 pub struct Ledger {
     dialect: Dialect,
-    /// The audit record's reads (chains, checkpoints, events), over the same pool.
+    /// The reads, over the same pool: a reader that cannot write.
     store: StoreReader,
     instance: String,
     chain: String,
@@ -130,22 +138,6 @@ pub struct Ledger {
     trust: Arc<SigningTrust>,
 }
 
-/// How durable changes reach the single writer.
-enum WritePath {
-    /// PostgreSQL: a writer task fed by a channel (its statements are awaited anyway).
-    Channel(mpsc::Sender<Op>),
-    /// SQLite: callers commit on their own thread, combining whatever is queued.
-    Combining(Arc<combiner::Combiner>),
-}
-
-impl Ledger {
-    /// Why this gateway no longer signs checkpoints of its chain, if it does not (the store's
-    /// chain is not the one it wrote: `postern status`, a metric, the error log).
-    pub fn signing_refused(&self) -> Option<String> {
-        self.trust.refused()
-    }
-}
-
 impl Drop for Ledger {
     fn drop(&mut self) {
         if let WritePath::Combining(c) = &self.writes {
@@ -157,31 +149,6 @@ impl Drop for Ledger {
     }
 }
 
-async fn prepare_connection(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
-    if dialect == Dialect::Sqlite {
-        // WAL + FULL: a commit is on disk when it returns. busy_timeout lets two processes
-        // on one file take turns instead of failing.
-        // Small pages: a commit writes every page it dirtied to the WAL before its fsync, and
-        // an execution's rows are small. Only takes effect when the file is created.
-        conn.execute("PRAGMA page_size = 4096").await?;
-        conn.execute("PRAGMA journal_mode = WAL").await?;
-        conn.execute("PRAGMA synchronous = FULL").await?;
-        conn.execute("PRAGMA busy_timeout = 30000").await?;
-    } else {
-        conn.execute(NO_PARALLEL_READS).await?;
-        conn.execute(NO_JIT).await?;
-    }
-    Ok(())
-}
-
-/// The record's reads are point lookups and first pages. Where PostgreSQL has no statistics
-/// yet (a table just filled, autovacuum off) it estimates an execution's events in the tens of
-/// thousands: it planned the lookup as a parallel scan (starting the workers cost 60 ms of a
-/// 61 ms `activity trace` on a million executions) and, past `jit_above_cost`, JIT-compiled
-/// it (18 ms of a 38 ms trace). Without either the same lookup takes under a millisecond.
-pub(crate) const NO_PARALLEL_READS: &str = "SET max_parallel_workers_per_gather = 0";
-pub(crate) const NO_JIT: &str = "SET jit = off";
-
 impl Ledger {
     /// Opens (creating if needed) the store at `url`, applies migrations and runs the
     /// recovery scan.
@@ -192,8 +159,8 @@ impl Ledger {
         sqlx::any::install_default_drivers();
         let dialect =
             Dialect::from_url(url).ok_or_else(|| LedgerError::UnsupportedUrl(url.to_string()))?;
-        let (connect_options, mut conn) = connect_migrated(url, dialect).await?;
-        let instance = register_instance(&mut conn).await?;
+        let (connect_options, mut conn) = connect::connect_migrated(url, dialect).await?;
+        let instance = connect::register_instance(&mut conn).await?;
         // SQLite serialises writers on the file, so one chain is shared; PostgreSQL replicas
         // each write their own chain and never contend for one head row.
         let chain = match dialect {
@@ -210,23 +177,19 @@ impl Ledger {
             AnyPoolOptions::new()
                 .max_connections(4)
                 .after_connect(move |conn, _| {
-                    Box::pin(async move { prepare_connection(conn, dialect).await })
+                    Box::pin(async move { connect::prepare_connection(conn, dialect).await })
                 });
         let pg_connect_options = connect_options.clone();
         let pool = pool_options.connect_with(connect_options).await?;
         let trust = Arc::new(SigningTrust::default());
-        let writer_config = writer_config(dialect, &chain, &instance, &options, trust.clone());
+        let writer_config =
+            write_path::writer_config(dialect, &chain, &instance, &options, trust.clone());
         let writes = match dialect {
             Dialect::Sqlite => {
                 drop(conn);
-                start_sqlite_writer(url, writer_config, &options)?
+                WritePath::sqlite(url, writer_config, &options)?
             }
-            Dialect::Postgres => {
-                let (tx, rx) = mpsc::channel(4096);
-                let conn = db::PgWriteConn::new(conn, pg_connect_options);
-                tokio::spawn(Writer::new(conn, writer_config).run(rx));
-                WritePath::Channel(tx)
-            }
+            Dialect::Postgres => WritePath::postgres(conn, pg_connect_options, writer_config),
         };
 
         let lease = lease::LeaseState::new((dialect == Dialect::Postgres).then_some(options.lease));
@@ -264,10 +227,7 @@ impl Ledger {
 
     /// Write requests waiting for the writer (a `/metrics` gauge).
     pub fn queue_depth(&self) -> usize {
-        match &self.writes {
-            WritePath::Channel(tx) => tx.max_capacity() - tx.capacity(),
-            WritePath::Combining(combiner) => combiner.queued(),
-        }
+        self.writes.queued()
     }
 
     /// This instance's id (the owner recorded on the executions it touches).
@@ -280,19 +240,16 @@ impl Ledger {
         &self.chain
     }
 
-    async fn call<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, LedgerError>>) -> Op,
-    ) -> Result<T, LedgerError> {
-        let (tx, rx) = oneshot::channel();
-        match &self.writes {
-            WritePath::Channel(writer) => writer
-                .send(make(tx))
-                .await
-                .map_err(|_| LedgerError::Closed)?,
-            WritePath::Combining(combiner) => combiner.submit(make(tx)),
-        }
-        rx.await.map_err(|_| LedgerError::Closed)?
+    /// The ledger's reads: executions, runs and calls, the audit record, transport state. The
+    /// reader cannot write.
+    pub fn read(&self) -> &StoreReader {
+        &self.store
+    }
+
+    /// Why this gateway no longer signs checkpoints of its chain, if it does not (the store's
+    /// chain is not the one it wrote: `postern status`, a metric, the error log).
+    pub fn signing_refused(&self) -> Option<String> {
+        self.trust.refused()
     }
 
     /// Accepts a request as a new execution or matches it to a prior one, atomically and
@@ -301,7 +258,8 @@ impl Ledger {
         use tracing::Instrument;
         // A child of the call's span: the durable accept-or-match commit.
         let span = tracing::debug_span!("ledger.accept");
-        self.call(|tx| Op::Accept(Box::new(req), tx))
+        self.writes
+            .call(|tx| Op::Accept(Box::new(req), tx))
             .instrument(span)
             .await
     }
@@ -315,7 +273,8 @@ impl Ledger {
     ) -> Result<ExecutionSummary, LedgerError> {
         use tracing::Instrument;
         let span = tracing::debug_span!("ledger.append", event = %event.kind);
-        self.call(|tx| Op::Append(id, Box::new(event), now, tx))
+        self.writes
+            .call(|tx| Op::Append(id, Box::new(event), now, tx))
             .instrument(span)
             .await
     }
@@ -326,38 +285,26 @@ impl Ledger {
     pub fn append_later(&self, id: ExecutionId, event: NewEvent, now: Timestamp) {
         // Nobody reads the reply.
         let (tx, _) = oneshot::channel();
-        self.submit_later(Op::Append(id, Box::new(event), now, tx));
-    }
-
-    /// Queues `op` for the writer without waiting for it (or for room in its queue).
-    fn submit_later(&self, op: Op) {
-        match &self.writes {
-            WritePath::Combining(combiner) => combiner.submit(op),
-            WritePath::Channel(writer) => {
-                if let Err(mpsc::error::TrySendError::Full(op)) = writer.try_send(op) {
-                    let writer = writer.clone();
-                    tokio::spawn(async move { writer.send(op).await });
-                }
-            }
-        }
+        self.writes
+            .submit_later(Op::Append(id, Box::new(event), now, tx));
     }
 
     /// Signs a checkpoint of this instance's chain head now.
     pub async fn checkpoint(&self, now: Timestamp) -> Result<Option<Checkpoint>, LedgerError> {
-        self.call(|tx| Op::Checkpoint(now, tx)).await
+        self.writes.call(|tx| Op::Checkpoint(now, tx)).await
     }
 
     /// Records a run of the Sessions log; for a run already recorded (by its own actor):
     /// marks it seen now, and resumes it if it ended only because it idled or its gateway
     /// stopped. Its first start stays.
     pub async fn start_run(&self, run: Run) -> Result<(), LedgerError> {
-        self.call(|tx| Op::StartRun(Box::new(run), tx)).await
+        self.writes.call(|tx| Op::StartRun(Box::new(run), tx)).await
     }
 
     /// Records the end of a run (the first end recorded stays).
     pub async fn end_run(&self, id: &str, at: Timestamp, how: RunEnd) -> Result<(), LedgerError> {
         let id = id.to_string();
-        self.call(|tx| Op::EndRun(id, at, how, tx)).await
+        self.writes.call(|tx| Op::EndRun(id, at, how, tx)).await
     }
 
     /// Ends, as `idle_expired`, every open run no gateway has seen (started, resumed, or
@@ -386,37 +333,8 @@ impl Ledger {
     /// Records a call as answered. Nothing waits for it: it rides the next commit.
     pub fn record_call(&self, call: CallRecord) {
         let (tx, _) = oneshot::channel();
-        self.submit_later(Op::Stream(vec![StreamWrite::Call(Box::new(call))], tx));
-    }
-
-    /// The calls that reached an execution, oldest first.
-    pub async fn calls_of(&self, id: ExecutionId) -> Result<Vec<CallRecord>, LedgerError> {
-        self.store.calls_of(id).await
-    }
-
-    /// A run's calls, oldest first (at most `limit`).
-    pub async fn calls_in(&self, run: &str, limit: u32) -> Result<Vec<CallRecord>, LedgerError> {
-        self.store.calls_in(run, limit).await
-    }
-
-    /// One execution's row.
-    pub async fn summary(&self, id: ExecutionId) -> Result<Option<ExecutionSummary>, LedgerError> {
-        self.store.summary(id).await
-    }
-
-    /// Everything about one execution.
-    pub async fn execution(&self, id: ExecutionId) -> Result<Option<ExecutionView>, LedgerError> {
-        self.store.execution(id).await
-    }
-
-    /// Executions, newest first (by id: UUIDv7, minted when the ledger accepted them).
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<ExecutionSummary>, LedgerError> {
-        self.store.list(filter).await
-    }
-
-    /// How many executions `filter` matches, whatever its `limit`.
-    pub async fn count(&self, filter: &ListFilter) -> Result<u64, LedgerError> {
-        self.store.count(filter).await
+        self.writes
+            .submit_later(Op::Stream(vec![StreamWrite::Call(Box::new(call))], tx));
     }
 
     /// Records an operator's decision about a run, if none of its kind is recorded yet (and,
@@ -429,7 +347,8 @@ impl Ledger {
         at: Timestamp,
     ) -> Result<bool, LedgerError> {
         let (id, by) = (id.to_string(), by.to_string());
-        self.call(|tx| Op::DecideRun(id, decision, by, at, tx))
+        self.writes
+            .call(|tx| Op::DecideRun(id, decision, by, at, tx))
             .await
     }
 
@@ -441,53 +360,9 @@ impl Ledger {
         detail: serde_json::Value,
         at: Timestamp,
     ) -> Result<(), LedgerError> {
-        self.call(|tx| Op::Notice(pin.map(Box::new), detail, at, tx))
+        self.writes
+            .call(|tx| Op::Notice(pin.map(Box::new), detail, at, tx))
             .await
-    }
-
-    /// Every upstream tool's accepted version.
-    pub async fn tool_pins(&self) -> Result<Vec<ToolPin>, LedgerError> {
-        sqlx::query("SELECT upstream, tool, digest, definition, pinned_at, accepted_by FROM upstream_tool_pins ORDER BY upstream, tool")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::tool_pin)
-            .collect()
-    }
-
-    /// The waiting executions and the last checkpoint (see [`StoreReader::health`]).
-    pub async fn health(&self, now: Timestamp) -> Result<StoreHealth, LedgerError> {
-        self.store.health(now).await
-    }
-
-    /// One run of the Sessions log.
-    pub async fn run(&self, id: &str) -> Result<Option<Run>, LedgerError> {
-        self.store.run(id).await
-    }
-
-    /// Runs (the Sessions log), newest first.
-    pub async fn runs(&self, limit: u32) -> Result<Vec<Run>, LedgerError> {
-        self.store.runs(limit).await
-    }
-
-    /// Every chain with its head position.
-    pub async fn chain_heads(&self) -> Result<Vec<(String, u64)>, LedgerError> {
-        self.store.chain_heads().await
-    }
-
-    /// Every chain's last event (seq and hash).
-    pub async fn chain_head_events(&self) -> Result<Vec<postern_audit::ChainHead>, LedgerError> {
-        self.store.chain_head_events().await
-    }
-
-    /// Every signed checkpoint, by chain and position.
-    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, LedgerError> {
-        self.store.checkpoints().await
-    }
-
-    /// Every signed pruned-range statement, by chain and position.
-    pub async fn pruned_ranges(&self) -> Result<Vec<postern_audit::PrunedRange>, LedgerError> {
-        self.store.pruned_ranges().await
     }
 
     /// Records transport state for resumable streams. It shares the next commit rather than
@@ -507,101 +382,12 @@ impl Ledger {
 
     /// Several transport writes in one commit, in order (all or none).
     pub async fn record_streams(&self, writes: Vec<StreamWrite>) -> Result<(), LedgerError> {
-        self.call(|tx| Op::Stream(writes, tx)).await
+        self.writes.call(|tx| Op::Stream(writes, tx)).await
     }
 
     /// Commits everything queued before this call; returns once it is durable.
     pub async fn flush(&self) -> Result<(), LedgerError> {
-        self.call(Op::Flush).await
-    }
-
-    /// A stream's events after position `after` (all of them for `None`), in order.
-    pub async fn stream_events_after(
-        &self,
-        stream_id: &str,
-        after: Option<u64>,
-    ) -> Result<Vec<StreamEvent>, LedgerError> {
-        let after = after.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        sqlx::query("SELECT stream_id, n, payload, execution_id, last, at FROM stream_events WHERE stream_id = $1 AND n > $2 ORDER BY n")
-            .bind(stream_id)
-            .bind(after)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::stream_event)
-            .collect()
-    }
-
-    /// Who may resume a stream.
-    pub async fn stream_owner(&self, stream_id: &str) -> Result<Option<StreamOwner>, LedgerError> {
-        sqlx::query("SELECT stream_id, session_id, actor, at FROM streams WHERE stream_id = $1")
-            .bind(stream_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(rows::stream_owner)
-            .transpose()
-    }
-
-    /// An MCP session's stored state (opaque to the ledger).
-    pub async fn mcp_session(&self, id: &str) -> Result<Option<String>, LedgerError> {
-        sqlx::query("SELECT state FROM mcp_sessions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(|r| rows::get_str(r, "state"))
-            .transpose()
-    }
-
-    /// The actor an MCP session belongs to, if one was recorded.
-    pub async fn mcp_session_actor(&self, id: &str) -> Result<Option<String>, LedgerError> {
-        sqlx::query("SELECT actor FROM mcp_session_actors WHERE session_id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(|r| rows::get_str(r, "actor"))
-            .transpose()
-    }
-
-    /// Deletes transport state older than `before` (stream events, owners, sessions) and runs
-    /// that ended before it. The execution record is never pruned here (see [`Ledger::prune`]).
-    pub async fn prune_streams(&self, before: Timestamp) -> Result<u64, LedgerError> {
-        let mut removed = 0;
-        for table in [
-            "stream_events",
-            "streams",
-            "mcp_sessions",
-            "mcp_session_actors",
-        ] {
-            removed += sqlx::query(&format!("DELETE FROM {table} WHERE at < $1"))
-                .bind(before.0)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-        }
-        // Refusals (no execution) age out with the transport state; a call that reached an
-        // execution goes with that execution's record.
-        removed += sqlx::query("DELETE FROM calls WHERE execution_id IS NULL AND at < $1")
-            .bind(before.0)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        removed += sqlx::query("DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < $1")
-            .bind(before.0)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(removed)
-    }
-
-    /// Streams every event in storage order (see [`StoreReader::scan_events`]).
-    pub async fn scan_events(
-        &self,
-        each: impl FnMut(Result<ChainedEvent, (i64, String)>),
-    ) -> Result<(), LedgerError> {
-        self.store.scan_events(each).await
+        self.writes.call(Op::Flush).await
     }
 
     /// Closes the writer after everything queued is committed.
@@ -627,142 +413,4 @@ impl Ledger {
         }
         pool.close().await;
     }
-}
-
-/// The first connection to the store, its schema migrated: it becomes PostgreSQL's write
-/// connection, and the options it was opened with open the read pool.
-async fn connect_migrated(
-    url: &str,
-    dialect: Dialect,
-) -> Result<(AnyConnectOptions, AnyConnection), LedgerError> {
-    let connect_url = if dialect == Dialect::Sqlite && !url.contains('?') {
-        format!("{url}?mode=rwc")
-    } else {
-        url.to_string()
-    };
-    let connect_options: AnyConnectOptions = connect_url.parse()?;
-    let connect_options = connect_options.disable_statement_logging();
-    let mut conn = AnyConnection::connect_with(&connect_options).await?;
-    prepare_connection(&mut conn, dialect).await?;
-    migrate(&mut conn, dialect).await?;
-    Ok((connect_options, conn))
-}
-
-/// Records this process as a new instance of the store, with a fresh id.
-async fn register_instance(conn: &mut AnyConnection) -> Result<String, LedgerError> {
-    let instance = format!("inst-{}", uuid::Uuid::now_v7().simple());
-    let now = now_millis();
-    sqlx::query("INSERT INTO instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)")
-        .bind(&instance)
-        .bind(now)
-        .execute(conn)
-        .await?;
-    Ok(instance)
-}
-
-/// Checkpoints are signed, so without a signing key none is due.
-fn writer_config(
-    dialect: Dialect,
-    chain: &str,
-    instance: &str,
-    options: &LedgerOptions,
-    trust: Arc<SigningTrust>,
-) -> WriterConfig {
-    WriterConfig {
-        dialect,
-        chain: chain.to_string(),
-        instance: instance.to_string(),
-        signing_key: options.signing_key.clone(),
-        checkpoint_every: if options.signing_key.is_some() {
-            options.checkpoint_every
-        } else {
-            0
-        },
-        max_batch: options.max_batch.max(1),
-        lease: (dialect == Dialect::Postgres).then_some(options.lease),
-        trust,
-        witnessed: options
-            .witnessed
-            .iter()
-            .filter(|c| c.chain == chain)
-            .max_by_key(|c| c.seq)
-            .cloned(),
-        sink: options.checkpoint_sink.clone(),
-    }
-}
-
-/// SQLite's writes go through a connection of their own (rusqlite), driven by its callers.
-fn start_sqlite_writer(
-    url: &str,
-    writer_config: WriterConfig,
-    options: &LedgerOptions,
-) -> Result<WritePath, LedgerError> {
-    let sqlite = rusqlite::Connection::open(sqlite_path(url)).map_err(error::sqlite_error)?;
-    sqlite
-        .execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 30000;",
-        )
-        .map_err(error::sqlite_error)?;
-    sqlite.set_prepared_statement_cache_capacity(64);
-    let writer = Writer::new(db::SqliteWriteConn(sqlite), writer_config);
-    Ok(WritePath::Combining(combiner::Combiner::start(
-        writer,
-        options.busy_patience,
-    )?))
-}
-
-async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), LedgerError> {
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)").await?;
-    let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations ORDER BY version")
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| rows::get_i64(r, "version"))
-        .collect::<Result<_, _>>()?;
-    let known = schema::latest_version();
-    if let Some(&found) = applied.iter().max() {
-        if found > known {
-            return Err(LedgerError::SchemaTooNew { found, known });
-        }
-    }
-    for m in schema::MIGRATIONS
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-    {
-        let fail = |source| LedgerError::Migration {
-            version: m.version,
-            name: m.name,
-            source,
-        };
-        conn.execute(dialect.begin()).await.map_err(fail)?;
-        let result = async {
-            conn.execute(m.sql(dialect)).await?;
-            sqlx::query(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-            )
-            .bind(m.version)
-            .bind(m.name)
-            .bind(now_millis())
-            .execute(&mut *conn)
-            .await?;
-            Ok::<_, sqlx::Error>(())
-        }
-        .await;
-        match result {
-            Ok(()) => conn.execute("COMMIT").await.map(|_| ()).map_err(fail)?,
-            Err(e) => {
-                let _ = conn.execute("ROLLBACK").await;
-                // Another process may have applied it concurrently; re-check before failing.
-                let done = sqlx::query("SELECT version FROM schema_migrations WHERE version = $1")
-                    .bind(m.version)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .is_some();
-                if !done {
-                    return Err(fail(e));
-                }
-            }
-        }
-    }
-    Ok(())
 }

@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postern_core::Timestamp;
+use sqlx::AnyPool;
 
 use crate::error::LedgerError;
 use crate::lease::LeaseLost;
 use crate::ops::Op;
+use crate::write_path::WritePath;
 use crate::writer::now_millis;
 use crate::{db, rows, Ledger, RecoveryReport};
 
@@ -44,7 +46,7 @@ impl Liveness {
     }
 
     /// For lock files: whether `instance` is gone (its lock can be taken). Heartbeats are
-    /// checked in SQL, see `Ledger::dead_instances`.
+    /// checked in SQL (the takeover scan).
     pub fn lock_file_dead(&self, instance: &str) -> bool {
         let Liveness::LockFiles { dir, .. } = self else {
             return false;
@@ -71,15 +73,20 @@ struct InstanceRow {
     taken_over_by: Option<String>,
 }
 
-impl Ledger {
-    /// The recovery scan: every execution left `dispatched` by a stopped instance is recorded
-    /// `outcome_unknown` (and reported). Nothing is retried here. On PostgreSQL a stopped
-    /// instance is one whose lease expired: the first survivor to claim it (`TakeOver`) takes
-    /// its executions over, or any survivor when that claimant is gone too; each execution is
-    /// recorded once whoever races (the writer re-checks state and owner under a row lock).
-    pub async fn recover(&self) -> Result<RecoveryReport, LedgerError> {
+/// The takeover scan's part of a ledger: it reads the store and records through the writer.
+struct Takeover<'l> {
+    pool: &'l AnyPool,
+    liveness: &'l Liveness,
+    /// This instance: its own executions are never taken over.
+    instance: &'l str,
+    writes: &'l WritePath,
+}
+
+impl Takeover<'_> {
+    /// Records `outcome_unknown` for every execution a stopped instance left `dispatched`.
+    async fn scan(&self) -> Result<RecoveryReport, LedgerError> {
         let rows = sqlx::query("SELECT id, owner FROM executions WHERE state = 'dispatched'")
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool)
             .await?;
         let mut report = RecoveryReport::default();
         if rows.is_empty() {
@@ -94,7 +101,7 @@ impl Ledger {
         let mut instances: HashMap<String, InstanceRow> = HashMap::new();
         if cutoff.is_some() {
             for r in sqlx::query("SELECT id, heartbeat_at, taken_over_by FROM instances")
-                .fetch_all(&self.pool)
+                .fetch_all(self.pool)
                 .await?
             {
                 instances.insert(
@@ -128,6 +135,7 @@ impl Ledger {
             };
             if ours
                 && self
+                    .writes
                     .call(|tx| Op::Abandoned(id, owner, Timestamp(now_millis()), tx))
                     .await?
             {
@@ -159,6 +167,7 @@ impl Ledger {
             None => {
                 let (owner, now) = (owner.to_string(), Timestamp(now_millis()));
                 let won = self
+                    .writes
                     .call(|tx| Op::TakeOver(owner.clone(), Timestamp(cutoff), now, tx))
                     .await?;
                 if won {
@@ -167,6 +176,23 @@ impl Ledger {
                 Ok(won)
             }
         }
+    }
+}
+
+impl Ledger {
+    /// The recovery scan: every execution left `dispatched` by a stopped instance is recorded
+    /// `outcome_unknown` (and reported). Nothing is retried here. On PostgreSQL a stopped
+    /// instance is one whose lease expired: the first survivor to claim it (`TakeOver`) takes
+    /// its executions over, or any survivor when that claimant is gone too; each execution is
+    /// recorded once whoever races (the writer re-checks state and owner under a row lock).
+    pub async fn recover(&self) -> Result<RecoveryReport, LedgerError> {
+        let takeover = Takeover {
+            pool: &self.pool,
+            liveness: &self.liveness,
+            instance: &self.instance,
+            writes: &self.writes,
+        };
+        takeover.scan().await
     }
 
     /// Runs the takeover scan every half lease (PostgreSQL) or every few seconds (SQLite,

@@ -1,7 +1,7 @@
 //! Retention: which executions are past it (read from the pool, a page at a time, oldest
 //! first) and pruning them through the writer, plus the transport state and runs that age out
-//! with them. Only executions in a final state go: an unsettled one (`dispatched`,
-//! `outcome_unknown`, `needs_review`, …) is kept whatever its age.
+//! with them ([`Ledger::prune_streams`]). Only executions in a final state go: an unsettled one
+//! (`dispatched`, `outcome_unknown`, `needs_review`, …) is kept whatever its age.
 
 use std::collections::HashMap;
 
@@ -98,7 +98,7 @@ impl Ledger {
             for chunk in plan.chunks(PER_COMMIT) {
                 let chunk = chunk.to_vec();
                 let at = Timestamp(now_millis());
-                let pruned: Pruned = self.call(|tx| Op::Prune(chunk, at, tx)).await?;
+                let pruned: Pruned = self.writes.call(|tx| Op::Prune(chunk, at, tx)).await?;
                 report.executions += pruned.executions;
                 report.events += pruned.events;
             }
@@ -110,5 +110,36 @@ impl Ledger {
             .prune_streams(Timestamp(before(now, retention.default)))
             .await?;
         Ok(report)
+    }
+
+    /// Deletes transport state older than `before` (stream events, owners, sessions) and runs
+    /// that ended before it. The execution record is never pruned here (see [`Ledger::prune`]).
+    pub async fn prune_streams(&self, before: Timestamp) -> Result<u64, LedgerError> {
+        let mut removed = 0;
+        for table in [
+            "stream_events",
+            "streams",
+            "mcp_sessions",
+            "mcp_session_actors",
+        ] {
+            removed += sqlx::query(&format!("DELETE FROM {table} WHERE at < $1"))
+                .bind(before.0)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        // Refusals (no execution) age out with the transport state; a call that reached an
+        // execution goes with that execution's record.
+        removed += sqlx::query("DELETE FROM calls WHERE execution_id IS NULL AND at < $1")
+            .bind(before.0)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        removed += sqlx::query("DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < $1")
+            .bind(before.0)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(removed)
     }
 }

@@ -78,7 +78,7 @@ impl std::fmt::Display for Withheld {
 impl Pins {
     /// Loads the accepted versions from the ledger.
     pub async fn load(&self, ledger: &Ledger) -> Result<(), LedgerError> {
-        let pins = ledger.tool_pins().await?;
+        let pins = ledger.read().tool_pins().await?;
         let map = pins
             .into_iter()
             .map(|p| ((p.upstream.clone(), p.tool.clone()), p))

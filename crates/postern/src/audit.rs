@@ -205,7 +205,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
     ledger.checkpoint(now).await?;
     // The heads are read once and the file ends exactly at them (the header signs them): what
     // a running gateway appends meanwhile is left for the next export.
-    let heads = ledger.chain_head_events().await?;
+    let heads = ledger.read().chain_head_events().await?;
     let out = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut out = BufWriter::new(out);
     let header = ExportHeader {
@@ -226,7 +226,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
     let header = ExportLine::Header(header.signed(&key)?);
     writeln!(out, "{}", serde_json::to_string(&header)?)?;
     let head_of = |chain: &str| heads.iter().find(|h| h.chain == chain).map(|h| h.seq);
-    for c in ledger.checkpoints().await? {
+    for c in ledger.read().checkpoints().await? {
         if head_of(&c.chain).is_some_and(|h| c.seq <= h) {
             writeln!(
                 out,
@@ -235,7 +235,7 @@ async fn export(a: &ExportArgs) -> Result<()> {
             )?;
         }
     }
-    for r in ledger.pruned_ranges().await? {
+    for r in ledger.read().pruned_ranges().await? {
         writeln!(out, "{}", serde_json::to_string(&ExportLine::Pruned(r))?)?;
     }
     let written = write_events(&ledger, &mut out, &head_of).await?;
@@ -262,7 +262,7 @@ async fn write_events(
     let mut written = 0u64;
     let mut failure = None;
     ledger
-        .scan_events(|row| match row {
+        .read().scan_events(|row| match row {
             Ok(e) => {
                 if head_of(&e.body.chain).is_none_or(|h| e.body.seq > h) {
                     return;

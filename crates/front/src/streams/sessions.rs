@@ -22,7 +22,7 @@ impl DurableSessions {
 #[async_trait::async_trait]
 impl SessionStore for DurableSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match self.ledger.mcp_session(session_id).await? {
+        match self.ledger.read().mcp_session(session_id).await? {
             Some(text) => {
                 let state = serde_json::from_str(&text)?;
                 // A session in use is not old: restoring it restarts its retention.

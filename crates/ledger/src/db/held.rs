@@ -22,7 +22,8 @@
 //! the row it names, and no statement that reads or deletes executions, and no `COMMIT`, is
 //! passed.
 
-use super::{inline, SqlValue};
+use super::postgres::inline;
+use super::SqlValue;
 use crate::error::LedgerError;
 
 /// `ON CONFLICT … DO UPDATE` inserts whose key is new in every transaction: a result's key is

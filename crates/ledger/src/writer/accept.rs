@@ -6,14 +6,24 @@ use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
 use postern_core::{hexdigits, EventKind, ExecutionId};
 use sha2::{Digest, Sha256};
 
-use super::Writer;
+use super::claims::Claim;
+use super::executions::Executions;
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
 use crate::rows;
 use serde_json::json;
 
-impl<C: WriteConn> Writer<C> {
+/// The earlier execution a request met, and by what.
+struct Met {
+    id: ExecutionId,
+    /// The operation key that names it.
+    key: Option<String>,
+    /// Found by the request's re-issue key: an attempt of the same request.
+    reissue: bool,
+}
+
+impl<C: WriteConn> Executions<'_, C> {
     /// Accept-or-match, decided inside this transaction. The intent slot (or operation key) row
     /// is the point where concurrent identical requests meet: the first inserts it, the others
     /// find it (PostgreSQL makes them wait for the first's commit) and are matched.
@@ -22,7 +32,7 @@ impl<C: WriteConn> Writer<C> {
         req: &AcceptRequest,
     ) -> Result<AcceptOutcome, LedgerError> {
         // Made ahead for a plain accept (`claims.rs`): its id and whether it got the slot.
-        let claim = self.claim.take();
+        let claim = self.tx.claim.take();
         let new_id = claim.as_ref().map_or_else(
             || ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes()),
             |c| c.id,
@@ -34,64 +44,15 @@ impl<C: WriteConn> Writer<C> {
         if req.contract.class.is_read_only() {
             return self.create(new_id, req).await.map(AcceptOutcome::Created);
         }
-        let lock = self.cfg.dialect.for_update();
-        let (prior_id, key, reissue_of_prior) = if let Some(key) = req.operation_key.clone() {
-            let inserted = self.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &key, &fingerprint, &new_id_text]).await?;
-            if inserted.is_some() {
-                self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
-                    .await?;
-                return self.create(new_id, req).await.map(AcceptOutcome::Created);
-            }
-            let row = self
-                .conn
-                .query_opt(
-                    &format!(
-                "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
-            ),
-                    params![&actor, &key],
-                )
-                .await?
-                .ok_or_else(|| LedgerError::Corrupt("operation key row vanished".into()))?;
-            (
-                rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
-                Some(key),
-                false,
-            )
-        } else {
-            // A re-issue key claims its row first (a concurrent attempt of the same request
-            // waits here for this one's commit), so every attempt after the first finds the
-            // execution the first one reached, whatever the window.
-            let reissue = match &req.reissue_key {
-                Some(rkey) => {
-                    let claimed = self.conn.query_opt("INSERT INTO reissue_keys (actor, key, execution_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, rkey, &new_id_text]).await?;
-                    if claimed.is_some() {
-                        None
-                    } else {
-                        let row = self.conn.query_opt(&format!("SELECT execution_id FROM reissue_keys WHERE actor = $1 AND key = $2{lock}"), params![&actor, rkey]).await?.ok_or_else(|| LedgerError::Corrupt("re-issue key row vanished".into()))?;
-                        Some(rows::parse_id(&rows::get_str(&row, "execution_id")?)?)
-                    }
-                }
-                None => None,
-            };
-            if let Some(prior_id) = reissue {
-                (prior_id, None, true)
-            } else {
-                let inserted = match claim {
-                    Some(c) => c.won,
-                    None => self.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![&actor, &scope, &fingerprint, &new_id_text]).await?.is_some(),
-                };
-                if inserted {
-                    return self.create(new_id, req).await.map(AcceptOutcome::Created);
-                }
-                let row = self.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![&actor, &scope, &fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
-                (
-                    rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
-                    None,
-                    false,
-                )
-            }
+        let Some(Met {
+            id: prior_id,
+            key,
+            reissue: reissue_of_prior,
+        }) = self.meet(req, claim, &fingerprint, &new_id_text).await?
+        else {
+            return self.create(new_id, req).await.map(AcceptOutcome::Created);
         };
-        let prior = self.load_summary(prior_id).await?;
+        let prior = self.tx.load_summary(prior_id).await?;
         let incoming = IncomingRequest {
             fingerprint: req.fingerprint,
             actor: &actor,
@@ -103,7 +64,7 @@ impl<C: WriteConn> Writer<C> {
         match decide(Some(&prior.prior()), &incoming, &req.contract) {
             RecoveryDecision::New { .. } => {
                 if let Some(key) = &key {
-                    self.later("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
+                    self.tx.later("UPDATE operation_keys SET fingerprint = $1, execution_id = $2 WHERE actor = $3 AND key = $4", params![&fingerprint, &new_id_text, &actor, key]).await?;
                 }
                 self.point_reissue_key(&actor, req, &new_id_text).await?;
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
@@ -125,6 +86,79 @@ impl<C: WriteConn> Writer<C> {
         }
     }
 
+    /// The earlier execution the request meets at its operation key, re-issue key or intent
+    /// slot; `None` when it is the first there, and a new execution (`new_id`) is created that
+    /// the rows already name.
+    async fn meet(
+        &mut self,
+        req: &AcceptRequest,
+        claim: Option<Claim>,
+        fingerprint: &str,
+        new_id_text: &str,
+    ) -> Result<Option<Met>, LedgerError> {
+        let (actor, scope) = (&req.record.actor, &req.record.intent_scope);
+        let lock = self.tx.cfg.dialect.for_update();
+        if let Some(key) = req.operation_key.clone() {
+            let inserted = self.tx.conn.query_opt("INSERT INTO operation_keys (actor, key, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![actor, &key, fingerprint, new_id_text]).await?;
+            if inserted.is_some() {
+                self.point_intent(actor, scope, fingerprint, new_id_text)
+                    .await?;
+                return Ok(None);
+            }
+            let row = self
+                .tx
+                .conn
+                .query_opt(
+                    &format!(
+                "SELECT execution_id FROM operation_keys WHERE actor = $1 AND key = $2{lock}"
+            ),
+                    params![actor, &key],
+                )
+                .await?
+                .ok_or_else(|| LedgerError::Corrupt("operation key row vanished".into()))?;
+            return Ok(Some(Met {
+                id: rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+                key: Some(key),
+                reissue: false,
+            }));
+        }
+        // A re-issue key claims its row first (a concurrent attempt of the same request
+        // waits here for this one's commit), so every attempt after the first finds the
+        // execution the first one reached, whatever the window.
+        let reissue = match &req.reissue_key {
+            Some(rkey) => {
+                let claimed = self.tx.conn.query_opt("INSERT INTO reissue_keys (actor, key, execution_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING execution_id", params![actor, rkey, new_id_text]).await?;
+                if claimed.is_some() {
+                    None
+                } else {
+                    let row = self.tx.conn.query_opt(&format!("SELECT execution_id FROM reissue_keys WHERE actor = $1 AND key = $2{lock}"), params![actor, rkey]).await?.ok_or_else(|| LedgerError::Corrupt("re-issue key row vanished".into()))?;
+                    Some(rows::parse_id(&rows::get_str(&row, "execution_id")?)?)
+                }
+            }
+            None => None,
+        };
+        if let Some(prior_id) = reissue {
+            return Ok(Some(Met {
+                id: prior_id,
+                key: None,
+                reissue: true,
+            }));
+        }
+        let inserted = match claim {
+            Some(c) => c.won,
+            None => self.tx.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![actor, scope, fingerprint, new_id_text]).await?.is_some(),
+        };
+        if inserted {
+            return Ok(None);
+        }
+        let row = self.tx.conn.query_opt(&format!("SELECT execution_id FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3{lock}"), params![actor, scope, fingerprint]).await?.ok_or_else(|| LedgerError::Corrupt("intent row vanished".into()))?;
+        Ok(Some(Met {
+            id: rows::parse_id(&rows::get_str(&row, "execution_id")?)?,
+            key: None,
+            reissue: false,
+        }))
+    }
+
     /// Points the request's re-issue key (if it has one and no operation key) at `id`.
     async fn point_reissue_key(
         &mut self,
@@ -133,11 +167,12 @@ impl<C: WriteConn> Writer<C> {
         id: &str,
     ) -> Result<(), LedgerError> {
         if let (None, Some(rkey)) = (&req.operation_key, &req.reissue_key) {
-            self.later(
-                "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
-                params![id, actor, rkey],
-            )
-            .await?;
+            self.tx
+                .later(
+                    "UPDATE reissue_keys SET execution_id = $1 WHERE actor = $2 AND key = $3",
+                    params![id, actor, rkey],
+                )
+                .await?;
         }
         Ok(())
     }
@@ -149,7 +184,7 @@ impl<C: WriteConn> Writer<C> {
         fingerprint: &str,
         id: &str,
     ) -> Result<(), LedgerError> {
-        self.later("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await
+        self.tx.later("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT (actor, intent_scope, fingerprint) DO UPDATE SET execution_id = excluded.execution_id", params![actor, scope, fingerprint, id]).await
     }
 
     async fn create(
@@ -198,7 +233,8 @@ impl<C: WriteConn> Writer<C> {
             detail["principal"] =
                 json!({"issuer": p.issuer, "subject": p.subject, "client_id": p.client_id});
         }
-        self.append_event(id, 1, EventKind::Accepted, req.now, detail)?;
+        self.tx
+            .append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         if req.is_withdrawn() {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
             self.advance(
@@ -213,8 +249,8 @@ impl<C: WriteConn> Writer<C> {
             }
         }
         // One row with the final projection: the `then` events cost no extra statement.
-        self.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.cfg.instance]).await?;
-        self.remember(&s);
+        self.tx.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.tx.cfg.instance]).await?;
+        self.tx.remember(&s);
         Ok(s)
     }
 }

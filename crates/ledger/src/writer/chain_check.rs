@@ -3,22 +3,29 @@
 //! stored. One row a round trip: these run when a head moved behind the writer's back, once
 //! after start-up, and when another instance's chain is taken over.
 
-use postern_audit::{event_hash, Checkpoint};
+use postern_audit::{event_hash, Checkpoint, SigningKey};
 
-use super::commit::Head;
-use super::Writer;
+use super::transaction::Head;
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::rows;
 
-impl<C: WriteConn> Writer<C> {
+/// The stored chains as the signer checks them, read over the writer's connection (inside its
+/// open transaction, if one is open).
+pub(super) struct StoredChain<'c, C> {
+    pub(super) conn: &'c mut C,
+    /// This gateway's signing key: only checkpoints and pruned ranges it signed are followed.
+    pub(super) key: Option<&'c SigningKey>,
+}
+
+impl<C: WriteConn> StoredChain<'_, C> {
     /// The store's latest checkpoint of this chain with this gateway's key (a stored one
     /// whose signature fails is reported, not used).
     pub(super) async fn latest_stored_checkpoint(
         &mut self,
         chain: &str,
     ) -> Result<Option<Checkpoint>, LedgerError> {
-        let Some(key) = self.cfg.signing_key.clone() else {
+        let Some(key) = self.key else {
             return Err(LedgerError::NoSigningKey);
         };
         let public = key.verifying_key();
@@ -169,11 +176,7 @@ impl<C: WriteConn> Writer<C> {
             return Ok(None);
         };
         let r = rows::pruned_range(&row)?;
-        let signed = self
-            .cfg
-            .signing_key
-            .as_ref()
-            .is_some_and(|k| r.is_signed_by(&k.verifying_key()));
+        let signed = self.key.is_some_and(|k| r.is_signed_by(&k.verifying_key()));
         Ok((signed && r.before_hash == prev).then_some((r.to, r.to_hash)))
     }
 

@@ -7,13 +7,11 @@ use std::time::Instant;
 
 use postern_core::{EventKind, Timestamp};
 
+use super::transaction::Head;
 use super::{not_begun, now_millis, Writer};
 use crate::db::WriteConn;
 use crate::error::{LedgerError, StorageFault};
 use crate::ops::{Done, Op};
-
-/// The chain head (sequence number, hash).
-pub(super) type Head = (u64, [u8; 32]);
 
 /// How one op of a batch went.
 enum Step {
@@ -40,29 +38,29 @@ impl<C: WriteConn> Writer<C> {
     pub async fn commit_begun(&mut self, batch: Vec<Op>) {
         let started = Instant::now();
         let requests = batch.len();
-        let head_before = match self.open_head().await {
+        let head_before = match self.tx.open_head().await {
             Ok(h) => h,
             Err(e) => {
                 let why = not_begun(e);
-                let _ = self.conn.exec("ROLLBACK", &[]).await;
+                let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
                 for op in batch {
                     op.refuse(&why);
                 }
                 return;
             }
         };
-        if let Err(e) = self.adopt_head(head_before).await {
+        if let Err(e) = self.signer().adopt_head(head_before).await {
             let why = not_begun(e);
-            let _ = self.conn.exec("ROLLBACK", &[]).await;
+            let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
             for op in batch {
                 op.refuse(&why);
             }
             return;
         }
-        self.head = head_before;
-        self.pending.clear();
-        self.lease_checked = false;
-        self.lease_row = None;
+        self.tx.head = head_before;
+        self.tx.pending.clear();
+        self.tx.lease_checked = false;
+        self.tx.lease_row = None;
         match self.write_batch(head_before, batch).await {
             Written::Kept(done) => {
                 self.commit_written(head_before, done, requests, started)
@@ -106,29 +104,29 @@ impl<C: WriteConn> Writer<C> {
     /// links and remembered summaries are undone with its writes.
     async fn write_op(&mut self, op: Op, savepoints: bool) -> Step {
         let saved = (
-            self.head,
-            self.appended_since_checkpoint,
-            self.pending.len(),
+            self.tx.head,
+            self.tx.appended_since_checkpoint,
+            self.tx.pending.len(),
         );
         if savepoints {
-            if let Err(e) = self.conn.exec("SAVEPOINT op", &[]).await {
+            if let Err(e) = self.tx.conn.exec("SAVEPOINT op", &[]).await {
                 return Step::NotRun(op, e);
             }
         }
-        self.touched.clear();
+        self.tx.touched.clear();
         let outcome = self.process(&op).await;
         let d = op.answer(outcome);
         if savepoints {
             // On failure, the failed request's writes may still be in the transaction.
-            if let Err(e) = self.end_savepoint(d.is_ok()).await {
+            if let Err(e) = self.tx.end_savepoint(d.is_ok()).await {
                 return Step::Tangled(d, e);
             }
         }
         if !d.is_ok() {
-            (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
-            self.pending.truncate(saved.2);
-            if let Some(recall) = &mut self.recall {
-                for id in self.touched.drain(..) {
+            (self.tx.head, self.tx.appended_since_checkpoint) = (saved.0, saved.1);
+            self.tx.pending.truncate(saved.2);
+            if let Some(recall) = &mut self.tx.recall {
+                for id in self.tx.touched.drain(..) {
                     recall.forget(id);
                 }
             }
@@ -136,23 +134,12 @@ impl<C: WriteConn> Writer<C> {
         Step::Done(d)
     }
 
-    /// Keeps (`ok`) or rolls back the op's savepoint, then releases it.
-    async fn end_savepoint(&mut self, ok: bool) -> Result<(), LedgerError> {
-        if !ok {
-            self.conn.exec("ROLLBACK TO SAVEPOINT op", &[]).await?;
-        }
-        self.conn
-            .exec("RELEASE SAVEPOINT op", &[])
-            .await
-            .map(|_| ())
-    }
-
     /// Nothing of the lone failed request may stay; its reply is its own error.
     async fn roll_back_lone(&mut self, head_before: Head, done: Vec<Done>) {
-        self.not_committed(false);
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        self.head = head_before;
-        self.recall = None;
+        self.own.not_committed(false);
+        let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+        self.tx.head = head_before;
+        self.tx.recall = None;
         for d in done {
             d.send(None);
         }
@@ -166,7 +153,7 @@ impl<C: WriteConn> Writer<C> {
         requests: usize,
         started: Instant,
     ) {
-        let events: Vec<EventKind> = self.pending.iter().map(|(e, _)| e.body.event).collect();
+        let events: Vec<EventKind> = self.tx.pending.iter().map(|(e, _)| e.body.event).collect();
         let failure = match self.finish_commit(head_before).await {
             Ok(commit_statement) => {
                 crate::telemetry::committed(requests, &events, started.elapsed(), commit_statement);
@@ -178,16 +165,16 @@ impl<C: WriteConn> Writer<C> {
             }
         };
         if let Some((fault, _)) = &failure {
-            self.not_committed(*fault == StorageFault::Unavailable);
-            let _ = self.conn.exec("ROLLBACK", &[]).await;
-            self.head = head_before;
-            self.pending.clear();
-            self.recall = None;
+            self.own.not_committed(*fault == StorageFault::Unavailable);
+            let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+            self.tx.head = head_before;
+            self.tx.pending.clear();
+            self.tx.recall = None;
         } else {
-            self.committed();
-            if let Some(recall) = &mut self.recall {
+            self.own.committed(self.tx.head, &self.tx.cfg.chain);
+            if let Some(recall) = &mut self.tx.recall {
                 // This connection's own commits leave `data_version` as it was.
-                recall.head = self.head;
+                recall.head = self.tx.head;
             }
         }
         for d in done {
@@ -198,16 +185,16 @@ impl<C: WriteConn> Writer<C> {
     /// Writes the batch's events, head and due checkpoint (held back too while the batch is
     /// tried without savepoints: they then go with the `COMMIT`).
     pub(super) async fn write_tail(&mut self, head_before: Head) -> Result<(), LedgerError> {
-        if self.head != head_before {
-            self.flush_events().await?;
-            self.store_head().await?;
+        if self.tx.head != head_before {
+            self.tx.flush_events().await?;
+            self.tx.store_head().await?;
             // Due by count, while the chain is trusted: a refusal to sign must never fail the
             // commit of what the batch recorded.
-            if self.cfg.checkpoint_every > 0
-                && self.appended_since_checkpoint >= self.cfg.checkpoint_every
+            if self.tx.cfg.checkpoint_every > 0
+                && self.tx.appended_since_checkpoint >= self.tx.cfg.checkpoint_every
                 && self.own.trust.refused().is_none()
             {
-                match self.checkpoint(Timestamp(now_millis())).await {
+                match self.signer().checkpoint(Timestamp(now_millis())).await {
                     Err(LedgerError::SigningRefused(_)) => {}
                     other => {
                         other?;
@@ -233,7 +220,7 @@ impl<C: WriteConn> Writer<C> {
         };
         self.write_tail(head_before).await.map_err(nothing)?;
         let commit = std::time::Instant::now();
-        match self.conn.exec("COMMIT", &[]).await {
+        match self.tx.conn.exec("COMMIT", &[]).await {
             Ok(_) => Ok(commit.elapsed()),
             Err(e) if e.fault() == Some(StorageFault::Unavailable) => Err((
                 StorageFault::Unavailable,
@@ -257,11 +244,11 @@ impl<C: WriteConn> Writer<C> {
             fault,
             format!("the batch this request was in could not be kept apart from a failed one, so nothing of it was recorded: {msg}"),
         );
-        self.not_committed(false);
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        self.head = head_before;
-        self.pending.clear();
-        self.recall = None;
+        self.own.not_committed(false);
+        let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+        self.tx.head = head_before;
+        self.tx.pending.clear();
+        self.tx.recall = None;
         for d in done {
             d.send(Some(&why));
         }

@@ -6,7 +6,7 @@
 //! - one round trip opens it: `BEGIN`, this instance's row `FOR SHARE` (the fence, still read
 //!   inside the dispatching transaction, see `fence.rs`), the chain head `FOR UPDATE`, and the
 //!   summaries the batch's appends need, `FOR UPDATE`;
-//! - every write whose answer nothing reads is held back ([`Writer::later`]) and goes with the
+//! - every write whose answer nothing reads is held back ([`Transaction::later`]) and goes with the
 //!   next statement that needs an answer (an accept's intent slot) or with the `COMMIT`; an op
 //!   sees what earlier ops of the batch did through the summaries remembered for the
 //!   transaction (`Recall`), or through a read that carries the held-back writes before it;
@@ -34,8 +34,8 @@ use std::time::Instant;
 use postern_core::ExecutionId;
 
 use super::claims::{self, Claim};
-use super::commit::Head;
 use super::fence::{lease_row, LEASE_ROW};
+use super::transaction::{Head, Transaction};
 use super::Writer;
 use crate::db::{IntoSql, OwnedRow, RowAccess, WriteConn};
 use crate::error::{LedgerError, StorageFault};
@@ -88,17 +88,17 @@ impl<C: WriteConn> Writer<C> {
         let mut opened = None;
         loop {
             let started = Instant::now();
-            let since_checkpoint = self.appended_since_checkpoint;
-            if opened.is_none() && self.conn.ensure_connected().await.is_err() {
+            let since_checkpoint = self.tx.appended_since_checkpoint;
+            if opened.is_none() && self.tx.conn.ensure_connected().await.is_err() {
                 // The savepoint way tries again and refuses the batch as it always did.
                 return Some(batch);
             }
-            self.optimistic = true;
+            self.tx.optimistic = true;
             let tried = self
                 .try_batch(&batch, opened.take(), started, waiting)
                 .await;
-            self.optimistic = false;
-            self.lease_row = None;
+            self.tx.optimistic = false;
+            self.tx.lease_row = None;
             let next = match tried {
                 Tried::Answered(outcomes, failure, next) => {
                     for (op, outcome) in batch.into_iter().zip(outcomes) {
@@ -107,7 +107,7 @@ impl<C: WriteConn> Writer<C> {
                     next
                 }
                 Tried::Again(next) => {
-                    self.appended_since_checkpoint = since_checkpoint;
+                    self.tx.appended_since_checkpoint = since_checkpoint;
                     batch.extend(next);
                     return Some(batch);
                 }
@@ -129,7 +129,7 @@ impl<C: WriteConn> Writer<C> {
     ) -> Tried {
         let opened = match opened {
             Some(opened) => Ok(opened),
-            None => self.open_optimistic(batch).await,
+            None => self.tx.open_optimistic(batch).await,
         };
         let Ok(Opened {
             // No head row yet (this chain's first commit): the savepoint way creates it.
@@ -142,13 +142,13 @@ impl<C: WriteConn> Writer<C> {
         else {
             return self.roll_back_try(Vec::new()).await;
         };
-        if self.adopt_head(head_before).await.is_err() {
+        if self.signer().adopt_head(head_before).await.is_err() {
             return self.roll_back_try(Vec::new()).await;
         }
-        self.head = head_before;
-        self.pending.clear();
-        self.lease_checked = false;
-        self.lease_row = lease;
+        self.tx.head = head_before;
+        self.tx.pending.clear();
+        self.tx.lease_checked = false;
+        self.tx.lease_row = lease;
         let mut recall = Recall::new(-1, head_before);
         for row in &summaries {
             match rows::summary(row) {
@@ -156,10 +156,10 @@ impl<C: WriteConn> Writer<C> {
                 Err(_) => return self.roll_back_try(Vec::new()).await,
             }
         }
-        self.recall = Some(recall);
+        self.tx.recall = Some(recall);
         let mut outcomes = Vec::with_capacity(batch.len());
         for (op, id) in batch.iter().zip(ahead) {
-            self.claim = id.map(|id| Claim {
+            self.tx.claim = id.map(|id| Claim {
                 id,
                 won: claimed.contains(&id),
             });
@@ -178,6 +178,157 @@ impl<C: WriteConn> Writer<C> {
             .await
     }
 
+    /// Runs one op of the try. `Err`: it failed after some of its statements reached the
+    /// server, so it cannot be undone alone.
+    async fn try_op(&mut self, op: &Op) -> Result<Outcome, Outcome> {
+        let saved = (
+            self.tx.head,
+            self.tx.appended_since_checkpoint,
+            self.tx.pending.len(),
+            self.tx.conn.deferred_len(),
+            self.tx.conn.round_trips(),
+        );
+        self.tx.touched.clear();
+        // A claim made ahead is a write that reached the server.
+        let claimed = self.tx.claim.as_ref().is_some_and(|c| c.won);
+        let outcome = self.process(op).await;
+        self.tx.claim = None;
+        if outcome.is_ok() {
+            return Ok(outcome);
+        }
+        if claimed || self.tx.conn.round_trips() != saved.4 {
+            return Err(outcome);
+        }
+        // Nothing of it reached the server: dropping what it held back and what it linked
+        // undoes it, as rolling back its savepoint would.
+        self.tx.conn.discard_deferred(saved.3);
+        (self.tx.head, self.tx.appended_since_checkpoint) = (saved.0, saved.1);
+        self.tx.pending.truncate(saved.2);
+        if let Some(recall) = &mut self.tx.recall {
+            for id in self.tx.touched.drain(..) {
+                recall.forget(id);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The closing round trip: the held-back writes, the events, the head, `COMMIT`, and the
+    /// opening of the ops `waiting` now, if any.
+    async fn commit_try(
+        &mut self,
+        head_before: Head,
+        outcomes: Vec<Outcome>,
+        requests: usize,
+        started: Instant,
+        waiting: &mut Waiting<'_>,
+    ) -> Tried {
+        if self.write_tail(head_before).await.is_err() {
+            return self.roll_back_try(Vec::new()).await;
+        }
+        let events: Vec<postern_core::EventKind> =
+            self.tx.pending.iter().map(|(e, _)| e.body.event).collect();
+        let commit = Instant::now();
+        if self.tx.conn.defer("COMMIT", &[]).is_err() {
+            return self.roll_back_try(Vec::new()).await;
+        }
+        let closing = self.tx.conn.held_statements();
+        let next = waiting();
+        let ahead = claims::ahead(&next);
+        let mark = self.tx.conn.deferred_len();
+        let opening = !next.is_empty() && self.tx.defer_opening(&next, &ahead).is_ok();
+        if !opening {
+            self.tx.conn.discard_deferred(mark);
+        }
+        let sent = self.tx.conn.send_held().await;
+        if sent.completed < closing {
+            return match sent.failed {
+                // The server refused a statement: the transaction is aborted, nothing of it
+                // stays, and the next batch's opening was skipped.
+                Some(LedgerError::Database(sqlx::Error::Database(_))) => {
+                    self.roll_back_try(next).await
+                }
+                failed => {
+                    let why = failed.map_or_else(
+                        || {
+                            let msg = "the server ended the commit's answer early";
+                            (StorageFault::Unavailable, msg.to_string())
+                        },
+                        |e| e.as_fault(),
+                    );
+                    self.commit_unknown(head_before, outcomes, why, next).await
+                }
+            };
+        }
+        crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
+        self.own.committed(self.tx.head, &self.tx.cfg.chain);
+        self.tx.recall = None;
+        let next = match (opening, sent.failed) {
+            (false, _) if next.is_empty() => Next::Nothing,
+            (true, None) => match opened(sent.rows, ahead) {
+                Ok(o) if o.head.is_some() => Next::Opened(next, Box::new(o)),
+                _ => self.unopened(next).await,
+            },
+            _ => self.unopened(next).await,
+        };
+        Tried::Answered(outcomes, None, next)
+    }
+
+    /// The next batch's opening failed after this one committed: its transaction is rolled
+    /// back, and it is tried on its own.
+    async fn unopened(&mut self, next: Vec<Op>) -> Next {
+        let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+        Next::Unopened(next)
+    }
+
+    /// The commit's answer was lost: whether the batch was recorded is unknown, and every op
+    /// is told so. The next batch was not begun.
+    async fn commit_unknown(
+        &mut self,
+        head_before: Head,
+        outcomes: Vec<Outcome>,
+        (fault, msg): (StorageFault, String),
+        next: Vec<Op>,
+    ) -> Tried {
+        crate::telemetry::commit_failed(fault);
+        self.own.not_committed(true);
+        let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+        self.forget_try(head_before);
+        let next = if next.is_empty() {
+            Next::Nothing
+        } else {
+            Next::Unopened(next)
+        };
+        Tried::Answered(
+            outcomes,
+            Some((
+                fault,
+                format!("the commit's answer was lost, so whether this request was recorded is unknown until the store is back: {msg}"),
+            )),
+            next,
+        )
+    }
+
+    /// Rolls the try back: nothing of it was recorded. `next`: ops taken for the batch after
+    /// it, whose opening never ran.
+    async fn roll_back_try(&mut self, next: Vec<Op>) -> Tried {
+        self.tx.conn.discard_deferred(0);
+        let _ = self.tx.conn.exec("ROLLBACK", &[]).await;
+        self.forget_try(self.tx.head);
+        Tried::Again(next)
+    }
+
+    fn forget_try(&mut self, head: Head) {
+        self.own.not_committed(false);
+        self.tx.head = head;
+        self.tx.pending.clear();
+        self.tx.recall = None;
+        self.tx.lease_checked = false;
+        self.tx.touched.clear();
+        self.tx.claim = None;
+    }
+}
+
+impl<C: WriteConn> Transaction<C> {
     /// The opening round trip of a batch no commit opened.
     async fn open_optimistic(&mut self, batch: &[Op]) -> Result<Opened, LedgerError> {
         self.conn.discard_deferred(0);
@@ -229,155 +380,6 @@ impl<C: WriteConn> Writer<C> {
             self.conn.defer(&sql, &params)?;
         }
         Ok(())
-    }
-
-    /// Runs one op of the try. `Err`: it failed after some of its statements reached the
-    /// server, so it cannot be undone alone.
-    async fn try_op(&mut self, op: &Op) -> Result<Outcome, Outcome> {
-        let saved = (
-            self.head,
-            self.appended_since_checkpoint,
-            self.pending.len(),
-            self.conn.deferred_len(),
-            self.conn.round_trips(),
-        );
-        self.touched.clear();
-        // A claim made ahead is a write that reached the server.
-        let claimed = self.claim.as_ref().is_some_and(|c| c.won);
-        let outcome = self.process(op).await;
-        self.claim = None;
-        if outcome.is_ok() {
-            return Ok(outcome);
-        }
-        if claimed || self.conn.round_trips() != saved.4 {
-            return Err(outcome);
-        }
-        // Nothing of it reached the server: dropping what it held back and what it linked
-        // undoes it, as rolling back its savepoint would.
-        self.conn.discard_deferred(saved.3);
-        (self.head, self.appended_since_checkpoint) = (saved.0, saved.1);
-        self.pending.truncate(saved.2);
-        if let Some(recall) = &mut self.recall {
-            for id in self.touched.drain(..) {
-                recall.forget(id);
-            }
-        }
-        Ok(outcome)
-    }
-
-    /// The closing round trip: the held-back writes, the events, the head, `COMMIT`, and the
-    /// opening of the ops `waiting` now, if any.
-    async fn commit_try(
-        &mut self,
-        head_before: Head,
-        outcomes: Vec<Outcome>,
-        requests: usize,
-        started: Instant,
-        waiting: &mut Waiting<'_>,
-    ) -> Tried {
-        if self.write_tail(head_before).await.is_err() {
-            return self.roll_back_try(Vec::new()).await;
-        }
-        let events: Vec<postern_core::EventKind> =
-            self.pending.iter().map(|(e, _)| e.body.event).collect();
-        let commit = Instant::now();
-        if self.conn.defer("COMMIT", &[]).is_err() {
-            return self.roll_back_try(Vec::new()).await;
-        }
-        let closing = self.conn.held_statements();
-        let next = waiting();
-        let ahead = claims::ahead(&next);
-        let mark = self.conn.deferred_len();
-        let opening = !next.is_empty() && self.defer_opening(&next, &ahead).is_ok();
-        if !opening {
-            self.conn.discard_deferred(mark);
-        }
-        let sent = self.conn.send_held().await;
-        if sent.completed < closing {
-            return match sent.failed {
-                // The server refused a statement: the transaction is aborted, nothing of it
-                // stays, and the next batch's opening was skipped.
-                Some(LedgerError::Database(sqlx::Error::Database(_))) => {
-                    self.roll_back_try(next).await
-                }
-                failed => {
-                    let why = failed.map_or_else(
-                        || {
-                            let msg = "the server ended the commit's answer early";
-                            (StorageFault::Unavailable, msg.to_string())
-                        },
-                        |e| e.as_fault(),
-                    );
-                    self.commit_unknown(head_before, outcomes, why, next).await
-                }
-            };
-        }
-        crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
-        self.committed();
-        self.recall = None;
-        let next = match (opening, sent.failed) {
-            (false, _) if next.is_empty() => Next::Nothing,
-            (true, None) => match opened(sent.rows, ahead) {
-                Ok(o) if o.head.is_some() => Next::Opened(next, Box::new(o)),
-                _ => self.unopened(next).await,
-            },
-            _ => self.unopened(next).await,
-        };
-        Tried::Answered(outcomes, None, next)
-    }
-
-    /// The next batch's opening failed after this one committed: its transaction is rolled
-    /// back, and it is tried on its own.
-    async fn unopened(&mut self, next: Vec<Op>) -> Next {
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        Next::Unopened(next)
-    }
-
-    /// The commit's answer was lost: whether the batch was recorded is unknown, and every op
-    /// is told so. The next batch was not begun.
-    async fn commit_unknown(
-        &mut self,
-        head_before: Head,
-        outcomes: Vec<Outcome>,
-        (fault, msg): (StorageFault, String),
-        next: Vec<Op>,
-    ) -> Tried {
-        crate::telemetry::commit_failed(fault);
-        self.not_committed(true);
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        self.forget_try(head_before);
-        let next = if next.is_empty() {
-            Next::Nothing
-        } else {
-            Next::Unopened(next)
-        };
-        Tried::Answered(
-            outcomes,
-            Some((
-                fault,
-                format!("the commit's answer was lost, so whether this request was recorded is unknown until the store is back: {msg}"),
-            )),
-            next,
-        )
-    }
-
-    /// Rolls the try back: nothing of it was recorded. `next`: ops taken for the batch after
-    /// it, whose opening never ran.
-    async fn roll_back_try(&mut self, next: Vec<Op>) -> Tried {
-        self.conn.discard_deferred(0);
-        let _ = self.conn.exec("ROLLBACK", &[]).await;
-        self.forget_try(self.head);
-        Tried::Again(next)
-    }
-
-    fn forget_try(&mut self, head: Head) {
-        self.not_committed(false);
-        self.head = head;
-        self.pending.clear();
-        self.recall = None;
-        self.lease_checked = false;
-        self.touched.clear();
-        self.claim = None;
     }
 }
 

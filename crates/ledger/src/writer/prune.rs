@@ -4,13 +4,27 @@
 //! verifies across the gap.
 
 use crate::model::Pruned;
-use postern_audit::PrunedRange;
+use postern_audit::{PrunedRange, SigningKey};
 use postern_core::{hexdigits, ExecutionId, Timestamp};
 
-use super::Writer;
+use super::transaction::Transaction;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::error::LedgerError;
+use crate::recall::Recall;
 use crate::rows;
+
+/// The writer's part that prunes: it borrows the connection, the summaries the open
+/// transaction remembers, and what it must not prune (another chain, the head).
+pub(super) struct Pruner<'t, C> {
+    conn: &'t mut C,
+    /// This instance's chain: only its events go.
+    chain: &'t str,
+    /// Signs the pruned ranges; without it events are kept (executions still go).
+    key: Option<&'t SigningKey>,
+    /// The head's seq: the event the next append links to stays.
+    head: u64,
+    recall: &'t mut Option<Recall>,
+}
 
 /// The rows that point at an execution being pruned, by their own keys.
 struct Keys {
@@ -27,7 +41,18 @@ struct Gone {
     prev_hash: [u8; 32],
 }
 
-impl<C: WriteConn> Writer<C> {
+impl<'t, C: WriteConn> Pruner<'t, C> {
+    /// The pruner of the open transaction.
+    pub(super) fn over(tx: &'t mut Transaction<C>) -> Pruner<'t, C> {
+        Pruner {
+            conn: &mut tx.conn,
+            chain: &tx.cfg.chain,
+            key: tx.cfg.signing_key.as_deref(),
+            head: tx.head.0,
+            recall: &mut tx.recall,
+        }
+    }
+
     /// Prunes the planned executions that are still as planned (`n` events, a final state):
     /// one that moved on since, or whose events reach another chain or this chain's head
     /// (which the next append links to), is left for a later round.
@@ -36,7 +61,7 @@ impl<C: WriteConn> Writer<C> {
         plan: &[(ExecutionId, u32)],
         now: Timestamp,
     ) -> Result<Pruned, LedgerError> {
-        let prune_events = self.cfg.signing_key.is_some();
+        let prune_events = self.key.is_some();
         let mut ids = Vec::new();
         let mut gone = Vec::new();
         for &(id, n) in plan {
@@ -73,7 +98,7 @@ impl<C: WriteConn> Writer<C> {
             for (sql, values) in deletes {
                 self.conn.exec(sql, values).await?;
             }
-            if let Some(recall) = &mut self.recall {
+            if let Some(recall) = self.recall.as_mut() {
                 recall.forget(*id);
             }
         }
@@ -127,7 +152,7 @@ impl<C: WriteConn> Writer<C> {
             };
             let seq = u64::try_from(rows::get_i64(&row, "seq")?)
                 .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-            if rows::get_str(&row, "chain")? != self.cfg.chain || seq >= self.head.0 {
+            if rows::get_str(&row, "chain")? != self.chain || seq >= self.head {
                 return Ok(None);
             }
             events.push(Gone {
@@ -146,7 +171,7 @@ impl<C: WriteConn> Writer<C> {
         (from, to, before_hash, to_hash): (u64, u64, [u8; 32], [u8; 32]),
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let chain = self.cfg.chain.clone();
+        let chain = self.chain.to_string();
         let (mut from, mut to, mut before_hash, mut to_hash) = (from, to, before_hash, to_hash);
         if let Some(row) = self
             .conn
@@ -170,12 +195,8 @@ impl<C: WriteConn> Writer<C> {
             to = rows::get_i64(&row, "to_seq")? as u64;
             to_hash = rows::hash_from_hex(&rows::get_str(&row, "to_hash")?)?;
         }
-        let key = self
-            .cfg
-            .signing_key
-            .clone()
-            .ok_or(LedgerError::NoSigningKey)?;
-        let range = PrunedRange::sign(&key, &chain, (from, to), before_hash, to_hash, now)?;
+        let key = self.key.ok_or(LedgerError::NoSigningKey)?;
+        let range = PrunedRange::sign(key, &chain, (from, to), before_hash, to_hash, now)?;
         let (lo, hi) = (from as i64, to as i64);
         for sql in [
             "DELETE FROM events WHERE chain = $1 AND seq >= $2 AND seq <= $3",

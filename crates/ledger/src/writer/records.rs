@@ -1,38 +1,45 @@
-//! The writer's ops that are not an execution's events: runs, notices (with tool pins),
-//! stream state, and this instance's lease (heartbeat and takeover).
+//! The writer's records that are not an execution's events: runs (and operators' decisions on
+//! them), notices (with tool pins) and stream state.
 
 use std::sync::OnceLock;
 
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde_json::Value;
 
-use super::Writer;
+use super::transaction::Transaction;
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::model::{Run, RunDecision, RunEnd, ToolPin};
 use crate::streams::StreamWrite;
 
-impl<C: WriteConn> Writer<C> {
+/// The writer's part that writes runs, notices and stream state: it borrows the open
+/// transaction.
+pub(super) struct Records<'t, C> {
+    pub(super) tx: &'t mut Transaction<C>,
+}
+
+impl<C: WriteConn> Records<'_, C> {
     /// A run seen again is marked seen; one that ended only because it idled or its gateway
     /// stopped is resumed (its start stays). Only by its own actor.
     pub(super) async fn start_run(&mut self, run: &Run) -> Result<(), LedgerError> {
-        self.later(
-            start_run_sql(),
-            params![
-                &run.id,
-                &run.actor,
-                &run.client_name,
-                &run.client_version,
-                &run.client_address,
-                &run.principal.as_ref().map(|p| p.issuer.clone()),
-                &run.principal.as_ref().map(|p| p.subject.clone()),
-                &run.principal.as_ref().and_then(|p| p.client_id.clone()),
-                &run.protocol_version,
-                &run.transport,
-                run.started_at.0
-            ],
-        )
-        .await
+        self.tx
+            .later(
+                start_run_sql(),
+                params![
+                    &run.id,
+                    &run.actor,
+                    &run.client_name,
+                    &run.client_version,
+                    &run.client_address,
+                    &run.principal.as_ref().map(|p| p.issuer.clone()),
+                    &run.principal.as_ref().map(|p| p.subject.clone()),
+                    &run.principal.as_ref().and_then(|p| p.client_id.clone()),
+                    &run.protocol_version,
+                    &run.transport,
+                    run.started_at.0
+                ],
+            )
+            .await
     }
 
     /// Whether this decision was recorded. Set once: the condition makes the first decision
@@ -49,7 +56,7 @@ impl<C: WriteConn> Writer<C> {
             RunDecision::Authorize => ("UPDATE runs SET authorized_by = $1, authorized_at = $2 WHERE id = $3 AND authorized_at IS NULL AND revoked_at IS NULL", "run_authorized"),
             RunDecision::Revoke => ("UPDATE runs SET revoked_by = $1, revoked_at = $2 WHERE id = $3 AND revoked_at IS NULL", "run_revoked"),
         };
-        let recorded = self.conn.exec(sql, params![by, at.0, id]).await? == 1;
+        let recorded = self.tx.conn.exec(sql, params![by, at.0, id]).await? == 1;
         if recorded {
             let detail = serde_json::json!({"notice": notice, "run": id, "by": by});
             self.notice(None, detail, at).await?;
@@ -57,17 +64,19 @@ impl<C: WriteConn> Writer<C> {
         Ok(recorded)
     }
 
+    /// Records the end of a run (the first end recorded stays).
     pub(super) async fn end_run(
         &mut self,
         id: &str,
         at: Timestamp,
         reason: RunEnd,
     ) -> Result<(), LedgerError> {
-        self.later(
-            "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
-            params![at.0, reason.as_str(), id],
-        )
-        .await
+        self.tx
+            .later(
+                "UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+                params![at.0, reason.as_str(), id],
+            )
+            .await
     }
 
     /// Sets the tool's pin (if any) and chains the notice, in the same transaction. Of two
@@ -79,11 +88,11 @@ impl<C: WriteConn> Writer<C> {
         at: Timestamp,
     ) -> Result<(), LedgerError> {
         if let Some(p) = pin {
-            self.later("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by WHERE upstream_tool_pins.pinned_at <= excluded.pinned_at", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
+            self.tx.later("INSERT INTO upstream_tool_pins (upstream, tool, digest, definition, pinned_at, accepted_by) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (upstream, tool) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, pinned_at = excluded.pinned_at, accepted_by = excluded.accepted_by WHERE upstream_tool_pins.pinned_at <= excluded.pinned_at", params![&p.upstream, &p.tool, &p.digest, &p.definition, p.pinned_at.0, &p.accepted_by]).await?;
         }
         // A notice has an id of its own: it is no execution's event.
         let id = ExecutionId::from_bytes(*uuid::Uuid::now_v7().as_bytes());
-        self.append_event(id, 1, EventKind::Notice, at, detail)
+        self.tx.append_event(id, 1, EventKind::Notice, at, detail)
     }
 
     /// Writes the stream records in order, stopping at the first that fails.
@@ -93,52 +102,9 @@ impl<C: WriteConn> Writer<C> {
     ) -> Result<(), LedgerError> {
         for write in writes {
             let (sql, values) = write.sql();
-            self.later(sql, &values).await?;
+            self.tx.later(sql, &values).await?;
         }
         Ok(())
-    }
-
-    /// Renews this instance's lease. A taken-over instance renews nothing: it learns it was
-    /// fenced.
-    pub(super) async fn heartbeat(&mut self, now: Timestamp) -> Result<(), LedgerError> {
-        // The lease row read at the start of the transaction no longer says what this one did.
-        self.lease_row = None;
-        match self
-            .conn
-            .exec(
-                "UPDATE instances SET heartbeat_at = $1 WHERE id = $2 AND taken_over_by IS NULL",
-                params![now.0, &self.cfg.instance],
-            )
-            .await
-        {
-            Ok(0) => Err(self.fenced().await),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether this instance took `owner` over. Claimed once: the first survivor whose update
-    /// finds the lease expired; it also signs the taken-over chain's head.
-    pub(super) async fn take_over(
-        &mut self,
-        owner: &str,
-        cutoff: Timestamp,
-        now: Timestamp,
-    ) -> Result<bool, LedgerError> {
-        let took = self
-            .conn
-            .exec(
-                "UPDATE instances SET taken_over_by = $1, taken_over_at = $2 WHERE id = $3 AND taken_over_by IS NULL AND heartbeat_at < $4",
-                params![&self.cfg.instance, now.0, owner, cutoff.0],
-            )
-            .await?
-            == 1;
-        // Its chain (PostgreSQL: named by the instance) is signed to its end: the stopped
-        // instance never will, and an unsigned tail is a break once old enough.
-        if took && owner != self.cfg.chain {
-            self.sign_taken_over(owner, now).await?;
-        }
-        Ok(took)
     }
 }
 

@@ -15,14 +15,15 @@
 use std::sync::{Arc, Mutex};
 
 use postern_audit::{Checkpoint, CheckpointLink, GENESIS_HASH};
+use postern_core::{hexdigits, Timestamp};
 
-use super::commit::Head;
+use super::transaction::{Head, Transaction};
 
 /// How many checkpoints another process may have signed between two of this writer's before
 /// following them back is given up (it then refuses, saying so).
 const MAX_FOREIGN_CHECKPOINTS: usize = 10_000;
-use super::Writer;
-use crate::db::WriteConn;
+use super::chain_check::StoredChain;
+use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 
 /// Whether the gateway may still sign its chain, shared by the writer and the ledger's
@@ -82,38 +83,19 @@ impl std::fmt::Debug for CheckpointSink {
     }
 }
 
-impl<C: WriteConn> Writer<C> {
-    /// Takes the head a transaction read from the store: when it is not the one this writer
-    /// committed, the stored chain must run on from it.
-    pub(super) async fn adopt_head(&mut self, loaded: Head) -> Result<(), LedgerError> {
-        let check = self.cfg.signing_key.is_some() && self.own.trust.refused().is_none();
-        match self.own.committed {
-            Some(committed) if committed != loaded && check => {
-                if let Err(why) = self
-                    .joins(&self.cfg.chain.clone(), committed, loaded)
-                    .await?
-                {
-                    self.own.trust.refuse(why);
-                }
-            }
-            _ => {}
-        }
-        self.own.committed = Some(loaded);
-        Ok(())
-    }
-
-    /// A transaction committed: the last checkpoint it signed of this chain is the one the
-    /// next names; each goes to the witness.
-    pub(super) fn committed(&mut self) {
-        self.own.committed = Some(self.head);
-        for c in std::mem::take(&mut self.own.signing) {
-            if let Some(sink) = &self.own.sink {
+impl OwnChain {
+    /// A transaction committed with `head`: the last checkpoint it signed of `chain` is the
+    /// one the next names; each goes to the witness.
+    pub(super) fn committed(&mut self, head: Head, chain: &str) {
+        self.committed = Some(head);
+        for c in std::mem::take(&mut self.signing) {
+            if let Some(sink) = &self.sink {
                 (sink.0)(&c);
             }
-            if c.chain == self.cfg.chain {
-                self.own.last_checkpoint = Some(c.link());
-                if self.own.sink.is_some() {
-                    self.own.witnessed = Some(c);
+            if c.chain == chain {
+                self.last_checkpoint = Some(c.link());
+                if self.sink.is_some() {
+                    self.witnessed = Some(c);
                 }
             }
         }
@@ -122,19 +104,93 @@ impl<C: WriteConn> Writer<C> {
     /// A transaction ended without a known commit: what it signed is forgotten, and when the
     /// commit's fate is unknown the next checkpoint first reads the last one back.
     pub(super) fn not_committed(&mut self, fate_unknown: bool) {
-        let signed = !std::mem::take(&mut self.own.signing).is_empty();
+        let signed = !std::mem::take(&mut self.signing).is_empty();
         if signed && fate_unknown {
-            self.own.start_checked = false;
+            self.start_checked = false;
         }
     }
 
-    /// The checkpoint of this chain the open transaction already signed, if any: a second
-    /// one names it, with no check against the store (which holds it uncommitted).
-    pub(super) fn signed_in_transaction(&self) -> Option<CheckpointLink> {
-        let own = self.own.signing.iter().rev();
-        own.filter(|c| c.chain == self.cfg.chain)
+    /// The checkpoint of `chain` the open transaction already signed, if any: a second one
+    /// names it, with no check against the store (which holds it uncommitted).
+    pub(super) fn signed_in_transaction(&self, chain: &str) -> Option<CheckpointLink> {
+        let own = self.signing.iter().rev();
+        own.filter(|c| c.chain == chain)
             .map(Checkpoint::link)
             .next()
+    }
+}
+
+/// The writer's part that signs: it borrows the open transaction and what the writer knows
+/// of its own chain, and checks the stored chain ([`StoredChain`]) before it vouches for it.
+pub(super) struct Signer<'w, C> {
+    pub(super) tx: &'w mut Transaction<C>,
+    pub(super) own: &'w mut OwnChain,
+}
+
+impl<C: WriteConn> Signer<'_, C> {
+    /// The stored chains, read over the writer's connection.
+    fn stored(&mut self) -> StoredChain<'_, C> {
+        StoredChain {
+            conn: &mut self.tx.conn,
+            key: self.tx.cfg.signing_key.as_deref(),
+        }
+    }
+
+    /// Signs a checkpoint of the head, if it holds anything not yet vouched for and
+    /// [`Signer::may_sign`] allows it.
+    pub(super) async fn checkpoint(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Option<Checkpoint>, LedgerError> {
+        let key = self
+            .tx
+            .cfg
+            .signing_key
+            .clone()
+            .ok_or(LedgerError::NoSigningKey)?;
+        // A second checkpoint in one transaction names the first (still uncommitted).
+        let in_transaction = self.own.signed_in_transaction(&self.tx.cfg.chain);
+        match (in_transaction, self.own.trust.refused()) {
+            (_, Some(why)) => return Err(LedgerError::SigningRefused(why)),
+            (None, None) => self.may_sign().await?,
+            (Some(_), None) => {}
+        }
+        let last = in_transaction.or(self.own.last_checkpoint);
+        if self.tx.head.0 == 0 || last.is_some_and(|l| l.seq == self.tx.head.0) {
+            // Nothing new to vouch for (the head is already signed).
+            return Ok(None);
+        }
+        let c = key.checkpoint(&self.tx.cfg.chain, self.tx.head, now, last)?;
+        self.store_checkpoint(&c).await?;
+        self.tx.appended_since_checkpoint = 0;
+        Ok(Some(c))
+    }
+
+    /// Writes a checkpoint this transaction signed (it counts once committed).
+    pub(super) async fn store_checkpoint(&mut self, c: &Checkpoint) -> Result<(), LedgerError> {
+        let prev = c
+            .prev
+            .map(|p| (p.seq as i64, hexdigits::encode(p.head_hash)));
+        self.tx.later("INSERT INTO checkpoints (chain, seq, head_hash, at, key_id, signature, prev_seq, prev_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING", params![&c.chain, c.seq as i64, hexdigits::encode(c.head_hash), c.at.0, &c.key_id, &c.signature, prev.as_ref().map(|p| p.0), prev.map(|p| p.1)]).await?;
+        self.own.signing.push(c.clone());
+        Ok(())
+    }
+
+    /// Takes the head a transaction read from the store: when it is not the one this writer
+    /// committed, the stored chain must run on from it.
+    pub(super) async fn adopt_head(&mut self, loaded: Head) -> Result<(), LedgerError> {
+        let check = self.tx.cfg.signing_key.is_some() && self.own.trust.refused().is_none();
+        match self.own.committed {
+            Some(committed) if committed != loaded && check => {
+                let chain = self.tx.cfg.chain.clone();
+                if let Err(why) = self.stored().joins(&chain, committed, loaded).await? {
+                    self.own.trust.refuse(why);
+                }
+            }
+            _ => {}
+        }
+        self.own.committed = Some(loaded);
+        Ok(())
     }
 
     /// Whether a checkpoint of the head may be signed now: refused once the store was seen
@@ -165,10 +221,8 @@ impl<C: WriteConn> Writer<C> {
         let start = from
             .as_ref()
             .map_or((0, GENESIS_HASH), |c| (c.seq, c.head_hash));
-        if let Err(why) = self
-            .joins(&self.cfg.chain.clone(), start, self.stored_head())
-            .await?
-        {
+        let (chain, head) = (self.tx.cfg.chain.clone(), self.tx.stored_head());
+        if let Err(why) = self.stored().joins(&chain, start, head).await? {
             return Ok(Err(why));
         }
         self.own.last_checkpoint = from.map(|c| c.link());
@@ -180,9 +234,9 @@ impl<C: WriteConn> Writer<C> {
     /// lead back to it through the checkpoints another process sharing the chain (an export,
     /// a second gateway on one SQLite file) signed since, each naming the one before.
     async fn follow_stored_checkpoints(&mut self) -> Result<Result<(), String>, LedgerError> {
-        let chain = self.cfg.chain.clone();
+        let chain = self.tx.cfg.chain.clone();
         let known = self.own.last_checkpoint;
-        let Some(latest) = self.latest_stored_checkpoint(&chain).await? else {
+        let Some(latest) = self.stored().latest_stored_checkpoint(&chain).await? else {
             return Ok(match known {
                 None => Ok(()),
                 Some(k) => Err(format!(
@@ -226,19 +280,11 @@ impl<C: WriteConn> Writer<C> {
         chain: &str,
         link: CheckpointLink,
     ) -> Result<Option<Checkpoint>, LedgerError> {
-        let Some(key) = self.cfg.signing_key.clone() else {
+        let Some(key) = self.tx.cfg.signing_key.clone() else {
             return Err(LedgerError::NoSigningKey);
         };
-        let c = self.stored_checkpoint_at(chain, link.seq).await?;
+        let c = self.stored().stored_checkpoint_at(chain, link.seq).await?;
         Ok(c.filter(|c| c.link() == link && key.verifying_key().verifies(c)))
-    }
-
-    /// The head as the store holds it in the open transaction: events this transaction
-    /// linked but has not written yet are this writer's own.
-    fn stored_head(&self) -> Head {
-        self.pending
-            .first()
-            .map_or(self.head, |(e, _)| (e.body.seq - 1, e.prev_hash))
     }
 
     /// The last checkpoint of this chain signed with this gateway's key, held to the
@@ -246,7 +292,8 @@ impl<C: WriteConn> Writer<C> {
     async fn last_signed_before(
         &mut self,
     ) -> Result<Result<Option<Checkpoint>, String>, LedgerError> {
-        let stored = match self.latest_stored_checkpoint(&self.cfg.chain.clone()).await {
+        let chain = self.tx.cfg.chain.clone();
+        let stored = match self.stored().latest_stored_checkpoint(&chain).await {
             Ok(c) => c,
             Err(LedgerError::SigningRefused(why)) => return Ok(Err(why)),
             Err(e) => return Err(e),
@@ -254,7 +301,8 @@ impl<C: WriteConn> Writer<C> {
         if let Some(w) = self.own.witnessed.clone() {
             let kept = match &stored {
                 Some(s) if s.seq >= w.seq => {
-                    self.stored_checkpoint_at(&self.cfg.chain.clone(), w.seq)
+                    self.stored()
+                        .stored_checkpoint_at(&chain, w.seq)
                         .await?
                         .map(|c| c.link())
                         == Some(w.link())
@@ -280,13 +328,13 @@ impl<C: WriteConn> Writer<C> {
         chain: &str,
         now: postern_core::Timestamp,
     ) -> Result<(), LedgerError> {
-        let Some(key) = self.cfg.signing_key.clone() else {
+        let Some(key) = self.tx.cfg.signing_key.clone() else {
             return Ok(());
         };
-        let Some(head) = self.stored_chain_head(chain).await? else {
+        let Some(head) = self.stored().stored_chain_head(chain).await? else {
             return Ok(());
         };
-        let last = match self.latest_stored_checkpoint(chain).await {
+        let last = match self.stored().latest_stored_checkpoint(chain).await {
             Ok(last) => last,
             Err(LedgerError::SigningRefused(why)) => {
                 tracing::error!("postern: the taken-over chain {chain} is left unsigned: {why}");
@@ -300,7 +348,7 @@ impl<C: WriteConn> Writer<C> {
         if head.0 == 0 || from.0 == head.0 {
             return Ok(());
         }
-        if let Err(why) = self.joins(chain, from, head).await? {
+        if let Err(why) = self.stored().joins(chain, from, head).await? {
             tracing::error!("postern: the taken-over chain {chain} is left unsigned: {why}");
             return Ok(());
         }

@@ -146,7 +146,7 @@ async fn a_request_failing_mid_batch_leaves_the_others_whole_and_nothing_of_itse
             // A refused append wrote nothing: its execution is still as it was.
             for (kind, target) in kinds.iter().zip(&targets) {
                 if let (Kind::BadAppend, Some(id)) = (kind, target) {
-                    let view = ledger.execution(*id).await.unwrap().unwrap();
+                    let view = ledger.read().execution(*id).await.unwrap().unwrap();
                     assert_eq!(view.summary.lifecycle.state, State::Accepted, "{backend:?}");
                     assert_eq!(view.events.len(), 1, "{backend:?}");
                 }
@@ -222,7 +222,7 @@ async fn values_that_look_like_sql_are_stored_as_written() {
         release(held).await;
         for (task, v) in tasks.into_iter().zip(HOSTILE) {
             let id = task.await.unwrap();
-            let view = ledger.execution(id).await.unwrap().unwrap();
+            let view = ledger.read().execution(id).await.unwrap().unwrap();
             let record = view.record.to_string();
             let customer = serde_json::to_string(v).unwrap();
             assert!(

@@ -186,7 +186,7 @@ async fn matching_follows_the_recovery_decision() {
             ),
             "{backend:?}"
         );
-        let view = ledger.execution(first.id).await.unwrap().unwrap();
+        let view = ledger.read().execution(first.id).await.unwrap().unwrap();
         assert_eq!(view.result.unwrap().body, body.body);
         assert_eq!(view.events.len(), 4);
         assert_eq!(
@@ -225,7 +225,7 @@ async fn impossible_transitions_are_refused_and_write_nothing() {
                 "{backend:?}: {err}"
             );
         }
-        let view = ledger.execution(id).await.unwrap().unwrap();
+        let view = ledger.read().execution(id).await.unwrap().unwrap();
         assert_eq!(view.events.len(), 1, "{backend:?}");
         assert_eq!(view.summary.lifecycle.state, State::Accepted);
         // A refused request in a batch does not disturb the others committed with it.
@@ -372,7 +372,7 @@ async fn recovery_scan_marks_a_stopped_instances_dispatched_executions_unknown()
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let (reopened, report) = Ledger::open(&url, options()).await.unwrap();
         assert_eq!(report.marked_unknown, vec![id], "{backend:?}");
-        let s = reopened.summary(id).await.unwrap().unwrap();
+        let s = reopened.read().summary(id).await.unwrap().unwrap();
         assert_eq!(s.lifecycle.state, State::OutcomeUnknown, "{backend:?}");
         // Nothing is retried by the ledger: the execution was dispatched once.
         assert_eq!(s.lifecycle.dispatches, 1);
@@ -414,7 +414,7 @@ async fn runs_are_recorded() {
             .end_run("run-1", now(), postern_ledger::RunEnd::Closed)
             .await
             .unwrap();
-        let runs = ledger.runs(10).await.unwrap();
+        let runs = ledger.read().runs(10).await.unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].client_name.as_deref(), Some("rmcp"));
         assert_eq!(
@@ -451,7 +451,7 @@ async fn run_decisions_are_recorded_once() {
             1,
             "{backend:?}"
         );
-        let run = ledger.run("run-a").await.unwrap().unwrap();
+        let run = ledger.read().run("run-a").await.unwrap().unwrap();
         assert!(run.authorized.is_some() && run.revoked.is_none());
         assert!(ledger
             .decide_run("run-a", Revoke, "alice", now())
@@ -473,7 +473,7 @@ async fn run_decisions_are_recorded_once() {
             .decide_run("run-x", Authorize, "bob", now())
             .await
             .unwrap());
-        let b = ledger.run("run-b").await.unwrap().unwrap();
+        let b = ledger.read().run("run-b").await.unwrap().unwrap();
         assert_eq!(b.revoked.as_ref().map(|r| r.0.as_str()), Some("alice"));
         assert!(b.authorized.is_none());
     }
@@ -510,7 +510,7 @@ async fn writes_complete_on_a_single_threaded_runtime() {
             delivered.lifecycle.state,
             State::Delivered(Verdict::Applied)
         );
-        let view = ledger.execution(id).await.unwrap().unwrap();
+        let view = ledger.read().execution(id).await.unwrap().unwrap();
         assert_eq!(view.events.len(), 5, "{backend:?}");
         assert!(verify(&ledger).await.is_valid());
     }
@@ -600,7 +600,7 @@ async fn two_results_of_one_dispatch_both_stay_verifiable() {
             .append(id, done, crate::support::now())
             .await
             .unwrap();
-        let view = ledger.execution(id).await.unwrap().unwrap();
+        let view = ledger.read().execution(id).await.unwrap().unwrap();
         assert_eq!(
             view.result.unwrap().body,
             b"{\"id\":\"inv_1\"}",

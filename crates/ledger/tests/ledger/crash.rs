@@ -45,6 +45,7 @@ async fn two_processes_accepting_the_same_request_on_one_sqlite_file_make_one_ex
     assert_eq!(ids.len(), 1, "{ids:?}");
     let (ledger, _) = Ledger::open(&url, LedgerOptions::default()).await.unwrap();
     let all = ledger
+        .read()
         .list(&ListFilter {
             limit: 100,
             ..Default::default()
@@ -111,6 +112,7 @@ async fn kill_minus_nine_at_random_points_never_loses_or_corrupts_an_execution()
         let audit = verify(&ledger).await;
         assert!(audit.is_valid(), "round {round} (seed {seed}): {audit}");
         let all = ledger
+            .read()
             .list(&ListFilter {
                 limit: 100_000,
                 ..Default::default()

@@ -94,13 +94,17 @@ async fn pruning_removes_whole_executions_and_the_chain_still_verifies() {
         assert_eq!(report.executions, 9, "{backend:?}: {report:?}");
         assert_eq!(report.events, 36, "{backend:?}: {report:?}");
         for id in &old[..9] {
-            assert!(ledger.summary(*id).await.unwrap().is_none(), "{id} pruned");
+            assert!(
+                ledger.read().summary(*id).await.unwrap().is_none(),
+                "{id} pruned"
+            );
         }
         assert!(
-            ledger.summary(old[9]).await.unwrap().is_some(),
+            ledger.read().summary(old[9]).await.unwrap().is_some(),
             "the head stays"
         );
         let kept = ledger
+            .read()
             .execution(stuck)
             .await
             .unwrap()
@@ -116,7 +120,7 @@ async fn pruning_removes_whole_executions_and_the_chain_still_verifies() {
         );
         // Two ranges: before and after the unsettled execution's events.
         assert_eq!(
-            ledger.pruned_ranges().await.unwrap().len(),
+            ledger.read().pruned_ranges().await.unwrap().len(),
             2,
             "{backend:?}"
         );
@@ -128,7 +132,11 @@ async fn pruning_removes_whole_executions_and_the_chain_still_verifies() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let second = ledger.prune(&keep(Duration::ZERO)).await.unwrap();
         assert_eq!(second.executions, 4, "{backend:?}: {second:?}");
-        assert_eq!(ledger.pruned_ranges().await.unwrap().len(), 2, "merged");
+        assert_eq!(
+            ledger.read().pruned_ranges().await.unwrap().len(),
+            2,
+            "merged"
+        );
         assert_valid(&ledger).await;
 
         // Within retention nothing goes.

@@ -32,7 +32,12 @@ fn call(run: &str, request_id: &str, attempt: &str, at: Timestamp) -> CallRecord
 }
 
 async fn end_of(ledger: &Ledger, id: &str) -> (Option<Timestamp>, Option<RunEnd>) {
-    let r = ledger.run(id).await.unwrap().expect("the run exists");
+    let r = ledger
+        .read()
+        .run(id)
+        .await
+        .unwrap()
+        .expect("the run exists");
     (r.ended_at, r.end_reason)
 }
 
@@ -69,7 +74,7 @@ async fn run_ends_are_recorded_and_resumed_only_when_not_chosen() {
                 (Some(at), Some(how)),
                 "{backend:?}"
             );
-            let stored = ledger.run(&id).await.unwrap().unwrap();
+            let stored = ledger.read().run(&id).await.unwrap().unwrap();
             assert_eq!(stored.actor, "billing", "{backend:?}");
 
             // Its own actor's next call resumes it if it idled or its gateway stopped.
@@ -77,7 +82,7 @@ async fn run_ends_are_recorded_and_resumed_only_when_not_chosen() {
             let resumed = end_of(&ledger, &id).await;
             if how.resumable() {
                 assert_eq!(resumed, (None, None), "{how:?} {backend:?}");
-                let again = ledger.run(&id).await.unwrap().unwrap();
+                let again = ledger.read().run(&id).await.unwrap().unwrap();
                 assert_eq!(again.started_at, t0, "the run keeps its start: {backend:?}");
             } else {
                 assert_eq!(resumed, (Some(at), Some(how)), "{how:?} {backend:?}");
@@ -139,7 +144,7 @@ async fn the_idle_pass_ends_only_idle_open_runs() {
         assert_eq!(end_of(&ledger, "busy").await, (None, None), "{backend:?}");
         assert_eq!(end_of(&ledger, "young").await, (None, None), "{backend:?}");
         assert_eq!(end_of(&ledger, "seen").await, (None, None), "{backend:?}");
-        let seen = ledger.run("seen").await.unwrap().unwrap();
+        let seen = ledger.read().run("seen").await.unwrap().unwrap();
         assert_eq!(seen.started_at, old, "its first start stays: {backend:?}");
         assert_eq!(
             end_of(&ledger, "closed").await.1,
@@ -179,6 +184,7 @@ async fn calls_are_listed_per_run_and_per_execution() {
         ledger.flush().await.unwrap();
 
         let of_exe: Vec<(Option<String>, Option<String>, String)> = ledger
+            .read()
             .calls_of(exe)
             .await
             .unwrap()
@@ -196,6 +202,7 @@ async fn calls_are_listed_per_run_and_per_execution() {
             "{backend:?}"
         );
         let in_a: Vec<String> = ledger
+            .read()
             .calls_in("run-a", 10)
             .await
             .unwrap()
@@ -203,8 +210,8 @@ async fn calls_are_listed_per_run_and_per_execution() {
             .map(|c| c.attempt)
             .collect();
         assert_eq!(in_a, ["new", "refused", "recovered"], "{backend:?}");
-        assert_eq!(ledger.calls_in("run-a", 2).await.unwrap().len(), 2);
-        let refused = &ledger.calls_in("run-a", 10).await.unwrap()[1];
+        assert_eq!(ledger.read().calls_in("run-a", 2).await.unwrap().len(), 2);
+        let refused = &ledger.read().calls_in("run-a", 10).await.unwrap()[1];
         assert_eq!(refused.execution_id, None);
         assert_eq!(refused.instance, "test");
     }

@@ -80,7 +80,11 @@ async fn stream_events_read_back_in_order_after_a_position() {
             .await;
         }
         // Durable once `record_stream` returned: read at once, without a flush.
-        let all = ledger.stream_events_after("stream-a", None).await.unwrap();
+        let all = ledger
+            .read()
+            .stream_events_after("stream-a", None)
+            .await
+            .unwrap();
         assert_eq!(
             all, events,
             "{backend:?}: every field round-trips, in order"
@@ -94,6 +98,7 @@ async fn stream_events_read_back_in_order_after_a_position() {
         // `after` is exclusive.
         assert_eq!(
             ledger
+                .read()
                 .stream_events_after("stream-a", Some(0))
                 .await
                 .unwrap(),
@@ -102,6 +107,7 @@ async fn stream_events_read_back_in_order_after_a_position() {
         );
         assert_eq!(
             ledger
+                .read()
                 .stream_events_after("stream-a", Some(2))
                 .await
                 .unwrap(),
@@ -110,6 +116,7 @@ async fn stream_events_read_back_in_order_after_a_position() {
         );
         assert!(
             ledger
+                .read()
                 .stream_events_after("stream-a", Some(4))
                 .await
                 .unwrap()
@@ -118,13 +125,18 @@ async fn stream_events_read_back_in_order_after_a_position() {
         );
         assert!(
             ledger
+                .read()
                 .stream_events_after("stream-a", Some(u64::MAX))
                 .await
                 .unwrap()
                 .is_empty(),
             "{backend:?}: a position beyond any"
         );
-        let b = ledger.stream_events_after("stream-b", None).await.unwrap();
+        let b = ledger
+            .read()
+            .stream_events_after("stream-b", None)
+            .await
+            .unwrap();
         assert_eq!(
             b.iter().map(|e| e.n).collect::<Vec<_>>(),
             [0, 1, 2],
@@ -133,6 +145,7 @@ async fn stream_events_read_back_in_order_after_a_position() {
         assert!(b.iter().all(|e| e.payload == "other"), "{backend:?}");
         assert!(
             ledger
+                .read()
                 .stream_events_after("stream-unknown", None)
                 .await
                 .unwrap()
@@ -160,14 +173,14 @@ async fn a_duplicate_stream_position_is_ignored() {
             .unwrap_or_else(|e| panic!("{backend:?}: a duplicate is not an error: {e}"));
         // The same position in another stream is its own row.
         record(&ledger, StreamWrite::Event(event("t", 1, "t-first", at))).await;
-        let s = ledger.stream_events_after("s", None).await.unwrap();
+        let s = ledger.read().stream_events_after("s", None).await.unwrap();
         assert_eq!(
             s,
             vec![event("s", 0, "priming", at), event("s", 1, "first", at)],
             "{backend:?}: the first write stands"
         );
         assert_eq!(
-            ledger.stream_events_after("t", None).await.unwrap(),
+            ledger.read().stream_events_after("t", None).await.unwrap(),
             vec![event("t", 1, "t-first", at)],
             "{backend:?}"
         );
@@ -179,6 +192,7 @@ async fn a_duplicate_stream_position_is_ignored() {
         dup.unwrap();
         fresh.unwrap();
         let payloads: Vec<String> = ledger
+            .read()
             .stream_events_after("s", None)
             .await
             .unwrap()
@@ -200,16 +214,16 @@ async fn stream_owners_round_trip_and_are_never_replaced() {
         record(&ledger, StreamWrite::Owner(in_session.clone())).await;
         record(&ledger, StreamWrite::Owner(sessionless.clone())).await;
         assert_eq!(
-            ledger.stream_owner("s-1").await.unwrap(),
+            ledger.read().stream_owner("s-1").await.unwrap(),
             Some(in_session.clone()),
             "{backend:?}"
         );
         assert_eq!(
-            ledger.stream_owner("s-2").await.unwrap(),
+            ledger.read().stream_owner("s-2").await.unwrap(),
             Some(sessionless.clone()),
             "{backend:?}: a stream outside any session"
         );
-        assert_eq!(ledger.stream_owner("s-3").await.unwrap(), None);
+        assert_eq!(ledger.read().stream_owner("s-3").await.unwrap(), None);
         // A second claim of a stream (another session and actor) changes nothing.
         record(
             &ledger,
@@ -222,12 +236,12 @@ async fn stream_owners_round_trip_and_are_never_replaced() {
         )
         .await;
         assert_eq!(
-            ledger.stream_owner("s-1").await.unwrap(),
+            ledger.read().stream_owner("s-1").await.unwrap(),
             Some(in_session),
             "{backend:?}: the first owner stands"
         );
         assert_eq!(
-            ledger.stream_owner("s-2").await.unwrap(),
+            ledger.read().stream_owner("s-2").await.unwrap(),
             Some(sessionless),
             "{backend:?}"
         );
@@ -240,11 +254,11 @@ async fn mcp_sessions_are_put_overwritten_and_dropped() {
         let (url, _guard) = fresh_store(backend).await;
         let ledger = open(&url).await;
         let at = now();
-        assert_eq!(ledger.mcp_session("m-1").await.unwrap(), None);
+        assert_eq!(ledger.read().mcp_session("m-1").await.unwrap(), None);
         record(&ledger, put_session("m-1", r#"{"v":1}"#, at)).await;
         record(&ledger, put_session("m-2", r#"{"other":true}"#, at)).await;
         assert_eq!(
-            ledger.mcp_session("m-1").await.unwrap().as_deref(),
+            ledger.read().mcp_session("m-1").await.unwrap().as_deref(),
             Some(r#"{"v":1}"#),
             "{backend:?}"
         );
@@ -254,18 +268,18 @@ async fn mcp_sessions_are_put_overwritten_and_dropped() {
         )
         .await;
         assert_eq!(
-            ledger.mcp_session("m-1").await.unwrap().as_deref(),
+            ledger.read().mcp_session("m-1").await.unwrap().as_deref(),
             Some(r#"{"v":2}"#),
             "{backend:?}: the later put wins"
         );
         record(&ledger, StreamWrite::DropSession("m-1".into())).await;
         assert_eq!(
-            ledger.mcp_session("m-1").await.unwrap(),
+            ledger.read().mcp_session("m-1").await.unwrap(),
             None,
             "{backend:?}"
         );
         assert_eq!(
-            ledger.mcp_session("m-2").await.unwrap().as_deref(),
+            ledger.read().mcp_session("m-2").await.unwrap().as_deref(),
             Some(r#"{"other":true}"#),
             "{backend:?}: only the dropped session goes"
         );
@@ -274,7 +288,7 @@ async fn mcp_sessions_are_put_overwritten_and_dropped() {
         record(&ledger, StreamWrite::DropSession("never".into())).await;
         record(&ledger, put_session("m-1", r#"{"v":3}"#, at)).await;
         assert_eq!(
-            ledger.mcp_session("m-1").await.unwrap().as_deref(),
+            ledger.read().mcp_session("m-1").await.unwrap().as_deref(),
             Some(r#"{"v":3}"#),
             "{backend:?}"
         );
@@ -298,7 +312,7 @@ async fn a_flush_commits_what_was_queued_before_it() {
         }
         ledger.flush().await.unwrap();
         assert_eq!(
-            ledger.stream_events_after("q", None).await.unwrap(),
+            ledger.read().stream_events_after("q", None).await.unwrap(),
             vec![event("q", 0, "queued", at)],
             "{backend:?}: durable once the flush returned"
         );
@@ -334,8 +348,8 @@ async fn pruning_takes_only_older_transport_state_and_never_the_record() {
             .append(id, NewEvent::new(EventKind::DeliveryFailed), now())
             .await
             .unwrap();
-        let before = ledger.execution(id).await.unwrap().unwrap();
-        let heads = ledger.chain_heads().await.unwrap();
+        let before = ledger.read().execution(id).await.unwrap().unwrap();
+        let heads = ledger.read().chain_heads().await.unwrap();
 
         let old = Timestamp(1_000);
         let cutoff = Timestamp(2_000);
@@ -358,21 +372,30 @@ async fn pruning_takes_only_older_transport_state_and_never_the_record() {
         let removed = ledger.prune_streams(cutoff).await.unwrap();
         assert_eq!(removed, 4, "{backend:?}");
         assert!(ledger
+            .read()
             .stream_events_after("old", None)
             .await
             .unwrap()
             .is_empty());
-        assert_eq!(ledger.stream_owner("old").await.unwrap(), None);
-        assert_eq!(ledger.mcp_session("old").await.unwrap(), None);
+        assert_eq!(ledger.read().stream_owner("old").await.unwrap(), None);
+        assert_eq!(ledger.read().mcp_session("old").await.unwrap(), None);
         for kept in ["edge", "young"] {
             assert_eq!(
-                ledger.stream_events_after(kept, None).await.unwrap().len(),
+                ledger
+                    .read()
+                    .stream_events_after(kept, None)
+                    .await
+                    .unwrap()
+                    .len(),
                 2,
                 "{backend:?}: {kept}"
             );
-            assert!(ledger.stream_owner(kept).await.unwrap().is_some(), "{kept}");
+            assert!(
+                ledger.read().stream_owner(kept).await.unwrap().is_some(),
+                "{kept}"
+            );
             assert_eq!(
-                ledger.mcp_session(kept).await.unwrap().as_deref(),
+                ledger.read().mcp_session(kept).await.unwrap().as_deref(),
                 Some(kept),
                 "{backend:?}"
             );
@@ -388,19 +411,24 @@ async fn pruning_takes_only_older_transport_state_and_never_the_record() {
         assert_eq!(ledger.prune_streams(later).await.unwrap(), 8, "{backend:?}");
         for gone in ["edge", "young"] {
             assert!(ledger
+                .read()
                 .stream_events_after(gone, None)
                 .await
                 .unwrap()
                 .is_empty());
-            assert_eq!(ledger.stream_owner(gone).await.unwrap(), None);
-            assert_eq!(ledger.mcp_session(gone).await.unwrap(), None);
+            assert_eq!(ledger.read().stream_owner(gone).await.unwrap(), None);
+            assert_eq!(ledger.read().mcp_session(gone).await.unwrap(), None);
         }
-        let after = ledger.execution(id).await.unwrap().unwrap();
+        let after = ledger.read().execution(id).await.unwrap().unwrap();
         assert_eq!(after.summary, before.summary, "{backend:?}");
         assert_eq!(after.events, before.events, "{backend:?}");
         assert_eq!(after.result, before.result, "{backend:?}");
         assert_eq!(after.events.len(), 5, "{backend:?}");
-        assert_eq!(ledger.chain_heads().await.unwrap(), heads, "{backend:?}");
+        assert_eq!(
+            ledger.read().chain_heads().await.unwrap(),
+            heads,
+            "{backend:?}"
+        );
         let report = verify(&ledger).await;
         assert!(report.is_valid(), "{backend:?}: {report}");
     }
@@ -429,32 +457,40 @@ async fn transport_state_survives_close_and_reopen() {
 
         let reopened = open(&url).await;
         assert_eq!(
-            reopened.stream_events_after("kept", None).await.unwrap(),
+            reopened
+                .read()
+                .stream_events_after("kept", None)
+                .await
+                .unwrap(),
             events,
             "{backend:?}"
         );
         assert_eq!(
-            reopened.stream_events_after("kept", Some(1)).await.unwrap(),
+            reopened
+                .read()
+                .stream_events_after("kept", Some(1))
+                .await
+                .unwrap(),
             events[2..],
             "{backend:?}"
         );
         assert_eq!(
-            reopened.stream_owner("kept").await.unwrap(),
+            reopened.read().stream_owner("kept").await.unwrap(),
             Some(sessionless),
             "{backend:?}"
         );
         assert_eq!(
-            reopened.stream_owner("other").await.unwrap(),
+            reopened.read().stream_owner("other").await.unwrap(),
             Some(in_session),
             "{backend:?}"
         );
         assert_eq!(
-            reopened.mcp_session("m-1").await.unwrap().as_deref(),
+            reopened.read().mcp_session("m-1").await.unwrap().as_deref(),
             Some(r#"{"v":2}"#),
             "{backend:?}"
         );
         assert_eq!(
-            reopened.mcp_session("m-2").await.unwrap(),
+            reopened.read().mcp_session("m-2").await.unwrap(),
             None,
             "{backend:?}"
         );
@@ -463,7 +499,11 @@ async fn transport_state_survives_close_and_reopen() {
         next.last = true;
         record(&reopened, StreamWrite::Event(next.clone())).await;
         record(&reopened, StreamWrite::Event(event("kept", 0, "dup", at))).await;
-        let all = reopened.stream_events_after("kept", None).await.unwrap();
+        let all = reopened
+            .read()
+            .stream_events_after("kept", None)
+            .await
+            .unwrap();
         assert_eq!(all.len(), 6, "{backend:?}");
         assert_eq!(all[0], events[0], "{backend:?}");
         assert_eq!(all[5], next, "{backend:?}");

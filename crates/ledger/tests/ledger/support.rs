@@ -108,11 +108,12 @@ pub fn signing_key() -> Arc<SigningKey> {
 /// Verifies the whole store offline, as `postern audit verify --store` does.
 pub async fn verify(ledger: &Ledger) -> postern_audit::Report {
     let mut v = Verifier::new(signing_key().verifying_key());
-    for r in ledger.pruned_ranges().await.unwrap() {
+    for r in ledger.read().pruned_ranges().await.unwrap() {
         v.pruned(r);
     }
     let mut bad = Vec::new();
     ledger
+        .read()
         .scan_events(|row| match row {
             Ok(e) => v.event(&e),
             Err(b) => bad.push(b),
@@ -122,7 +123,7 @@ pub async fn verify(ledger: &Ledger) -> postern_audit::Report {
     for (pos, reason) in bad {
         v.malformed(pos as u64, reason);
     }
-    for c in ledger.checkpoints().await.unwrap() {
+    for c in ledger.read().checkpoints().await.unwrap() {
         v.checkpoint(&c);
     }
     v.finish()
@@ -157,6 +158,7 @@ pub fn dispatched_request(tool: &str, actor: &str, arguments: &str) -> AcceptReq
 /// How many executions the ledger lists (up to 10,000).
 pub async fn count(ledger: &postern_ledger::Ledger) -> usize {
     ledger
+        .read()
         .list(&postern_ledger::ListFilter {
             limit: 10_000,
             ..Default::default()

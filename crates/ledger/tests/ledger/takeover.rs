@@ -80,7 +80,7 @@ async fn a_lapsed_instance_is_taken_over_once_and_dispatches_nothing_more() {
         taken_over_by(&url, a.instance()).await.as_deref(),
         Some(taker)
     );
-    let view = b.execution(id).await.unwrap().unwrap();
+    let view = b.read().execution(id).await.unwrap().unwrap();
     assert_eq!(view.summary.lifecycle.state, State::OutcomeUnknown);
     assert_eq!(
         view.summary.lifecycle.dispatches, 1,
@@ -100,7 +100,7 @@ async fn a_lapsed_instance_is_taken_over_once_and_dispatches_nothing_more() {
         Err(LedgerError::Fenced { by: Some(by), .. }) => assert_eq!(by, taker),
         other => panic!("a taken-over instance dispatched: {other:?}"),
     }
-    assert_eq!(b.list(&Default::default()).await.unwrap().len(), 1);
+    assert_eq!(b.read().list(&Default::default()).await.unwrap().len(), 1);
     // Scanning again finds nothing more to take.
     assert!(b.recover().await.unwrap().marked_unknown.is_empty());
     assert!(c.recover().await.unwrap().marked_unknown.is_empty());

@@ -192,6 +192,6 @@ impl Admission {
             state: Some(State::AwaitingApproval.as_str().to_string()),
             ..ListFilter::default()
         };
-        Ok(self.ledger.count(&filter).await?)
+        Ok(self.ledger.read().count(&filter).await?)
     }
 }

@@ -135,7 +135,7 @@ impl Approvals {
 
     /// Whether the run `run` lets execution `id` be approved: authorized and not revoked.
     pub(super) async fn run_allows(&self, id: ExecutionId, run: &str) -> Result<(), GatewayError> {
-        match self.ledger.run(run).await? {
+        match self.ledger.read().run(run).await? {
             Some(Run {
                 revoked: Some((by, at)),
                 ..
@@ -165,10 +165,10 @@ impl Approvals {
         };
         let mut expired = 0;
         // Oldest first (the list is newest first): they are the ones due.
-        for s in self.ledger.list(&filter).await?.into_iter().rev() {
+        for s in self.ledger.read().list(&filter).await?.into_iter().rev() {
             // One execution's trouble (a store fault) does not stop the others' expiry.
             let step = async {
-                let Some(view) = self.ledger.execution(s.id).await? else {
+                let Some(view) = self.ledger.read().execution(s.id).await? else {
                     return Ok::<_, GatewayError>(false);
                 };
                 if self.expire_if_due(&view).await? {
@@ -192,7 +192,7 @@ impl Approvals {
             limit: 100_000,
             ..ListFilter::default()
         };
-        for s in self.ledger.list(&approved).await?.into_iter().rev() {
+        for s in self.ledger.read().list(&approved).await?.into_iter().rev() {
             let ttl = self
                 .registry
                 .get(&s.tool)
@@ -265,6 +265,7 @@ impl Approvals {
         let unknown = || DecisionError::Unknown(id.chars().take(64).collect());
         let parsed: ExecutionId = id.parse().map_err(|_| unknown())?;
         self.ledger
+            .read()
             .execution(parsed)
             .await?
             .ok_or_else(|| unknown().into())

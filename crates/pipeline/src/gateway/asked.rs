@@ -62,7 +62,7 @@ pub(super) async fn withhold_from_other_runs(
     if report.response.is_none() || run == call.run_id {
         return Ok(());
     }
-    let Some(view) = ledger.execution(id).await? else {
+    let Some(view) = ledger.read().execution(id).await? else {
         return Ok(());
     };
     let asked = view

@@ -190,7 +190,7 @@ impl Dispatch {
 
     /// Where execution `id` went, as its first `dispatched` event records it.
     pub(super) async fn recorded_target(&self, id: ExecutionId) -> Option<Value> {
-        let view = self.ledger.execution(id).await.ok()??;
+        let view = self.ledger.read().execution(id).await.ok()??;
         view.events
             .into_iter()
             .find(|e| e.body.event == EventKind::Dispatched)

@@ -472,6 +472,7 @@ impl Gateway {
                 Err(GatewayError::Ledger(postern_ledger::LedgerError::Transition { .. })) => {
                     summary = self
                         .ledger
+                        .read()
                         .summary(id)
                         .await?
                         .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;

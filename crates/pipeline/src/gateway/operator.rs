@@ -203,7 +203,7 @@ impl Operator {
             limit: 100_000,
             ..ListFilter::default()
         };
-        for s in self.ledger.list(&authorized).await? {
+        for s in self.ledger.read().list(&authorized).await? {
             self.approvals.take_held(s.id);
             let rejected =
                 NewEvent::new(EventKind::Rejected).with_detail(json!({"reason": reason}));
@@ -230,7 +230,7 @@ impl Operator {
             ..ListFilter::default()
         };
         let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
+        for s in self.ledger.read().list(&filter).await? {
             if let Ok(p) = self.pending_decision(s.id).await {
                 out.push(p);
             }
@@ -250,14 +250,14 @@ impl Operator {
             before,
             ..ListFilter::default()
         };
-        Ok(self.ledger.count(&filter).await?)
+        Ok(self.ledger.read().count(&filter).await?)
     }
 
     /// The running gateway at a glance.
     pub async fn status(&self) -> Status {
         let at = now();
         let started = std::time::Instant::now();
-        let (store_state, health) = match self.ledger.health(at).await {
+        let (store_state, health) = match self.ledger.read().health(at).await {
             Ok(h) => ("ok".to_string(), h),
             Err(e) => (e.to_string(), Default::default()),
         };

@@ -96,6 +96,7 @@ impl Records {
     ) -> Result<CallReport, GatewayError> {
         let view = self
             .ledger
+            .read()
             .execution(id)
             .await?
             .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;
@@ -136,6 +137,7 @@ impl Records {
     ) -> Result<(ExecutionSummary, CallReport), GatewayError> {
         let summary = self
             .ledger
+            .read()
             .summary(id)
             .await?
             .filter(|s| s.actor == actor)
@@ -150,7 +152,7 @@ impl Records {
     pub async fn record_first_delivery(&self, ids: &[ExecutionId], delivered: bool) {
         let mut first = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Ok(Some(s)) = self.ledger.summary(*id).await {
+            if let Ok(Some(s)) = self.ledger.read().summary(*id).await {
                 if matches!(s.lifecycle.state, State::Completed(_)) {
                     first.push(*id);
                 }

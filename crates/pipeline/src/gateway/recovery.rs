@@ -96,7 +96,7 @@ impl Recovery {
                 // call whose run was authorized meanwhile goes on now, with this call's
                 // arguments; otherwise they are kept (after a restart they were lost) so an
                 // approval sends it at once.
-                if let Some(view) = self.ledger.execution(execution_id).await? {
+                if let Some(view) = self.ledger.read().execution(execution_id).await? {
                     if !self.approvals.expire_if_due(&view).await? {
                         // Released only when this call may send it now.
                         if self.held_back(entry, execution_id, call).await?.is_none() {
@@ -162,6 +162,7 @@ impl Recovery {
         loop {
             let s = self
                 .ledger
+                .read()
                 .summary(id)
                 .await?
                 .ok_or_else(|| GatewayError::UnknownExecution(id.to_string()))?;

@@ -42,7 +42,7 @@ impl Approvals {
                 actor: call.actor.clone(),
             });
         };
-        match self.ledger.run(run_id).await? {
+        match self.ledger.read().run(run_id).await? {
             Some(run) if run.actor != call.actor => Err(GatewayError::NoRun {
                 actor: call.actor.clone(),
             }),
@@ -117,7 +117,7 @@ impl Approvals {
         let Some(run_id) = waits.run else {
             return Ok(None);
         };
-        Ok(match self.ledger.run(&run_id).await? {
+        Ok(match self.ledger.read().run(&run_id).await? {
             Some(Run {
                 authorized: Some((by, _)),
                 revoked: None,
@@ -139,8 +139,8 @@ impl Approvals {
             ..ListFilter::default()
         };
         let mut out = Vec::new();
-        for s in self.ledger.list(&filter).await? {
-            if let Some(view) = self.ledger.execution(s.id).await? {
+        for s in self.ledger.read().list(&filter).await? {
+            if let Some(view) = self.ledger.read().execution(s.id).await? {
                 out.push(view);
             }
         }
@@ -154,7 +154,7 @@ impl Approvals {
         operator: &str,
     ) -> Result<(), GatewayError> {
         let shown = || run_id.chars().take(200).collect::<String>();
-        let Some(run) = self.ledger.run(run_id).await? else {
+        let Some(run) = self.ledger.read().run(run_id).await? else {
             return Err(DecisionError::UnknownRun(shown()).into());
         };
         if self
@@ -165,7 +165,7 @@ impl Approvals {
             self.notices.notify(Notice::Decided);
             return Ok(());
         }
-        let run = self.ledger.run(run_id).await?.unwrap_or(run);
+        let run = self.ledger.read().run(run_id).await?.unwrap_or(run);
         let (what, by, at) = match (&run.revoked, &run.authorized) {
             (Some((by, at)), _) => ("revoked", by.clone(), *at),
             (None, Some((by, at))) => ("authorized", by.clone(), *at),

@@ -317,6 +317,7 @@ impl Runs {
     pub async fn views(&self, limit: u32) -> Result<Vec<RunView>, GatewayError> {
         Ok(self
             .ledger
+            .read()
             .runs(limit)
             .await?
             .iter()
@@ -331,7 +332,7 @@ impl Runs {
         limit: u32,
     ) -> Result<serde_json::Value, GatewayError> {
         let view = self.view_of(run_id).await?;
-        let calls = self.ledger.calls_in(run_id, limit).await?;
+        let calls = self.ledger.read().calls_in(run_id, limit).await?;
         let mut out = serde_json::to_value(&view).unwrap_or_default();
         out["calls"] = calls.iter().map(call_json).collect();
         Ok(out)
@@ -340,6 +341,7 @@ impl Runs {
     pub(super) async fn view_of(&self, run_id: &str) -> Result<RunView, GatewayError> {
         let run = self
             .ledger
+            .read()
             .run(run_id)
             .await?
             .ok_or_else(|| DecisionError::UnknownRun(run_id.chars().take(200).collect()))?;

@@ -26,7 +26,7 @@ impl Gateway {
         let id: ExecutionId = raw
             .parse()
             .map_err(|_| GatewayError::UnknownExecution(raw.chars().take(64).collect()))?;
-        let view = self.ledger.execution(id).await?;
+        let view = self.ledger.read().execution(id).await?;
         let Some(view) = view.filter(|v| v.summary.actor == call.actor) else {
             // Another actor's execution is indistinguishable from a missing one.
             return Err(GatewayError::UnknownExecution(

@@ -1,6 +1,7 @@
 //! What a trace is built from, read from a store: the CLI reads a store file or database
-//! directly ([`StoreReader`]), the console the running gateway's [`Ledger`]. One reading
-//! serves both, so the page and `activity trace` always tell the same story.
+//! directly ([`StoreReader`]), the console the running gateway's [`Ledger`] (through its own
+//! reader, [`Ledger::read`]). One reading serves both, so the page and `activity trace` always
+//! tell the same story.
 
 use std::future::Future;
 
@@ -32,38 +33,39 @@ pub trait RecordSource: Sync {
 }
 
 macro_rules! record_source {
-    ($t:ty) => {
+    ($t:ty, $reader:path) => {
         impl RecordSource for $t {
             fn execution(
                 &self,
                 id: ExecutionId,
             ) -> impl Future<Output = Result<Option<ExecutionView>, LedgerError>> + Send {
-                <$t>::execution(self, id)
+                StoreReader::execution($reader(self), id)
             }
             fn calls_of(
                 &self,
                 id: ExecutionId,
             ) -> impl Future<Output = Result<Vec<CallRecord>, LedgerError>> + Send {
-                <$t>::calls_of(self, id)
+                StoreReader::calls_of($reader(self), id)
             }
             fn run(
                 &self,
                 id: &str,
             ) -> impl Future<Output = Result<Option<Run>, LedgerError>> + Send {
-                <$t>::run(self, id)
+                StoreReader::run($reader(self), id)
             }
             fn list(
                 &self,
                 filter: &ListFilter,
             ) -> impl Future<Output = Result<Vec<ExecutionSummary>, LedgerError>> + Send {
-                <$t>::list(self, filter)
+                StoreReader::list($reader(self), filter)
             }
         }
     };
 }
 
-record_source!(Ledger);
-record_source!(StoreReader);
+// The ledger's reads are its reader's (`Ledger::read`).
+record_source!(Ledger, Ledger::read);
+record_source!(StoreReader, std::convert::identity);
 
 /// One execution with everything its trace rests on, and the trace.
 pub struct Investigation {

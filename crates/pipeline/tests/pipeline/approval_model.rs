@@ -178,7 +178,14 @@ impl Run {
     async fn decide(&self, id: ExecutionId, approve: bool, who: &str) -> Result<bool, String> {
         let g = self.gateway();
         let result = if approve {
-            let fingerprint = g.ledger().summary(id).await.unwrap().unwrap().fingerprint;
+            let fingerprint = g
+                .ledger()
+                .read()
+                .summary(id)
+                .await
+                .unwrap()
+                .unwrap()
+                .fingerprint;
             g.operator()
                 .approve(&id.to_string(), who, &fingerprint.to_string(), None)
                 .await
@@ -262,7 +269,14 @@ async fn play(steps: &[Step]) -> Result<(), String> {
     run.stop().await;
     run.open().await;
     check(&run, id).await?;
-    let view = run.gateway().ledger().execution(id).await.unwrap().unwrap();
+    let view = run
+        .gateway()
+        .ledger()
+        .read()
+        .execution(id)
+        .await
+        .unwrap()
+        .unwrap();
     let approved = approved_at(&view.events).is_some();
     let reached = run.target.reached.lock().unwrap().clone();
     if approved && reached.len() != 1 {
@@ -284,8 +298,22 @@ async fn play(steps: &[Step]) -> Result<(), String> {
 /// nothing sent; the new one waits for its own approval.
 async fn succeeded_by(run: &Run, old: ExecutionId, new: ExecutionId) -> Result<(), String> {
     let ledger = run.gateway().ledger();
-    let old_state = ledger.summary(old).await.unwrap().unwrap().lifecycle.state;
-    let new_state = ledger.summary(new).await.unwrap().unwrap().lifecycle.state;
+    let old_state = ledger
+        .read()
+        .summary(old)
+        .await
+        .unwrap()
+        .unwrap()
+        .lifecycle
+        .state;
+    let new_state = ledger
+        .read()
+        .summary(new)
+        .await
+        .unwrap()
+        .unwrap()
+        .lifecycle
+        .state;
     let reached = run.target.reached.lock().unwrap().clone();
     if old_state != State::Rejected || reached.iter().any(|k| *k == old.to_string()) {
         return Err(format!(
@@ -311,7 +339,14 @@ fn approved_at(events: &[postern_audit::ChainedEvent]) -> Option<u32> {
 }
 
 async fn check(run: &Run, id: ExecutionId) -> Result<(), String> {
-    let view = run.gateway().ledger().execution(id).await.unwrap().unwrap();
+    let view = run
+        .gateway()
+        .ledger()
+        .read()
+        .execution(id)
+        .await
+        .unwrap()
+        .unwrap();
     let decisions = view
         .events
         .iter()

@@ -430,6 +430,7 @@ impl Run {
     async fn executions(&self) -> BTreeMap<ExecutionId, (State, Vec<EventKind>)> {
         let ledger = self.gateway().ledger();
         let all = ledger
+            .read()
             .list(&ListFilter {
                 limit: 1000,
                 ..Default::default()
@@ -438,7 +439,7 @@ impl Run {
             .unwrap();
         let mut out = BTreeMap::new();
         for s in all {
-            let view = ledger.execution(s.id).await.unwrap().unwrap();
+            let view = ledger.read().execution(s.id).await.unwrap().unwrap();
             let events = view.events.iter().map(|e| e.body.event).collect();
             out.insert(s.id, (view.summary.lifecycle.state, events));
         }

@@ -61,7 +61,14 @@ async fn call_seen(gateway: &Gateway, id: &str) {
 }
 
 async fn end_of(gateway: &Gateway, id: &str) -> Option<RunEnd> {
-    gateway.ledger().run(id).await.unwrap().unwrap().end_reason
+    gateway
+        .ledger()
+        .read()
+        .run(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .end_reason
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,7 +143,7 @@ impl Demo {
         {
             // Give the delivery record a moment: it is written when the answer has left.
             tokio::time::sleep(Duration::from_millis(80)).await;
-            if let Some(view) = self.ledger.execution(id).await? {
+            if let Some(view) = self.ledger.read().execution(id).await? {
                 let events: Vec<&str> = view.events.iter().map(|e| e.body.event.name()).collect();
                 line(format!("ledger   {}", events.join(" → ")));
             }

@@ -136,7 +136,7 @@ impl Fixture {
                 }
             }
             ledger.checkpoint(now()).await.unwrap();
-            let seqs = ledger.checkpoints().await.unwrap();
+            let seqs = ledger.read().checkpoints().await.unwrap();
             ledger.close().await;
             seqs.iter().map(|c| c.seq).collect()
         });

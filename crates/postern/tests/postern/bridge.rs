@@ -192,7 +192,7 @@ async fn executions(served: &Served, tool: &str) -> Vec<ExecutionSummary> {
         limit: 1000,
         ..Default::default()
     };
-    let all = ledger.list(&filter).await.unwrap();
+    let all = ledger.read().list(&filter).await.unwrap();
     all.into_iter().filter(|e| e.tool == tool).collect()
 }
 

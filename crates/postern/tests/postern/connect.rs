@@ -285,6 +285,7 @@ async fn two_hundred_calls_through_a_cutting_proxy_make_two_hundred_invoices() {
         .await
         .unwrap();
     let executions = ledger
+        .read()
         .list(&ListFilter {
             limit: 1000,
             ..Default::default()

@@ -109,10 +109,11 @@ async fn delivery_of(ledger: &Ledger, key: &str) -> (ExecutionId, bool) {
         ..Default::default()
     };
     for _ in 0..400 {
-        let found = ledger.list(&filter).await.unwrap();
+        let found = ledger.read().list(&filter).await.unwrap();
         assert!(found.len() <= 1, "{key}: one execution, found {found:?}");
         if let Some(s) = found.first() {
             let names: Vec<String> = ledger
+                .read()
                 .execution(s.id)
                 .await
                 .unwrap()

@@ -21,6 +21,7 @@ async fn setup(tag: &str) -> (postern_demo::target::InvoiceApiHandle, Dir, Serve
 async fn executions(store: &str) -> Vec<postern_ledger::ExecutionSummary> {
     let (ledger, _) = Ledger::open(store, LedgerOptions::default()).await.unwrap();
     ledger
+        .read()
         .list(&ListFilter {
             limit: 1000,
             ..Default::default()
@@ -77,7 +78,7 @@ async fn a_lost_answer_is_recovered_not_repeated() {
     let (ledger, _) = Ledger::open(&served.store(), LedgerOptions::default())
         .await
         .unwrap();
-    let view = ledger.execution(all[0].id).await.unwrap().unwrap();
+    let view = ledger.read().execution(all[0].id).await.unwrap().unwrap();
     let names: Vec<&str> = view.events.iter().map(|e| e.body.event.name()).collect();
     assert!(names.contains(&"delivery_failed"), "{names:?}");
 }
@@ -255,6 +256,7 @@ async fn a_gateway_killed_mid_call_recovers_through_the_status_query() {
         .await
         .unwrap();
     let names: Vec<&str> = ledger
+        .read()
         .execution(all[0].id)
         .await
         .unwrap()
@@ -470,7 +472,7 @@ async fn rmcp_client_lists_and_calls() {
     let (ledger, _) = Ledger::open(&served.store(), LedgerOptions::default())
         .await
         .unwrap();
-    let runs = ledger.runs(10).await.unwrap();
+    let runs = ledger.read().runs(10).await.unwrap();
     assert!(
         runs.iter()
             .any(|r| r.actor == "billing" && r.client_name.is_some()),

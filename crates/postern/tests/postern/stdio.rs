@@ -176,7 +176,7 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
     let (ledger, _) = postern_ledger::Ledger::open(&store, Default::default())
         .await
         .unwrap();
-    let runs = ledger.runs(10).await.unwrap();
+    let runs = ledger.read().runs(10).await.unwrap();
     let run = runs
         .iter()
         .find(|r| r.actor == "billing" && r.transport == "stdio")
@@ -190,7 +190,7 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
     assert!(run.ended_at.is_some());
     assert_eq!(run.client_name.as_deref(), Some("stdio-test"));
     // Every call is in the calls log with its JSON-RPC id and attempt; the refusal too.
-    let calls = ledger.calls_in(&run.id, 10).await.unwrap();
+    let calls = ledger.read().calls_in(&run.id, 10).await.unwrap();
     let seen: Vec<(&str, &str)> = calls
         .iter()
         .map(|c| (c.request_id.as_deref().unwrap_or("-"), c.attempt.as_str()))
@@ -201,6 +201,11 @@ async fn a_local_agent_over_stdio_gets_executions_and_matching() {
         "{calls:?}"
     );
     assert_eq!(calls[2].outcome, "invalid_arguments");
-    let shown = ledger.summary(id.parse().unwrap()).await.unwrap().unwrap();
+    let shown = ledger
+        .read()
+        .summary(id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(shown.actor, "billing");
 }

@@ -52,6 +52,7 @@ async fn open_ledger(served: &Served) -> Ledger {
 
 async fn all_executions(ledger: &Ledger) -> Vec<ExecutionSummary> {
     ledger
+        .read()
         .list(&ListFilter {
             limit: 1000,
             ..Default::default()
@@ -63,6 +64,7 @@ async fn all_executions(ledger: &Ledger) -> Vec<ExecutionSummary> {
 /// The names of an execution's lifecycle events, in order.
 async fn event_names(ledger: &Ledger, id: ExecutionId) -> Vec<String> {
     ledger
+        .read()
         .execution(id)
         .await
         .unwrap()
@@ -361,6 +363,7 @@ async fn only_the_owner_resumes_and_only_that_stream() {
 /// The chain (the writing instance) of an execution's last event named `name`.
 async fn chain_of(ledger: &Ledger, id: ExecutionId, name: &str) -> String {
     ledger
+        .read()
         .execution(id)
         .await
         .unwrap()
@@ -410,7 +413,11 @@ async fn a_cut_stream_is_resumed_on_another_replica_on_postgres() {
     // (the events share A's next commit, so they may land a moment after the result).
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let stored = loop {
-        let events = ledger.stream_events_after(&stream, None).await.unwrap();
+        let events = ledger
+            .read()
+            .stream_events_after(&stream, None)
+            .await
+            .unwrap();
         if events.iter().any(|e| e.last) {
             break events;
         }
@@ -423,7 +430,7 @@ async fn a_cut_stream_is_resumed_on_another_replica_on_postgres() {
     assert_eq!(stored[0].n, 0, "{stored:?}");
     let last = stored.last().unwrap();
     assert_eq!(last.execution_id, Some(id), "{stored:?}");
-    let owner = ledger.stream_owner(&stream).await.unwrap();
+    let owner = ledger.read().stream_owner(&stream).await.unwrap();
     let owner = owner.expect("the cut stream's owner is in the ledger");
     assert_eq!(owner.session_id.as_deref(), Some(on_a.id.as_str()));
     assert_eq!(owner.actor, "billing");
