@@ -3,23 +3,27 @@
 //! an upstream MCP server's tool). An upstream with `expose = "all"` adds a tool for each one
 //! it lists, made when it is first listed or called, under the upstream's default contract.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use postern_channels::http::{
-    ClientIdentity, Credential, HttpSender, HttpTool, TlsProfile, TrustedRoots,
-};
-use postern_channels::mcp::{McpTool, Upstream, UpstreamTool};
-use postern_channels::ssh::{SshLinks, SshTool};
+use postern_channels::http::{ClientIdentity, Credential, HttpSender, TrustedRoots};
+use postern_channels::mcp::{McpTool, Upstream};
+use postern_channels::ssh::SshLinks;
 use postern_channels::Channel;
 use postern_core::config::ExposeAll;
-use postern_core::contract::{ChannelSpec, HttpSpec, McpSpec, ToolContract};
-use postern_core::ActionClass;
+use postern_core::contract::{ChannelSpec, ToolContract};
 use serde_json::Value;
 
 use crate::error::GatewayError;
 use crate::pins::Pins;
 use crate::vault::VaultCredential;
+
+mod builder;
+mod exposure;
+
+use builder::{TlsProfiles, ToolBuilder};
+use exposure::ServedAll;
+pub use exposure::UpstreamExposure;
 
 pub struct ToolEntry {
     pub contract: Arc<ToolContract>,
@@ -283,103 +287,6 @@ pub struct Registry {
     served_all: Mutex<HashMap<String, Arc<ToolEntry>>>,
 }
 
-/// An upstream's tools served here: those `[[tool]]`s re-export, and with `expose = "all"`
-/// every other one it lists.
-#[derive(Clone)]
-pub struct UpstreamExposure {
-    pub upstream: Arc<Upstream>,
-    /// Its names of the tools `[[tool]]`s re-export.
-    pub explicit: Vec<String>,
-    all: Option<Arc<ServedAll>>,
-}
-
-/// `expose = "all"` for one upstream: its default contract and the names it may not take.
-struct ServedAll {
-    expose: ExposeAll,
-    /// Names `[[tool]]`s and built-ins have: an upstream tool is never served under one.
-    reserved: Arc<HashSet<String>>,
-}
-
-impl UpstreamExposure {
-    /// The upstream's names of the tools served from it, given what it lists now: the
-    /// explicitly re-exported ones (listed or not) and those `expose = "all"` serves.
-    pub fn exposed(&self, listed: &[UpstreamTool]) -> Vec<String> {
-        let mut names = self.explicit.clone();
-        names.extend(
-            listed
-                .iter()
-                .filter(|t| self.served_name(&t.name).is_ok())
-                .map(|t| t.name.clone()),
-        );
-        names
-    }
-
-    /// The name `expose = "all"` serves the upstream's tool `tool` under, or why it serves
-    /// it under none.
-    pub fn served_name(&self, tool: &str) -> Result<String, String> {
-        let Some(all) = &self.all else {
-            return Err("the upstream does not expose all its tools".into());
-        };
-        if self.explicit.iter().any(|t| t == tool) {
-            return Err("a [[tool]] re-exports it under its own contract".into());
-        }
-        let name = all.expose.served_name(tool).ok_or_else(|| {
-            format!("{:?} is not a tool name MCP clients accept (1-64 letters, digits, '_', '-' or '.')", format!("{}{tool}", all.expose.prefix))
-        })?;
-        if all.reserved.contains(&name) {
-            return Err(format!(
-                "{name:?} is taken by a [[tool]] or a built-in tool"
-            ));
-        }
-        Ok(name)
-    }
-
-    /// The prefix of the names its prompts are served under: `expose = "all"`'s prefix, else
-    /// `<upstream>_`.
-    pub fn prefix(&self) -> String {
-        match &self.all {
-            Some(all) => all.expose.prefix.clone(),
-            None => format!("{}_", self.upstream.name()),
-        }
-    }
-
-    /// The class an `expose = "all"` tool is served under, and why: an operator's `read_only`
-    /// pattern or the upstream's `default_class` (`None`: not served under `expose = "all"`).
-    pub fn served_class(&self, tool: &str) -> Option<(ActionClass, String)> {
-        let all = self.all.as_ref()?;
-        if self.explicit.iter().any(|t| t == tool) {
-            return None;
-        }
-        Some(match all.expose.read_pattern(tool) {
-            Some(p) => (
-                ActionClass::ReadOnly,
-                format!("matches read_only pattern {p:?}"),
-            ),
-            None => (
-                all.expose.template().class,
-                "the upstream's default_class".into(),
-            ),
-        })
-    }
-
-    /// The contract `expose = "all"` serves its tools under (named for none of them).
-    pub fn default_contract(&self) -> Option<&ToolContract> {
-        Some(self.all.as_ref()?.expose.template())
-    }
-
-    /// The upstream's tools not served under any name, with why.
-    pub fn not_served(&self, listed: &[UpstreamTool]) -> Vec<(String, String)> {
-        if self.all.is_none() {
-            return Vec::new();
-        }
-        listed
-            .iter()
-            .filter(|t| !self.explicit.contains(&t.name))
-            .filter_map(|t| Some((t.name.clone(), self.served_name(&t.name).err()?)))
-            .collect()
-    }
-}
-
 impl Registry {
     /// Every tool of `contracts`, with the credentials and CA files in `resolved`. One TLS
     /// profile is built per distinct (CA file, client certificate), so tools that share both
@@ -411,159 +318,6 @@ impl Registry {
             exposures: build.exposures.into_values().collect(),
             served_all: Mutex::new(HashMap::new()),
         })
-    }
-}
-
-/// What building the configured tools shares between them: the TLS profiles built so far, the
-/// pins every upstream tool checks, and each upstream's exposure (by name, so in name order).
-struct ToolBuilder<'a> {
-    resolved: &'a Resolved,
-    dialers: &'a Dialers,
-    profiles: TlsProfiles,
-    pins: Arc<Pins>,
-    exposures: BTreeMap<String, UpstreamExposure>,
-}
-
-impl<'a> ToolBuilder<'a> {
-    /// The entry of the configured tool `c`: its compiled schema, credential and channel.
-    fn tool(&mut self, c: &ToolContract) -> Result<ToolEntry, GatewayError> {
-        let validator = jsonschema::validator_for(&c.input_schema).map_err(|e| {
-            GatewayError::Internal(format!(
-                "tool {}: input_schema is not a valid JSON Schema: {e}",
-                c.name
-            ))
-        })?;
-        let resolved_credential = self.credential(c)?;
-        let (channel, upstream) = self.channel(c, resolved_credential)?;
-        Ok(ToolEntry {
-            contract: Arc::new(c.clone()),
-            validator,
-            credential: resolved_credential.and_then(|(_, r)| r.header.clone()),
-            vault_credential: resolved_credential.and_then(|(_, r)| r.vault.clone()),
-            channel,
-            upstream,
-        })
-    }
-
-    /// The credential `c` names, with its name, as the binary read it (`None`: it names none).
-    fn credential<'c>(
-        &self,
-        c: &'c ToolContract,
-    ) -> Result<Option<(&'c str, &'a ResolvedCredential)>, GatewayError> {
-        let resolved = self.resolved;
-        let Some(name) = c.channel.credential_ref() else {
-            return Ok(None);
-        };
-        let credential = resolved.credentials.get(name).ok_or_else(|| {
-            GatewayError::Internal(format!(
-                "tool {}: credential {name} was not resolved",
-                c.name
-            ))
-        })?;
-        Ok(Some((name, credential)))
-    }
-
-    /// Where `c`'s calls go, and for a re-exported upstream tool its binding.
-    fn channel(
-        &mut self,
-        c: &ToolContract,
-        credential: Option<(&str, &ResolvedCredential)>,
-    ) -> Result<(Arc<dyn Channel>, Option<UpstreamBinding>), GatewayError> {
-        Ok(match &c.channel {
-            ChannelSpec::Http(h) => (self.http_channel(c, h, credential)?, None),
-            ChannelSpec::Mcp(m) => {
-                let (channel, binding) = self.mcp_channel(c, m)?;
-                (channel, Some(binding))
-            }
-            ChannelSpec::Ssh(s) => (
-                Arc::new(SshTool::new(
-                    s,
-                    &c.arguments.defaults,
-                    self.dialers.ssh.clone(),
-                    postern_core::config::DEFAULT_MAX_RESPONSE_BYTES,
-                )),
-                None,
-            ),
-        })
-    }
-
-    /// An HTTP tool, on the TLS profile its CA file and client certificate call for.
-    fn http_channel(
-        &mut self,
-        c: &ToolContract,
-        h: &HttpSpec,
-        credential: Option<(&str, &ResolvedCredential)>,
-    ) -> Result<Arc<dyn Channel>, GatewayError> {
-        let tls = self
-            .profiles
-            .for_tool(h.ca_file.as_deref(), credential, self.resolved)
-            .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
-        let tool = HttpTool::new(
-            h,
-            &c.recovery,
-            c.class.is_read_only(),
-            tls,
-            self.dialers.http.clone(),
-            postern_core::config::DEFAULT_MAX_RESPONSE_BYTES,
-        )
-        .map_err(|e| GatewayError::Internal(format!("tool {}: {e}", c.name)))?;
-        Ok(Arc::new(tool))
-    }
-
-    /// A tool re-exported from a started upstream, recorded among that upstream's explicit
-    /// ones (so `expose = "all"` never serves it a second time).
-    fn mcp_channel(
-        &mut self,
-        c: &ToolContract,
-        m: &McpSpec,
-    ) -> Result<(Arc<dyn Channel>, UpstreamBinding), GatewayError> {
-        let dialers = self.dialers;
-        let link = dialers.upstreams.get(&m.server).ok_or_else(|| {
-            GatewayError::Internal(format!(
-                "tool {}: upstream {} is not started",
-                c.name, m.server
-            ))
-        })?;
-        self.exposure(&m.server, link).explicit.push(m.tool.clone());
-        let binding = UpstreamBinding::new(link, m, &self.pins);
-        let channel = Arc::new(McpTool::new(
-            link.clone(),
-            m,
-            c.recovery.status_tool.clone(),
-            c.class.is_read_only(),
-        ));
-        Ok((channel, binding))
-    }
-
-    /// Marks each `expose = "all"` upstream to serve every tool it lists, under names no
-    /// configured (`order`) or built-in tool has.
-    fn expose_all(&mut self, order: &[String]) -> Result<(), GatewayError> {
-        let mut reserved: HashSet<String> = order.iter().cloned().collect();
-        reserved.insert(postern_core::contract::EXECUTION_STATUS.into());
-        let reserved = Arc::new(reserved);
-        let dialers = self.dialers;
-        for (name, config) in &dialers.exposed_all {
-            let link = dialers
-                .upstreams
-                .get(name)
-                .ok_or_else(|| GatewayError::Internal(format!("upstream {name} is not started")))?;
-            self.exposure(name, link).all = Some(Arc::new(ServedAll {
-                expose: config.clone(),
-                reserved: reserved.clone(),
-            }));
-        }
-        Ok(())
-    }
-
-    /// The exposure of upstream `name` (made on its first tool).
-    fn exposure(&mut self, name: &str, link: &Arc<Upstream>) -> &mut UpstreamExposure {
-        self.exposures
-            .entry(name.to_string())
-            .or_insert_with(|| UpstreamExposure {
-                upstream: link.clone(),
-                explicit: Vec::new(),
-                all: None,
-            })
     }
 }
 
@@ -652,48 +406,6 @@ impl Registry {
             }
         }
         all
-    }
-}
-
-/// The TLS profiles built so far, by (CA file, name of the credential whose client certificate
-/// is shown).
-#[derive(Default)]
-struct TlsProfiles {
-    built: HashMap<(Option<String>, Option<String>), Arc<TlsProfile>>,
-}
-
-impl TlsProfiles {
-    /// The profile for a tool with this CA file and credential; `None` when it has neither
-    /// (the channel's shared webpki profile).
-    fn for_tool(
-        &mut self,
-        ca_file: Option<&str>,
-        credential: Option<(&str, &ResolvedCredential)>,
-        resolved: &Resolved,
-    ) -> Result<Option<Arc<TlsProfile>>, String> {
-        let identity = credential.and_then(|(name, r)| Some((name, r.client_identity.as_ref()?)));
-        if ca_file.is_none() && identity.is_none() {
-            return Ok(None);
-        }
-        let key = (
-            ca_file.map(str::to_string),
-            identity.map(|(name, _)| name.to_string()),
-        );
-        if let Some(profile) = self.built.get(&key) {
-            return Ok(Some(profile.clone()));
-        }
-        let roots = match ca_file {
-            Some(file) => resolved
-                .ca_files
-                .get(file)
-                .ok_or_else(|| format!("http.ca_file {file} was not read"))?,
-            None => &TrustedRoots::WebPki,
-        };
-        let profile = TlsProfile::new(roots, identity.map(|(_, id)| id))
-            .map(Arc::new)
-            .map_err(|e| e.to_string())?;
-        self.built.insert(key, profile.clone());
-        Ok(Some(profile))
     }
 }
 

@@ -18,7 +18,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::{pin, Pin};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,11 +29,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::activity::{Activity, Expiry, Timers};
 use super::pace::{Pace, Paced};
 use super::probation::Verdict;
 use super::seat::Seat;
@@ -47,6 +47,15 @@ pub struct Timeouts {
     pub idle: Duration,
     /// How fast a request's body must arrive.
     pub body: Pace,
+}
+
+impl From<Timeouts> for Timers {
+    fn from(t: Timeouts) -> Timers {
+        Timers {
+            header_read: t.header_read,
+            idle: t.idle,
+        }
+    }
 }
 
 /// Serves `app` on one accepted connection until the client closes it, a timer closes it, its
@@ -132,140 +141,6 @@ async fn sleep_until(deadline: Option<(Instant, Expiry)>) {
     match deadline {
         Some((at, _)) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// What a timer that ran out does to the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expiry {
-    /// Drop it: the client is mid-request (or ignored a close) and owed nothing.
-    Cut,
-    /// Close it politely: HTTP/1.1 closes at once, HTTP/2 sends `GOAWAY`.
-    Close,
-}
-
-/// What a connection does, as far as its timers care; shared by the connection's task, its
-/// requests, its byte stream and its seat.
-pub(super) struct Activity {
-    state: Mutex<State>,
-    /// Woken on every change, so the task re-reads its deadline.
-    changed: Notify,
-}
-
-struct State {
-    /// Requests whose responses are not yet written out (or dropped).
-    requests: usize,
-    /// With no request in flight: what the connection waits for, since when.
-    waiting: Waiting,
-    /// Asked to close after being idle, at this time.
-    closing_since: Option<Instant>,
-    /// To be closed once its requests are answered (an anonymous request on a kept slot).
-    close_asked: bool,
-    /// HTTP/2 sends frames (pings, window updates) between requests: for it a byte read is not
-    /// the start of a request.
-    http2: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Waiting {
-    /// A request's headers, since the accept or the request's first byte.
-    Headers(Instant),
-    /// Any request, since the last response ended.
-    Idle(Instant),
-}
-
-impl Activity {
-    pub(super) fn new(accepted_at: Instant) -> Activity {
-        Activity {
-            state: Mutex::new(State {
-                requests: 0,
-                waiting: Waiting::Headers(accepted_at),
-                closing_since: None,
-                close_asked: false,
-                http2: false,
-            }),
-            changed: Notify::new(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn update(&self, change: impl FnOnce(&mut State)) {
-        change(&mut self.lock());
-        self.changed.notify_one();
-    }
-
-    /// When the next timer runs out, and what it does then; `None` while a request is in flight.
-    fn deadline(&self, timeouts: Timeouts) -> Option<(Instant, Expiry)> {
-        let state = self.lock();
-        if state.requests > 0 {
-            return None;
-        }
-        if let Some(since) = state.closing_since {
-            return Some((since + timeouts.header_read, Expiry::Cut));
-        }
-        Some(match state.waiting {
-            Waiting::Headers(since) => (since + timeouts.header_read, Expiry::Cut),
-            Waiting::Idle(since) => (since + timeouts.idle, Expiry::Close),
-        })
-    }
-
-    /// What to do at `now`, if a timer has run out by then.
-    fn expired(&self, timeouts: Timeouts, now: Instant) -> Option<Expiry> {
-        self.deadline(timeouts)
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, expiry)| expiry)
-    }
-
-    /// Since when no request has been in flight; `None` while one is.
-    pub(super) fn idle_since(&self) -> Option<Instant> {
-        let state = self.lock();
-        (state.requests == 0).then_some(match state.waiting {
-            Waiting::Headers(since) | Waiting::Idle(since) => since,
-        })
-    }
-
-    /// Closes the connection once its requests in flight are answered.
-    pub(super) fn ask_close(&self) {
-        self.update(|s| s.close_asked = true);
-    }
-
-    pub(super) fn close_asked(&self) -> bool {
-        let state = self.lock();
-        state.close_asked || state.closing_since.is_some()
-    }
-
-    fn closing(&self, now: Instant) {
-        self.update(|s| s.closing_since = Some(now));
-    }
-
-    fn request_started(&self, version: http::Version) {
-        self.update(|s| {
-            s.requests += 1;
-            s.http2 |= version == http::Version::HTTP_2;
-        });
-    }
-
-    fn request_ended(&self) {
-        self.update(|s| {
-            s.requests = s.requests.saturating_sub(1);
-            if s.requests == 0 {
-                s.waiting = Waiting::Idle(Instant::now());
-            }
-        });
-    }
-
-    /// Bytes arrived: on an idle HTTP/1.1 connection, a request has begun and its headers are
-    /// now on the clock.
-    fn bytes_read(&self) {
-        let mut state = self.lock();
-        if state.requests == 0 && !state.http2 && matches!(state.waiting, Waiting::Idle(_)) {
-            state.waiting = Waiting::Headers(Instant::now());
-            drop(state);
-            self.changed.notify_one();
-        }
     }
 }
 

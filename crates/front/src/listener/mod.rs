@@ -25,6 +25,7 @@
 //! which the front claims for the request's actor (`max_connections_per_actor`), and its body
 //! must arrive at a minimum rate ([`pace`]).
 
+mod activity;
 mod addresses;
 mod connection;
 pub mod pace;
@@ -337,7 +338,7 @@ impl Gate {
             return None;
         };
         let slots = Slots {
-            _address: address,
+            _address: Box::new(address),
             _gateway: gateway,
             kept,
         };

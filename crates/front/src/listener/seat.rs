@@ -16,8 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::addresses::AddressSlot;
-use super::connection::Activity;
+use super::activity::Activity;
 use super::probation::{Verdict, Vouch};
 use super::Peer;
 
@@ -25,7 +24,9 @@ use super::Peer;
 /// it: its source address's slot and one of the gateway's.
 /// The two slots are held, never read: dropping them gives them back.
 pub struct Slots {
-    pub(super) _address: AddressSlot,
+    /// Its source address's slot (`addresses::AddressSlot`), held only for its drop: a seat
+    /// does not know the address table, which knows its seats.
+    pub(super) _address: Box<dyn Send + Sync>,
     pub(super) _gateway: OwnedSemaphorePermit,
     /// The gateway slot is one of those kept for agents: the connection is on probation until
     /// a request on it authenticates ([`super::probation`]).
@@ -35,12 +36,12 @@ pub struct Slots {
 impl Slots {
     /// `address` with a gateway slot of a semaphore of its own (the listener's unit tests).
     #[cfg(test)]
-    pub(super) fn alone(address: AddressSlot, kept: bool) -> Slots {
+    pub(super) fn alone(address: impl Send + Sync + 'static, kept: bool) -> Slots {
         let gateway = Arc::new(tokio::sync::Semaphore::new(1))
             .try_acquire_owned()
             .expect("a free permit");
         Slots {
-            _address: address,
+            _address: Box::new(address),
             _gateway: gateway,
             kept,
         }

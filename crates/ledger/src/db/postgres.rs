@@ -197,61 +197,6 @@ impl WriteConn for PgWriteConn {
     }
 }
 
-/// A statement with its `$N` placeholders replaced by literals, for a simple query (which
-/// takes no parameters). The statement text is the ledger's own; only the values come from
-/// elsewhere, and each becomes a literal that cannot end early: an escape string (`E'…'`,
-/// read the same whatever `standard_conforming_strings` says) with its quotes and backslashes
-/// doubled, an integer, or `decode('<hex>', 'hex')`.
-pub(super) fn inline(sql: &str, params: &[SqlValue]) -> Result<String, LedgerError> {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(sql.len() + 16 * params.len());
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let digits = rest[at + 1..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len() - at - 1);
-        let n: usize = rest[at + 1..at + 1 + digits]
-            .parse()
-            .map_err(|_| LedgerError::Corrupt(format!("a bare $ in a statement: {sql}")))?;
-        let value = n
-            .checked_sub(1)
-            .and_then(|i| params.get(i))
-            .ok_or_else(|| LedgerError::Corrupt(format!("no value for ${n} in {sql}")))?;
-        match value {
-            SqlValue::Null => out.push_str("NULL"),
-            SqlValue::NullInt => out.push_str("NULL::bigint"),
-            // In parentheses: `- -1` would begin a comment.
-            SqlValue::Int(i) => drop(write!(out, "({i})")),
-            SqlValue::Text(t) => {
-                if t.contains('\0') {
-                    // PostgreSQL's text cannot hold it either; a parameter would fail too.
-                    return Err(LedgerError::Corrupt(
-                        "a text value holds a NUL character".into(),
-                    ));
-                }
-                out.push_str("E'");
-                for c in t.chars() {
-                    match c {
-                        '\'' => out.push_str("''"),
-                        '\\' => out.push_str("\\\\"),
-                        c => out.push(c),
-                    }
-                }
-                out.push('\'');
-            }
-            SqlValue::Blob(b) => {
-                out.push_str("decode('");
-                out.push_str(&postern_core::hexdigits::encode(b));
-                out.push_str("', 'hex')");
-            }
-        }
-        rest = &rest[at + 1 + digits..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 /// Statements on a plain sqlx connection (what [`PgWriteConn`] holds).
 trait AnyConnectionExt {
     async fn exec_any(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, LedgerError>;
@@ -261,7 +206,7 @@ trait AnyConnectionExt {
         params: &[SqlValue],
     ) -> Result<Option<OwnedRow>, LedgerError>;
     /// Runs several statements as one simple query (one round trip, no parameters: the values
-    /// are inline, see [`inline`]).
+    /// are inline, see `held::inline`).
     async fn simple_exec(&mut self, text: &str) -> Result<(), LedgerError>;
     /// The same, with the rows all of them returned.
     async fn simple_rows(&mut self, text: &str) -> Result<Vec<OwnedRow>, LedgerError>;
@@ -341,7 +286,7 @@ fn owned(row: &AnyRow) -> Result<OwnedRow, LedgerError> {
 
 #[cfg(test)]
 mod tests {
-    use super::inline;
+    use super::super::held::inline;
     use crate::db::{test_postgres, SqlValue};
     use sqlx::Row;
 

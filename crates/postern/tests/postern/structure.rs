@@ -417,7 +417,13 @@ fn no_module_directory_has_an_import_cycle_between_its_children() {
             let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for file in &files {
                 let from = child(file);
+                // Its code: a test module may reach anywhere.
                 let text = std::fs::read_to_string(file).unwrap();
+                let text: String = text
+                    .lines()
+                    .take(sizes::code_lines(&text))
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 // `super::` from a file directly in the directory is the parent module.
                 let direct = file.parent() == Some(dir.as_path());
                 let prefixes = [absolute.as_str(), "super::"];

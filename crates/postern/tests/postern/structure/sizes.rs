@@ -22,7 +22,7 @@ fn crate_sources() -> Vec<PathBuf> {
 }
 
 /// The lines of `text` before its tests (`#[cfg(test)]` at the start of a line).
-fn code_lines(text: &str) -> usize {
+pub(super) fn code_lines(text: &str) -> usize {
     text.lines()
         .take_while(|l| !l.starts_with("#[cfg(test)]"))
         .count()
