@@ -32,11 +32,16 @@
 //! Every error says which storage fault it is
 //! ([`StorageFault`]): busy and unavailable are worth waiting for, full and read-only are not.
 //!
+//! Architecture invariant: a budget on effects (issue 53) is counted in the transaction that
+//! accepts the execution, under its scope's lock (`writer/budgets.rs`): an execution counts from
+//! its first dispatch, once, and no longer if it ends `failed`. *Checked by* `budgets::*`.
+//!
 //! A reader that cannot write is a type: [`Ledger::read`] gives the ledger's [`StoreReader`]
 //! (the one `audit verify --store` opens alone), which has no write path. [`Ledger`] keeps the
 //! writes and its lifecycle (liveness, leases and retention in modules of their own); the
 //! writer is in parts, a type for each role (`writer.rs`).
 
+mod budget;
 mod combiner;
 mod connect;
 mod db;
@@ -66,6 +71,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 use tokio::sync::oneshot;
 
+pub use budget::{amount_of, amount_text, BudgetCharge, BudgetUsage, AMOUNT_SCALE};
 pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{

@@ -37,6 +37,12 @@ pub struct AcceptRequest {
     /// the writer: a new execution is then recorded `cancelled` instead of taking `then`, so
     /// nothing is dispatched for a caller that is gone.
     pub withdrawn: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The budgets a new execution is counted against (issue 53), checked in the accept's
+    /// transaction when `then` dispatches it.
+    pub budgets: Vec<crate::BudgetCharge>,
+    /// What a new execution gets instead of `then` when one of `budgets` would pass its limit
+    /// (an approval request, or a refusal); its first event's detail gains the budget's use.
+    pub over_budget: Vec<NewEvent>,
     /// The record's canonical bytes, computed once for the fingerprint and kept for the row.
     pub(crate) record_bytes: Vec<u8>,
 }
@@ -64,6 +70,8 @@ impl AcceptRequest {
             then: Vec::new(),
             now,
             withdrawn: None,
+            budgets: Vec::new(),
+            over_budget: Vec::new(),
         })
     }
 

@@ -15,6 +15,7 @@ use crate::model::{ExecutionSummary, ExecutionView, ListFilter, StoreHealth, Too
 use crate::rows;
 use crate::schema;
 
+mod budgets;
 mod chains;
 mod runs;
 mod scan;

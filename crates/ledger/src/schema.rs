@@ -104,6 +104,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0014_run_principal.sql"),
         postgres: include_str!("../migrations/postgres/0014_run_principal.sql"),
     },
+    Migration {
+        version: 15,
+        name: "budgets",
+        sqlite: include_str!("../migrations/sqlite/0015_budgets.sql"),
+        postgres: include_str!("../migrations/postgres/0015_budgets.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

@@ -25,6 +25,7 @@ use crate::error::{LedgerError, StorageFault};
 use crate::ops::{Deferral, Op, Outcome};
 
 mod accept;
+mod budgets;
 mod chain_check;
 mod claims;
 mod commit;

@@ -6,8 +6,12 @@ use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
 use postern_core::{hexdigits, EventKind, ExecutionId};
 use sha2::{Digest, Sha256};
 
+use std::borrow::Cow;
+
+use super::budgets::Budgets;
 use super::claims::Claim;
 use super::executions::Executions;
+use crate::budget::BudgetUsage;
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
@@ -244,7 +248,7 @@ impl<C: WriteConn> Executions<'_, C> {
             )
             .await?;
         } else {
-            for ev in &req.then {
+            for ev in self.first_events(id, req).await?.iter() {
                 self.advance(&mut s, ev, req.now).await?;
             }
         }
@@ -253,4 +257,42 @@ impl<C: WriteConn> Executions<'_, C> {
         self.tx.remember(&s);
         Ok(s)
     }
+
+    /// The events a new execution takes after `accepted`: `then`, unless a budget it is
+    /// counted against would pass its limit, when it takes `over_budget` (naming the budget
+    /// and its use) and nothing is dispatched.
+    async fn first_events<'r>(
+        &mut self,
+        id: ExecutionId,
+        req: &'r AcceptRequest,
+    ) -> Result<Cow<'r, [NewEvent]>, LedgerError> {
+        if req.budgets.is_empty() {
+            return Ok(Cow::Borrowed(&req.then));
+        }
+        let has = |kind: EventKind| req.then.iter().any(|e| e.kind == kind);
+        let mut budgets = Budgets { tx: &mut *self.tx };
+        if has(EventKind::Dispatched) {
+            if let Some(usage) = budgets.charge(id, &req.budgets, req.now).await? {
+                return Ok(Cow::Owned(over_budget(&req.over_budget, &usage)));
+            }
+        } else if has(EventKind::ApprovalRequested) {
+            budgets.record(id, &req.budgets, None).await?;
+        }
+        Ok(Cow::Borrowed(&req.then))
+    }
+}
+
+/// `events` (a refusal when none was given) with the budget reached and its use in the first
+/// one's detail.
+fn over_budget(events: &[NewEvent], usage: &BudgetUsage) -> Vec<NewEvent> {
+    let mut events = events.to_vec();
+    if events.is_empty() {
+        events.push(NewEvent::new(EventKind::Rejected).with_detail(json!({
+            "reason": format!("budget {} is used up: nothing was sent", usage.budget),
+        })));
+    }
+    if let Some(detail) = events[0].detail.as_object_mut() {
+        detail.insert("budget".into(), usage.to_json());
+    }
+    events
 }

@@ -8,6 +8,7 @@ use postern_core::{hexdigits, EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::budgets::Budgets;
 use super::transaction::Transaction;
 use crate::db::{params, RowAccess, WriteConn};
 use crate::error::LedgerError;
@@ -38,7 +39,15 @@ impl<C: WriteConn> Executions<'_, C> {
         ev: &NewEvent,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
+        let first_dispatch = ev.kind == EventKind::Dispatched && s.first_dispatched_at.is_none();
         self.advance(s, ev, now).await?;
+        // A budget counts an execution that waited for a person once it is sent, and no
+        // longer one that failed (nothing was sent).
+        if first_dispatch {
+            Budgets { tx: &mut *self.tx }.dispatched(s.id, now).await?;
+        } else if ev.kind == EventKind::Failed {
+            Budgets { tx: &mut *self.tx }.nothing_sent(s.id).await?;
+        }
         self.tx.later("UPDATE executions SET state = $1, n = $2, dispatches = $3, cancel_requested = $4, state_since = $5, first_dispatched_at = $6, rejection_retryable = $7, owner = $8 WHERE id = $9", params![s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), now.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.tx.cfg.instance, s.id.to_string()]).await?;
         self.tx.remember(s);
         Ok(())

@@ -6,6 +6,7 @@
 #![allow(clippy::too_many_lines)]
 
 mod batches;
+mod budgets;
 mod conformance;
 mod crash;
 mod faults;

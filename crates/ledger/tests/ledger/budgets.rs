@@ -1,0 +1,247 @@
+//! Budgets on effects (issue 53) as the ledger counts them, on SQLite and on the real
+//! PostgreSQL: a limit lets exactly its number of executions be dispatched however many arrive
+//! at once (two replicas included), a sum never overshoots, a matched retry is not counted
+//! again, a `failed` execution is uncounted and one that waited is counted once it is sent.
+
+use std::sync::Arc;
+
+use postern_core::lifecycle::State;
+use postern_core::EventKind;
+use postern_ledger::{AcceptOutcome, AcceptRequest, BudgetCharge, Ledger, NewEvent, AMOUNT_SCALE};
+use serde_json::json;
+
+use crate::support::{fresh_store, now, open, request, verify, Backend, BACKENDS};
+
+const HOUR_MS: i64 = 3_600_000;
+
+fn charge(max_calls: Option<u64>, max_sum: Option<i64>, amount: i64) -> BudgetCharge {
+    BudgetCharge {
+        budget: "invoices".into(),
+        scope: "actor=billing".into(),
+        amount,
+        window_ms: HOUR_MS,
+        max_calls,
+        max_sum,
+    }
+}
+
+/// A new invoice (`n` makes each distinct) that dispatches at once, or waits for a person
+/// once `budget` is used up.
+fn budgeted(n: usize, budget: BudgetCharge, amount: &str) -> AcceptRequest {
+    let args = format!(r#"{{"customer":"c{n}","amount":{amount}}}"#);
+    let mut req = request("create_invoice", "billing", &args).then(vec![
+        NewEvent::new(EventKind::Authorized),
+        NewEvent::new(EventKind::Dispatched).with_detail(json!({"url": "http://127.0.0.1:9"})),
+    ]);
+    req.budgets = vec![budget];
+    req.over_budget = vec![NewEvent::new(EventKind::ApprovalRequested)
+        .with_detail(json!({"expires_at_ms": now().0 + HOUR_MS}))];
+    req
+}
+
+/// How many of `outcomes` were dispatched, and how many wait for a person.
+fn tally(outcomes: &[AcceptOutcome]) -> (usize, usize) {
+    let state = |o: &AcceptOutcome| o.execution().lifecycle.state;
+    let dispatched = outcomes
+        .iter()
+        .filter(|o| state(o) == State::Dispatched)
+        .count();
+    let waiting = outcomes
+        .iter()
+        .filter(|o| state(o) == State::AwaitingApproval)
+        .count();
+    (dispatched, waiting)
+}
+
+async fn accept_all(ledgers: &[Arc<Ledger>], requests: Vec<AcceptRequest>) -> Vec<AcceptOutcome> {
+    let tasks: Vec<_> = requests
+        .into_iter()
+        .enumerate()
+        .map(|(i, req)| {
+            let l = ledgers[i % ledgers.len()].clone();
+            tokio::spawn(async move { l.accept(req).await.unwrap() })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_limit_lets_exactly_its_number_through_however_many_arrive_at_once() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = Arc::new(open(&url).await);
+        let requests = (0..64)
+            .map(|n| budgeted(n, charge(Some(20), None, 0), "1"))
+            .collect();
+        let outcomes = accept_all(std::slice::from_ref(&ledger), requests).await;
+        assert_eq!(tally(&outcomes), (20, 44), "{backend:?}");
+        // The waiting ones say which budget they wait for, and its use.
+        let waiting = outcomes
+            .iter()
+            .find(|o| o.execution().lifecycle.state == State::AwaitingApproval)
+            .unwrap();
+        let view = ledger
+            .read()
+            .execution(waiting.execution().id)
+            .await
+            .unwrap()
+            .unwrap();
+        let asked = view
+            .events
+            .iter()
+            .find(|e| e.body.event == EventKind::ApprovalRequested)
+            .unwrap();
+        assert_eq!(asked.body.detail["budget"]["name"], "invoices");
+        assert_eq!(asked.body.detail["budget"]["calls"], 20);
+        assert_eq!(asked.body.detail["budget"]["max_calls"], 20);
+        let used = ledger
+            .read()
+            .budget_use("invoices", HOUR_MS, now())
+            .await
+            .unwrap();
+        assert_eq!(used.len(), 1, "{backend:?}");
+        assert_eq!(used[0].calls, 20, "{backend:?}");
+        assert!(verify(&ledger).await.is_valid());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_postgres_count_one_budget_exactly() {
+    let (url, _guard) = fresh_store(Backend::Postgres).await;
+    let replicas = [Arc::new(open(&url).await), Arc::new(open(&url).await)];
+    let requests = (0..64)
+        .map(|n| budgeted(n, charge(Some(20), None, 0), "1"))
+        .collect();
+    let outcomes = accept_all(&replicas, requests).await;
+    assert_eq!(tally(&outcomes), (20, 44));
+    let used = replicas[1]
+        .read()
+        .budget_use("invoices", HOUR_MS, now())
+        .await
+        .unwrap();
+    assert_eq!(used[0].calls, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sum_limit_never_overshoots_when_amounts_arrive_together() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledgers: Vec<Arc<Ledger>> = match backend {
+            Backend::Sqlite => vec![Arc::new(open(&url).await)],
+            Backend::Postgres => vec![Arc::new(open(&url).await), Arc::new(open(&url).await)],
+        };
+        // 40 invoices of 3 to 12.5 against at most 100: some pass, the sum stays ≤ 100.
+        let amounts: Vec<i64> = (0..40)
+            .map(|n| 3 * AMOUNT_SCALE + (n % 20) * AMOUNT_SCALE / 2)
+            .collect();
+        let requests = amounts
+            .iter()
+            .enumerate()
+            .map(|(n, a)| {
+                let text = postern_ledger::amount_text(*a);
+                budgeted(n, charge(None, Some(100 * AMOUNT_SCALE), *a), &text)
+            })
+            .collect();
+        let outcomes = accept_all(&ledgers, requests).await;
+        let sent: i64 = outcomes
+            .iter()
+            .zip(&amounts)
+            .filter(|(o, _)| o.execution().lifecycle.state == State::Dispatched)
+            .map(|(_, a)| *a)
+            .sum();
+        let used = ledgers[0]
+            .read()
+            .budget_use("invoices", HOUR_MS, now())
+            .await
+            .unwrap();
+        assert_eq!(used[0].sum, sent, "{backend:?}: the count is what was sent");
+        assert!(sent <= 100 * AMOUNT_SCALE, "{backend:?}: {sent} overshoots");
+        assert!(
+            sent > 85 * AMOUNT_SCALE,
+            "{backend:?}: {sent} stopped early"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_failures_and_approvals_are_counted_as_effects() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let used = || async {
+            ledger
+                .read()
+                .budget_use("invoices", HOUR_MS, now())
+                .await
+                .unwrap()
+        };
+        let limit = || charge(Some(2), None, 0);
+        let first = ledger.accept(budgeted(1, limit(), "1")).await.unwrap();
+        // The identical call again: matched, not counted again.
+        let again = ledger.accept(budgeted(1, limit(), "1")).await.unwrap();
+        assert!(
+            matches!(again, AcceptOutcome::Existing { .. }),
+            "{backend:?}"
+        );
+        assert_eq!(used().await[0].calls, 1, "{backend:?}: a retry counts once");
+        // A second execution fails before anything left: it is no longer counted.
+        let second = ledger.accept(budgeted(2, limit(), "1")).await.unwrap();
+        assert_eq!(used().await[0].calls, 2);
+        ledger
+            .append(
+                second.execution().id,
+                NewEvent::new(EventKind::Failed),
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            used().await[0].calls,
+            1,
+            "{backend:?}: failed means nothing was sent"
+        );
+        // A re-dispatch of the first (same execution) is not a new effect.
+        let first_id = first.execution().id;
+        ledger
+            .append(first_id, NewEvent::new(EventKind::OutcomeUnknown), now())
+            .await
+            .unwrap();
+        ledger
+            .append(first_id, NewEvent::new(EventKind::Dispatched), now())
+            .await
+            .unwrap();
+        assert_eq!(
+            used().await[0].calls,
+            1,
+            "{backend:?}: one execution, one count"
+        );
+        // Fill the budget, then one waits; approved and sent, it is counted.
+        ledger.accept(budgeted(3, limit(), "1")).await.unwrap();
+        let waiting = ledger.accept(budgeted(4, limit(), "1")).await.unwrap();
+        let id = waiting.execution().id;
+        assert_eq!(waiting.execution().lifecycle.state, State::AwaitingApproval);
+        assert_eq!(
+            used().await[0].calls,
+            2,
+            "{backend:?}: waiting is not counted"
+        );
+        ledger
+            .append(id, NewEvent::new(EventKind::Authorized), now())
+            .await
+            .unwrap();
+        ledger
+            .append(id, NewEvent::new(EventKind::Dispatched), now())
+            .await
+            .unwrap();
+        assert_eq!(
+            used().await[0].calls,
+            3,
+            "{backend:?}: sent after approval, counted"
+        );
+        assert!(verify(&ledger).await.is_valid());
+    }
+}
