@@ -10,6 +10,7 @@
 //! impossible transitions) and the offline audit verifier (which reports them).
 
 pub mod authorization;
+pub mod budget;
 pub mod canon;
 pub mod class;
 pub mod config;

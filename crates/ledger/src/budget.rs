@@ -6,12 +6,10 @@
 //! dispatch (an unknown outcome counts, a retry never counts twice); an execution that ends
 //! `failed` (nothing was sent) is counted no more.
 
+use postern_core::budget::amount_text;
 use postern_core::Timestamp;
 use serde::Serialize;
 use serde_json::{json, Value};
-
-/// Millionths of the summed argument: amounts are added exactly.
-pub const AMOUNT_SCALE: i64 = 1_000_000;
 
 /// One budget a new execution is counted against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,58 +71,10 @@ impl BudgetUsage {
     }
 }
 
-/// An amount in millionths as a decimal (`4999.5`, `20`).
-pub fn amount_text(millionths: i64) -> String {
-    let sign = if millionths < 0 { "-" } else { "" };
-    let abs = millionths.unsigned_abs();
-    let scale = AMOUNT_SCALE.unsigned_abs();
-    let (whole, fraction) = (abs / scale, abs % scale);
-    if fraction == 0 {
-        return format!("{sign}{whole}");
-    }
-    let digits = format!("{fraction:06}");
-    format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
-}
-
-/// A JSON number as millionths, exactly: `None` for a number with more than six decimals, or
-/// one too large.
-pub fn amount_of(number: &serde_json::Number) -> Option<i64> {
-    let text = number.to_string();
-    let (negative, text) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.as_str()),
-    };
-    if text.contains(['e', 'E']) {
-        return None;
-    }
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    if fraction.len() > 6 || whole.is_empty() {
-        return None;
-    }
-    let whole: i64 = whole.parse().ok()?;
-    let fraction: i64 = format!("{fraction:0<6}").parse().ok()?;
-    let value = whole.checked_mul(AMOUNT_SCALE)?.checked_add(fraction)?;
-    Some(if negative { -value } else { value })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn amounts_are_read_and_shown_exactly() {
-        let n = |s: &str| serde_json::from_str::<serde_json::Number>(s).unwrap();
-        assert_eq!(amount_of(&n("4999.5")), Some(4_999_500_000));
-        assert_eq!(amount_of(&n("0.000001")), Some(1));
-        assert_eq!(amount_of(&n("20")), Some(20_000_000));
-        assert_eq!(amount_of(&n("-3.25")), Some(-3_250_000));
-        assert_eq!(amount_of(&n("0.0000001")), None, "seven decimals");
-        assert_eq!(amount_of(&n("1e3")), None);
-        assert_eq!(amount_of(&n("99999999999999999")), None, "too large");
-        assert_eq!(amount_text(4_999_500_000), "4999.5");
-        assert_eq!(amount_text(20_000_000), "20");
-        assert_eq!(amount_text(-1), "-0.000001");
-    }
+    use postern_core::budget::AMOUNT_SCALE;
 
     #[test]
     fn a_limit_allows_up_to_itself_and_no_further() {

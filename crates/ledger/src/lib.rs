@@ -71,7 +71,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 use tokio::sync::oneshot;
 
-pub use budget::{amount_of, amount_text, BudgetCharge, BudgetUsage, AMOUNT_SCALE};
+pub use budget::{BudgetCharge, BudgetUsage};
 pub use dialect::Dialect;
 pub use error::{LedgerError, StorageFault};
 pub use model::{

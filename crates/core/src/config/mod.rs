@@ -3,6 +3,7 @@
 //! every tool becomes a validated [`ToolContract`].
 
 mod audit;
+mod budget;
 mod console;
 mod gateway;
 mod identity;
@@ -56,6 +57,8 @@ pub struct Config {
     pub credentials: BTreeMap<String, Credential>,
     pub upstreams: BTreeMap<String, Upstream>,
     pub tools: Vec<ToolContract>,
+    /// Limits on effects (`[[budget]]`), counted by the ledger.
+    pub budgets: Vec<crate::budget::Budget>,
     pub telemetry: Telemetry,
     pub console: Console,
     pub audit: Audit,
@@ -246,6 +249,8 @@ impl Config {
         .map_err(|(offset, m)| at(offset, m))?;
         let operators =
             people::operators(raw.operator, &issuers).map_err(|(offset, m)| at(offset, m))?;
+        let budgets =
+            budget::budgets(raw.budget, &tools, &actors).map_err(|(offset, m)| at(offset, m))?;
         let telemetry = raw.telemetry.build().map_err(|e| at(0, e))?;
         let audit = raw.audit.build().map_err(|e| at(0, e))?;
         let console = console::build(raw.console, raw.approver, &issuers, &operators)
@@ -258,6 +263,7 @@ impl Config {
             credentials,
             upstreams,
             tools,
+            budgets,
             telemetry,
             console,
             audit,

@@ -24,6 +24,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub tool: Vec<RawTool>,
     #[serde(default)]
+    pub budget: Vec<super::budget::RawBudget>,
+    #[serde(default)]
     pub telemetry: super::telemetry::RawTelemetry,
     #[serde(default)]
     pub console: super::console::RawConsole,

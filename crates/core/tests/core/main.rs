@@ -3,6 +3,7 @@
 // A scenario test reads top to bottom; the bound on function length is for library code.
 #![allow(clippy::too_many_lines)]
 
+mod budgets;
 mod canon;
 mod config;
 mod config_doc;

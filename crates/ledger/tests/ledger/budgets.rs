@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use postern_core::budget::{amount_text, AMOUNT_SCALE};
 use postern_core::lifecycle::State;
 use postern_core::EventKind;
-use postern_ledger::{AcceptOutcome, AcceptRequest, BudgetCharge, Ledger, NewEvent, AMOUNT_SCALE};
+use postern_ledger::{AcceptOutcome, AcceptRequest, BudgetCharge, Ledger, NewEvent};
 use serde_json::json;
 
 use crate::support::{fresh_store, now, open, request, verify, Backend, BACKENDS};
@@ -142,7 +143,7 @@ async fn a_sum_limit_never_overshoots_when_amounts_arrive_together() {
             .iter()
             .enumerate()
             .map(|(n, a)| {
-                let text = postern_ledger::amount_text(*a);
+                let text = amount_text(*a);
                 budgeted(n, charge(None, Some(100 * AMOUNT_SCALE), *a), &text)
             })
             .collect();

@@ -103,6 +103,7 @@ impl Admission {
         let mut request = AcceptRequest::new(record, &self.key, contract, at)
             .map_err(|e| invalid(e.to_string()))?
             .then(then);
+        self.budget(&mut request, &entry, call).await?;
         request.operation_key = call.operation_key.clone();
         request.reissue_key = call.reissue_key.clone();
         request.run_id = call.run_id.clone();
@@ -181,6 +182,29 @@ impl Admission {
                 vec![Approvals::approval_request(at, ttl, &Waits { run, call })]
             }
         })
+    }
+
+    /// The budgets the call is counted against, and what it gets past one (issue 53).
+    async fn budget(
+        &self,
+        request: &mut AcceptRequest,
+        entry: &ToolEntry,
+        call: &ToolCall,
+    ) -> Result<(), GatewayError> {
+        let budgets = super::budgets::charges(&self.config, entry, &call.actor, &call.arguments)?;
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        let ttl = self
+            .policy
+            .approval_ttl(&entry.contract)
+            .unwrap_or(self.config.gateway.approval_ttl);
+        // Counted only for a budgeted call: past its budget it would wait, under the cap.
+        let waiting = self.waiting(&call.actor).await?;
+        request.over_budget =
+            super::budgets::over_budget(&self.config, &budgets, request.now, ttl, waiting);
+        request.budgets = budgets;
+        Ok(())
     }
 
     /// How many of `actor`'s calls wait for an operator's approval. Counted in the store, so

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 mod admission;
 mod approvals;
 mod asked;
+mod budgets;
 mod call;
 mod dispatch;
 mod notices;

@@ -24,6 +24,13 @@ pub fn unkept_promises(config: &Config) -> Vec<String> {
             }
         }
     }
+    for b in &config.budgets {
+        if b.on_exhausted == postern_core::budget::OnExhausted::Approval
+            && config.operators.is_empty()
+        {
+            unkept.push(format!("budget {:?}: on_exhausted = \"approval\" (the default), but no [[operator]] is declared to approve a call past it; declare one, or set on_exhausted = \"refuse\"", b.name));
+        }
+    }
     for t in &config.tools {
         if t.approval == Approval::EveryCall && config.operators.is_empty() {
             unkept.push(format!("tool {:?}: approval = \"every_call\", but no [[operator]] is declared to approve its calls", t.name));

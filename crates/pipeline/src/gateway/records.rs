@@ -113,6 +113,27 @@ impl Records {
             let id = view.summary.id;
             report.next_step = Some(format!("approved; it is being sent. If it still reads authorized (the gateway restarted before sending it), repeat the identical call: that sends it, once. Check with execution_status({id})"));
         }
+        // A budget used up says which, its use, and what happens now.
+        let state = view.summary.lifecycle.state;
+        if matches!(state, State::Rejected | State::AwaitingApproval) {
+            let waits = state == State::AwaitingApproval;
+            let asked = |e: &&postern_audit::ChainedEvent| {
+                matches!(
+                    e.body.event,
+                    EventKind::Rejected | EventKind::ApprovalRequested
+                )
+            };
+            if let Some(step) = view
+                .events
+                .iter()
+                .rev()
+                .find(asked)
+                .and_then(|e| super::budgets::budget_step(&e.body.detail, waits))
+            {
+                report.next_step = Some(step);
+                return Ok(report);
+            }
+        }
         // A refusal says what to do in its own event (a locked vault: repeat once unlocked).
         if view.summary.lifecycle.state == State::Rejected {
             report.next_step = view

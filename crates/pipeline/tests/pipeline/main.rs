@@ -4,6 +4,7 @@
 #![allow(clippy::too_many_lines)]
 
 mod approval_model;
+mod budget_model;
 mod model_support;
 mod recovery_model;
 mod registry;
