@@ -22,7 +22,7 @@
 //! `--telemetry [--rounds N]` measures what metrics, logs and spans cost (see `telemetry.rs`).
 //!
 //! `--identity [--rounds N]` measures what an `[[issuer]]`'s JWT costs beside a static token
-//! (see `identity.rs`).
+//! (see `identity.rs`); `--budget [--rounds N]` what checking a `[[budget]]` costs (`budgets.rs`).
 //!
 //! `--goals [--baseline-postern PATH] [--rounds N]` measures issue 37's two goals (c=1 over the
 //! two-commit floor, c=64 against the raw fsync rate) for both protocol eras, alternating the
@@ -57,7 +57,9 @@ use std::time::{Duration, Instant};
 use postern_demo::target::InvoiceApi;
 use serde_json::{json, Value};
 
+mod ab;
 mod approvals;
+mod budgets;
 mod goals;
 mod identity;
 mod replicas;
@@ -461,9 +463,21 @@ fn main() {
         }
         return;
     }
-    if args.iter().any(|a| a == "--identity") {
-        let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
-        rt.block_on(identity::compare(&postern, &dir, seconds, calls1, rounds));
+    if let Some(which) = ["--identity", "--budget"]
+        .into_iter()
+        .find(|w| args.iter().any(|a| a == w))
+    {
+        let measure = ab::Measure {
+            postern: &postern,
+            dir: &dir,
+            seconds,
+            calls: calls1,
+            rounds: arg("--rounds").map_or(3, |r| r.parse().unwrap()),
+        };
+        match which {
+            "--identity" => rt.block_on(identity::compare(&measure)),
+            _ => rt.block_on(budgets::compare(&measure)),
+        }
         if keep.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -136,7 +136,7 @@ pub fn amount_of(number: &serde_json::Number) -> Option<i64> {
         s => {
             // Fewer than six decimals only: the digits cut off must all be zero.
             let cut = usize::try_from(-s).ok()?;
-            let kept = digits.len().checked_sub(cut).unwrap_or(0);
+            let kept = digits.len().saturating_sub(cut);
             if digits[kept..].bytes().any(|b| b != b'0') {
                 return None;
             }

@@ -92,6 +92,7 @@ pub(super) fn router(
         .route("/ops/reviews", get(reviews))
         .route("/ops/reviews/{id}/resolve", post(resolve))
         .route("/ops/upstreams", get(upstreams))
+        .route("/ops/budgets", get(budgets))
         .route(
             "/ops/upstreams/{name}/tools/{tool}/accept",
             post(accept_tool),
@@ -311,6 +312,11 @@ async fn revoke_run(
     Path(id): Path<String>,
 ) -> Response {
     answer(st.gateway.operator().revoke_run(&id, &operator).await)
+}
+
+async fn budgets(State(st): State<Arc<OpsState>>) -> Response {
+    let budgets = st.gateway.operator().budgets().await;
+    answer(budgets.map(|b| json!({ "budgets": b })))
 }
 
 async fn upstreams(State(st): State<Arc<OpsState>>) -> Response {

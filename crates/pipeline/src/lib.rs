@@ -31,9 +31,9 @@ pub mod vault;
 
 pub use error::GatewayError;
 pub use gateway::{
-    agent_run, call_json, key_fault, now, Cancellation, Decided, DecisionError, Gateway, Notice,
-    Notices, PendingDecision, RunView, Runs, ToolCall, ToolPolicy, UpstreamToolView, UpstreamTools,
-    UpstreamView, VisibleUpstream,
+    agent_run, call_json, key_fault, now, BudgetView, Cancellation, Decided, DecisionError,
+    Gateway, Notice, Notices, PendingDecision, RunView, Runs, ScopeUse, ToolCall, ToolPolicy,
+    UpstreamToolView, UpstreamTools, UpstreamView, VisibleUpstream,
 };
 pub use registry::{
     execution_status_schema, Dialers, ListedTool, Registry, Resolved, ResolvedCredential,

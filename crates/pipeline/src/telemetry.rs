@@ -46,6 +46,8 @@ pub const DISPATCHED: &str = "postern_executions_dispatched";
 pub const LEDGER_QUEUE: &str = "postern_ledger_queue_depth";
 pub const RUNS_OPEN: &str = "postern_runs_open";
 pub const UPSTREAM_UP: &str = "postern_upstream_up";
+pub const BUDGET_USED: &str = "postern_budget_used_ratio";
+pub const BUDGET_CALLS: &str = "postern_budget_calls";
 pub const VAULT_LOCKED: &str = "postern_vault_locked";
 /// 1 while this gateway refuses to sign its audit chain (the store's chain is not the one it
 /// wrote).
@@ -150,6 +152,14 @@ fn describe() {
         "age of the oldest pending approval"
     );
     describe_gauge!(REVIEWS_PENDING, "executions in needs_review");
+    describe_gauge!(
+        BUDGET_USED,
+        "a budget's use in its window, per scope: the larger of calls and sum over their limits (1: used up)"
+    );
+    describe_gauge!(
+        BUDGET_CALLS,
+        "executions a budget counts in its window, per scope"
+    );
     describe_gauge!(UNKNOWN_OUTCOMES, "executions whose outcome is unknown now");
     describe_gauge!(DISPATCHED, "executions sent and not yet answered");
     describe_gauge!(
@@ -193,6 +203,13 @@ pub fn render(status: &Status) -> Option<String> {
         0.0
     });
     metrics::gauge!(SCRAPE_SECONDS).set(status.store_read_seconds);
+    for b in &status.budgets {
+        for s in &b.scopes {
+            let labels = [("budget", b.name.clone()), ("scope", s.scope.clone())];
+            metrics::gauge!(BUDGET_USED, &labels).set(s.used);
+            metrics::gauge!(BUDGET_CALLS, &labels).set(s.calls as f64);
+        }
+    }
     for u in &status.upstreams {
         metrics::gauge!(UPSTREAM_UP, "upstream" => u.name.clone()).set(if u.up {
             1.0
@@ -213,6 +230,8 @@ pub struct Status {
     pub store_read_seconds: f64,
     pub ledger_queue: usize,
     pub upstreams: Vec<UpstreamHealth>,
+    /// Each `[[budget]]` and its use now, per scope.
+    pub budgets: Vec<crate::gateway::BudgetView>,
     /// `none`, `locked` or `unlocked`.
     pub vault: &'static str,
     pub approvals_pending: u64,

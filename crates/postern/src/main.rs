@@ -5,6 +5,7 @@
 
 mod activity;
 mod audit;
+mod budgets;
 mod client;
 mod connect;
 mod demo;
@@ -98,6 +99,9 @@ enum Command {
     /// A running gateway at a glance: store, upstreams, vault, pending approvals and reviews,
     /// unknown outcomes, the last signed checkpoint (an operator's token).
     Status(status::StatusArgs),
+    /// Budgets on effects on a running gateway: each [[budget]] and its use now, per scope (an
+    /// operator's token).
+    Budgets(budgets::BudgetsArgs),
     /// Upstream MCP servers on a running gateway: list their links and tools; accept a tool
     /// version an upstream changed (tool pinning).
     #[command(subcommand)]
@@ -203,6 +207,7 @@ fn main() -> ExitCode {
         Command::DemoUpstream(a) => demo_upstream(&a),
         Command::Upstream(cmd) => upstream::run(&cmd),
         Command::Status(a) => status::run(&a),
+        Command::Budgets(a) => budgets::run(&a),
         Command::CliReference => {
             print!("{}", cli_reference());
             Ok(0)

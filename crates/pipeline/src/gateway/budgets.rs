@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use postern_core::budget::{Budget, OnExhausted};
+use postern_core::budget::{amount_text, Budget, OnExhausted};
 use postern_core::config::Config;
 use postern_core::{EventKind, Timestamp};
-use postern_ledger::{BudgetCharge, NewEvent};
+use postern_ledger::{BudgetCharge, Ledger, NewEvent};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::approvals::Approvals;
@@ -128,4 +129,78 @@ pub(crate) fn budget_step(detail: &Value, waits: bool) -> Option<String> {
         "budget {name}{scope} is used up ({} in the last {window}s{frees}). {then}",
         used.join(", ")
     ))
+}
+
+/// A budget and its use now, per scope counted in its window (`postern budgets`, `/ops/budgets`,
+/// the console, the gauges).
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetView {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub window_seconds: u64,
+    pub max_calls: Option<u64>,
+    /// The summed argument and its limit, as a decimal.
+    pub sum: Option<(String, String)>,
+    pub on_exhausted: &'static str,
+    pub scopes: Vec<ScopeUse>,
+}
+
+/// One scope's use of a budget in its window.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScopeUse {
+    /// `actor=NAME, ARG=VALUE`; empty for a budget counted as one.
+    pub scope: String,
+    pub calls: u64,
+    pub sum: String,
+    /// The larger of its calls and sum as a share of their limits (1.0: used up).
+    pub used: f64,
+    pub frees_at: Option<String>,
+}
+
+/// Every budget of `config` with its use at `now`.
+pub(super) async fn views(
+    config: &Config,
+    ledger: &Ledger,
+    now: Timestamp,
+) -> Result<Vec<BudgetView>, GatewayError> {
+    let mut out = Vec::new();
+    for b in &config.budgets {
+        let used = ledger
+            .read()
+            .budget_use(&b.name, b.window_ms(), now)
+            .await?;
+        let share = |calls: u64, sum: i64| {
+            let c = b.max_calls.map_or(0.0, |m| calls as f64 / m.max(1) as f64);
+            let s = b
+                .sum
+                .as_ref()
+                .map_or(0.0, |(_, m)| sum as f64 / (*m).max(1) as f64);
+            c.max(s)
+        };
+        out.push(BudgetView {
+            name: b.name.clone(),
+            tools: b.tools.iter().cloned().collect(),
+            window_seconds: b.window.as_secs(),
+            max_calls: b.max_calls,
+            sum: b
+                .sum
+                .as_ref()
+                .map(|(arg, max)| (arg.clone(), amount_text(*max))),
+            on_exhausted: match b.on_exhausted {
+                OnExhausted::Approval => "approval",
+                OnExhausted::Refuse => "refuse",
+            },
+            scopes: used
+                .into_iter()
+                .map(|u| ScopeUse {
+                    used: share(u.calls, u.sum),
+                    sum: amount_text(u.sum),
+                    frees_at: u.frees_at.map(|t| t.to_string()),
+                    calls: u.calls,
+                    scope: u.scope,
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
 }

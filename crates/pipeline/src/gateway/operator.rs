@@ -253,6 +253,11 @@ impl Operator {
         Ok(self.ledger.read().count(&filter).await?)
     }
 
+    /// Every budget and its use now, per scope.
+    pub async fn budgets(&self) -> Result<Vec<super::budgets::BudgetView>, GatewayError> {
+        super::budgets::views(&self.config, &self.ledger, now()).await
+    }
+
     /// The running gateway at a glance.
     pub async fn status(&self) -> Status {
         let at = now();
@@ -302,6 +307,9 @@ impl Operator {
                 chain: c.chain,
             }),
             signing_refused: self.ledger.signing_refused(),
+            budgets: super::budgets::views(&self.config, &self.ledger, at)
+                .await
+                .unwrap_or_default(),
         }
     }
 }
