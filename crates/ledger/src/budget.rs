@@ -27,6 +27,8 @@ pub struct BudgetCharge {
     pub max_calls: Option<u64>,
     /// At most this sum (millionths) in the window.
     pub max_sum: Option<i64>,
+    /// Past this budget the call is refused, whatever the request's `over_budget` says.
+    pub refuse: bool,
 }
 
 /// A budget's use in its window, as read in the transaction that checked it (or by an

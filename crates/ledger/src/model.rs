@@ -41,7 +41,8 @@ pub struct AcceptRequest {
     /// transaction when `then` dispatches it.
     pub budgets: Vec<crate::BudgetCharge>,
     /// What a new execution gets instead of `then` when one of `budgets` would pass its limit
-    /// (an approval request, or a refusal); its first event's detail gains the budget's use.
+    /// (an approval request, or a refusal) — a refusal whenever a budget passed refuses; its
+    /// first event's detail gains the budget's use.
     pub over_budget: Vec<NewEvent>,
     /// The record's canonical bytes, computed once for the fingerprint and kept for the row.
     pub(crate) record_bytes: Vec<u8>,

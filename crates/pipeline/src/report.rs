@@ -186,3 +186,42 @@ pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
         _ => None,
     }
 }
+
+/// What an answer says of the budget a call's event names (`detail.budget`, as the ledger
+/// wrote it), or `None`.
+pub(crate) fn budget_step(detail: &Value, waits: bool) -> Option<String> {
+    let b = detail.get("budget")?;
+    let text = |k: &str| {
+        b.get(k)
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    };
+    let name = text("name")?;
+    let mut used = Vec::new();
+    if let Some(max) = b.get("max_calls").filter(|v| !v.is_null()) {
+        used.push(format!(
+            "{} of {max} calls",
+            text("calls").unwrap_or_default()
+        ));
+    }
+    if let Some(max) = text("max_sum").filter(|m| m != "null") {
+        used.push(format!(
+            "{} of {max} summed",
+            text("sum").unwrap_or_default()
+        ));
+    }
+    let window = b.get("window_seconds").and_then(Value::as_i64).unwrap_or(0);
+    let frees = text("frees_at")
+        .filter(|f| f != "null")
+        .map_or(String::new(), |f| format!("; it frees up from {f}"));
+    let scope = text("scope")
+        .filter(|s| !s.is_empty())
+        .map_or(String::new(), |s| format!(" for {s}"));
+    let then = match waits {
+        true => "Nothing was sent: it waits for an operator's approval (postern approvals approve), which sends it",
+        false => "Nothing was sent: call again once it frees up, or ask an operator to raise the budget",
+    };
+    Some(format!(
+        "budget {name}{scope} is used up ({} in the last {window}s{frees}). {then}",
+        used.join(", ")
+    ))
+}

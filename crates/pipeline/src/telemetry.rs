@@ -231,7 +231,7 @@ pub struct Status {
     pub ledger_queue: usize,
     pub upstreams: Vec<UpstreamHealth>,
     /// Each `[[budget]]` and its use now, per scope.
-    pub budgets: Vec<crate::gateway::BudgetView>,
+    pub budgets: Vec<BudgetView>,
     /// `none`, `locked` or `unlocked`.
     pub vault: &'static str,
     pub approvals_pending: u64,
@@ -437,4 +437,30 @@ mod tests {
         assert_eq!(traceparent_for(&span, Some("junk")), None);
         assert_eq!(traceparent_for(&span, None), None);
     }
+}
+
+/// A budget and its use now, per scope counted in its window (`postern budgets`, `/ops/budgets`,
+/// the console, the gauges).
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetView {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub window_seconds: u64,
+    pub max_calls: Option<u64>,
+    /// The summed argument and its limit, as a decimal.
+    pub sum: Option<(String, String)>,
+    pub on_exhausted: &'static str,
+    pub scopes: Vec<ScopeUse>,
+}
+
+/// One scope's use of a budget in its window.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScopeUse {
+    /// `actor=NAME, ARG=VALUE`; empty for a budget counted as one.
+    pub scope: String,
+    pub calls: u64,
+    pub sum: String,
+    /// The larger of its calls and sum as a share of their limits (1.0: used up).
+    pub used: f64,
+    pub frees_at: Option<String>,
 }

@@ -60,10 +60,14 @@ fn print(v: &Value) {
             let frees = s["frees_at"]
                 .as_str()
                 .map_or(String::new(), |f| format!(", frees up from {f}"));
+            // A budget that sums nothing shows no sum.
+            let summed = match b["sum"].is_null() {
+                true => String::new(),
+                false => format!(", {} summed", text(&s["sum"])),
+            };
             println!(
-                "  {scope}: {} calls, {} summed, {:.0}% used{frees}",
+                "  {scope}: {} calls{summed}, {:.0}% used{frees}",
                 s["calls"],
-                text(&s["sum"]),
                 s["used"].as_f64().unwrap_or(0.0) * 100.0
             );
         }

@@ -272,8 +272,13 @@ impl<C: WriteConn> Executions<'_, C> {
         let has = |kind: EventKind| req.then.iter().any(|e| e.kind == kind);
         let mut budgets = Budgets { tx: &mut *self.tx };
         if has(EventKind::Dispatched) {
-            if let Some(usage) = budgets.charge(id, &req.budgets, req.now).await? {
-                return Ok(Cow::Owned(over_budget(&req.over_budget, &usage)));
+            if let Some((usage, refuse)) = budgets.charge(id, &req.budgets, req.now).await? {
+                let events = if refuse {
+                    &[][..]
+                } else {
+                    &req.over_budget[..]
+                };
+                return Ok(Cow::Owned(over_budget(events, &usage)));
             }
         } else if has(EventKind::ApprovalRequested) {
             budgets.record(id, &req.budgets, None).await?;
@@ -282,8 +287,8 @@ impl<C: WriteConn> Executions<'_, C> {
     }
 }
 
-/// `events` (a refusal when none was given) with the budget reached and its use in the first
-/// one's detail.
+/// `events` (a refusal when none is given: the budget refuses) with the budget reached and its
+/// use in the first one's detail.
 fn over_budget(events: &[NewEvent], usage: &BudgetUsage) -> Vec<NewEvent> {
     let mut events = events.to_vec();
     if events.is_empty() {

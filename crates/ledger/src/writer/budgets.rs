@@ -22,22 +22,23 @@ pub(super) struct Budgets<'t, C> {
 }
 
 impl<C: WriteConn> Budgets<'_, C> {
-    /// Checks each charge of a new execution about to be dispatched; the use of the first whose
-    /// limit it would pass, or `None` (within every limit). The charges are recorded either way:
-    /// counted from `now` when it is within its limits, else pending (counted once a person has
-    /// let it be sent).
+    /// Checks every charge of a new execution about to be dispatched; the budget it would pass
+    /// (one that refuses before one that waits for a person), or `None` (within every limit).
+    /// The charges are recorded either way: counted from `now` when it is within its limits,
+    /// else pending (counted once a person has let it be sent).
     pub(super) async fn charge(
         &mut self,
         id: ExecutionId,
         charges: &[BudgetCharge],
         now: Timestamp,
-    ) -> Result<Option<BudgetUsage>, LedgerError> {
-        let mut over = None;
+    ) -> Result<Option<(BudgetUsage, bool)>, LedgerError> {
+        let mut over: Option<(BudgetUsage, bool)> = None;
         for charge in charges {
             let usage = self.locked_usage(charge, now).await?;
-            if !usage.allows(charge.amount) {
-                over = Some(usage);
-                break;
+            if !usage.allows(charge.amount)
+                && over.as_ref().is_none_or(|(_, r)| !r && charge.refuse)
+            {
+                over = Some((usage, charge.refuse));
             }
         }
         let at = over.is_none().then_some(now);

@@ -23,6 +23,7 @@ fn charge(max_calls: Option<u64>, max_sum: Option<i64>, amount: i64) -> BudgetCh
         window_ms: HOUR_MS,
         max_calls,
         max_sum,
+        refuse: false,
     }
 }
 

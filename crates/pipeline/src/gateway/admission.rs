@@ -201,8 +201,7 @@ impl Admission {
             .unwrap_or(self.config.gateway.approval_ttl);
         // Counted only for a budgeted call: past its budget it would wait, under the cap.
         let waiting = self.waiting(&call.actor).await?;
-        request.over_budget =
-            super::budgets::over_budget(&self.config, &budgets, request.now, ttl, waiting);
+        request.over_budget = super::budgets::over_budget(&self.config, request.now, ttl, waiting);
         request.budgets = budgets;
         Ok(())
     }

@@ -8,13 +8,13 @@ use postern_core::budget::{amount_text, Budget, OnExhausted};
 use postern_core::config::Config;
 use postern_core::{EventKind, Timestamp};
 use postern_ledger::{BudgetCharge, Ledger, NewEvent};
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::approvals::Approvals;
 use crate::decision::Waits;
 use crate::error::GatewayError;
 use crate::registry::ToolEntry;
+use crate::telemetry::{BudgetView, ScopeUse};
 
 /// The charges of a call of `entry` by `actor` with `arguments`: one per budget that counts it.
 /// A summed argument that is not an exact non-negative number refuses the call before anything
@@ -54,35 +54,22 @@ fn charge(b: &Budget, actor: &str, arguments: &Map<String, Value>, amount: i64) 
         window_ms: b.window_ms(),
         max_calls: b.max_calls,
         max_sum: b.sum.as_ref().map(|(_, max)| *max),
+        refuse: b.on_exhausted == OnExhausted::Refuse,
     }
 }
 
-/// What a call gets when a budget among `charges` is used up (the ledger adds the budget and
-/// its use to the first event): a per-use approval request when every budget reached asks
-/// for one and the actor is under its cap of waiting calls, else a refusal.
+/// What a call gets when a budget that waits for a person is used up (the ledger adds the
+/// budget and its use to the first event; a budget that refuses is refused by the ledger): a
+/// per-use approval request, or a refusal when the actor's waiting calls are at their cap.
 pub(super) fn over_budget(
     config: &Config,
-    charges: &[BudgetCharge],
     at: Timestamp,
     ttl: Duration,
     waiting: u64,
 ) -> Vec<NewEvent> {
-    let refuses = charges.iter().any(|c| {
-        config
-            .budgets
-            .iter()
-            .any(|b| b.name == c.budget && b.on_exhausted == OnExhausted::Refuse)
-    });
-    let at_cap = waiting >= u64::from(config.gateway.max_pending_approvals_per_actor);
-    if refuses || at_cap {
-        let why = match at_cap && !refuses {
-            true => {
-                "and the actor's calls waiting for an operator are at their cap, so it is refused"
-            }
-            false => "so it is refused (on_exhausted = \"refuse\")",
-        };
+    if waiting >= u64::from(config.gateway.max_pending_approvals_per_actor) {
         return vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
-            "reason": format!("a budget is used up {why}: nothing was sent"),
+            "reason": "a budget is used up and the actor's calls waiting for an operator are at their cap (max_pending_approvals_per_actor): nothing was sent",
         }))];
     }
     let waits = Waits {
@@ -90,71 +77,6 @@ pub(super) fn over_budget(
         call: true,
     };
     vec![Approvals::approval_request(at, ttl, &waits)]
-}
-
-/// What an answer says of the budget a call's event names (`detail.budget`, as the ledger
-/// wrote it), or `None`.
-pub(crate) fn budget_step(detail: &Value, waits: bool) -> Option<String> {
-    let b = detail.get("budget")?;
-    let text = |k: &str| {
-        b.get(k)
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-    };
-    let name = text("name")?;
-    let mut used = Vec::new();
-    if let Some(max) = b.get("max_calls").filter(|v| !v.is_null()) {
-        used.push(format!(
-            "{} of {max} calls",
-            text("calls").unwrap_or_default()
-        ));
-    }
-    if let Some(max) = text("max_sum").filter(|m| m != "null") {
-        used.push(format!(
-            "{} of {max} summed",
-            text("sum").unwrap_or_default()
-        ));
-    }
-    let window = b.get("window_seconds").and_then(Value::as_i64).unwrap_or(0);
-    let frees = text("frees_at")
-        .filter(|f| f != "null")
-        .map_or(String::new(), |f| format!("; it frees up from {f}"));
-    let scope = text("scope")
-        .filter(|s| !s.is_empty())
-        .map_or(String::new(), |s| format!(" for {s}"));
-    let then = match waits {
-        true => "Nothing was sent: it waits for an operator's approval (postern approvals approve), which sends it",
-        false => "Nothing was sent: call again once it frees up, or ask an operator to raise the budget",
-    };
-    Some(format!(
-        "budget {name}{scope} is used up ({} in the last {window}s{frees}). {then}",
-        used.join(", ")
-    ))
-}
-
-/// A budget and its use now, per scope counted in its window (`postern budgets`, `/ops/budgets`,
-/// the console, the gauges).
-#[derive(Clone, Debug, Serialize)]
-pub struct BudgetView {
-    pub name: String,
-    pub tools: Vec<String>,
-    pub window_seconds: u64,
-    pub max_calls: Option<u64>,
-    /// The summed argument and its limit, as a decimal.
-    pub sum: Option<(String, String)>,
-    pub on_exhausted: &'static str,
-    pub scopes: Vec<ScopeUse>,
-}
-
-/// One scope's use of a budget in its window.
-#[derive(Clone, Debug, Serialize)]
-pub struct ScopeUse {
-    /// `actor=NAME, ARG=VALUE`; empty for a budget counted as one.
-    pub scope: String,
-    pub calls: u64,
-    pub sum: String,
-    /// The larger of its calls and sum as a share of their limits (1.0: used up).
-    pub used: f64,
-    pub frees_at: Option<String>,
 }
 
 /// Every budget of `config` with its use at `now`.

@@ -38,7 +38,7 @@ mod upstreams;
 
 pub use crate::clock::now;
 pub use crate::decision::{Decided, DecisionError, PendingDecision};
-pub use budgets::{BudgetView, ScopeUse};
+pub use crate::telemetry::{BudgetView, ScopeUse};
 pub use call::{agent_run, key_fault, Cancellation, ToolCall};
 pub use notices::{Notice, Notices};
 pub use operator::Operator;

@@ -254,7 +254,7 @@ impl Operator {
     }
 
     /// Every budget and its use now, per scope.
-    pub async fn budgets(&self) -> Result<Vec<super::budgets::BudgetView>, GatewayError> {
+    pub async fn budgets(&self) -> Result<Vec<crate::telemetry::BudgetView>, GatewayError> {
         super::budgets::views(&self.config, &self.ledger, now()).await
     }
 

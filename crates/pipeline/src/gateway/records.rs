@@ -128,7 +128,7 @@ impl Records {
                 .iter()
                 .rev()
                 .find(asked)
-                .and_then(|e| super::budgets::budget_step(&e.body.detail, waits))
+                .and_then(|e| crate::report::budget_step(&e.body.detail, waits))
             {
                 report.next_step = Some(step);
                 return Ok(report);

@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod audit_tail;
 mod bridge;
+mod budgets;
 mod conformance;
 mod connect;
 mod console;

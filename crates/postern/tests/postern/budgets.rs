@@ -1,0 +1,141 @@
+//! Issue 53 end to end: a real `postern serve` with `[[budget]]`s in front of the real invoice
+//! API, called by rmcp's client. A call past a budget is not sent: it waits for an operator
+//! (who approves it, and it is sent and counted) or, with `on_exhausted = "refuse"`, is refused
+//! naming the budget, its use and when it frees up. `postern budgets`, `/ops/budgets` and
+//! `/metrics` show the use.
+
+use serde_json::json;
+
+use crate::approvals::approval_config;
+use crate::console::{full_fingerprint, ops, pay};
+use crate::harness::{
+    execution, execution_id, operator, operator_json, posts, Mcp, Setup, ALICE_TOKEN, BILLING_TOKEN,
+};
+
+fn budgeted(target: &str) -> String {
+    format!(
+        r#"{}
+[[budget]]
+name = "invoices"
+tools = ["create_invoice"]
+per = ["actor"]
+window = "1h"
+max_calls = 2
+
+[[budget]]
+name = "invoiced-sum"
+tools = ["create_invoice"]
+window = "1h"
+sum = "amount"
+max_sum = 1000
+on_exhausted = "refuse"
+"#,
+        approval_config(target)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_a_budget_waits_for_a_person_or_is_refused_and_nothing_is_sent() {
+    let s = Setup::start("budgets", budgeted).await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    for n in 0..2 {
+        let r = mcp
+            .call("create_invoice", pay(&format!("c{n}"), 100), json!({}))
+            .await;
+        assert_eq!(execution(&r)["state"], "completed", "{r}");
+    }
+    assert_eq!(posts(&s.target.state), 2);
+    // The third distinct call: past `invoices` (2 calls per actor), it waits for a person.
+    let third = mcp.call("create_invoice", pay("c2", 100), json!({})).await;
+    let ex = execution(&third);
+    assert_eq!(ex["state"], "awaiting_approval", "{third}");
+    let told = ex["next_step"].as_str().unwrap_or_default();
+    assert!(
+        told.contains(
+            "budget invoices for actor=billing is used up (2 of 2 calls in the last 3600s"
+        ),
+        "{told}"
+    );
+    assert_eq!(posts(&s.target.state), 2, "nothing is sent past the budget");
+    // Its identical retry is the same waiting call, not another request.
+    let again = mcp.call("create_invoice", pay("c2", 100), json!({})).await;
+    assert_eq!(execution_id(&again), execution_id(&third));
+
+    // An operator approves it: it is sent, and counted.
+    let id = execution_id(&third);
+    let fingerprint = full_fingerprint(&s.served, &id).await;
+    let path = format!("/ops/approvals/{id}/approve");
+    let (status, body) = ops(
+        &s.served,
+        ALICE_TOKEN,
+        &path,
+        json!({"fingerprint": fingerprint}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..100 {
+        if posts(&s.target.state) == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(posts(&s.target.state), 3, "the approved call is sent");
+    let budgets = operator_json(&s.served, &["budgets"]);
+    let invoices = &budgets["budgets"][0];
+    assert_eq!(invoices["scopes"][0]["scope"], "actor=billing", "{budgets}");
+    assert_eq!(invoices["scopes"][0]["calls"], 3, "{budgets}");
+
+    // A sum past `invoiced-sum` (1000, refuse): refused naming it, nothing sent.
+    let big = mcp.call("create_invoice", pay("big", 800), json!({})).await;
+    let ex = execution(&big);
+    assert_eq!(ex["state"], "rejected", "{big}");
+    let told = ex["next_step"].as_str().unwrap_or_default();
+    assert!(
+        told.contains("budget invoiced-sum is used up (300 of 1000 summed")
+            && told.contains("frees up from")
+            && told.contains("Nothing was sent"),
+        "{told}"
+    );
+    assert_eq!(posts(&s.target.state), 3);
+
+    // The operator's view, in words, and the gauges.
+    let (code, out, err) = operator(&s.served, &["budgets"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("invoices: at most 2 calls per 3600s of create_invoice (past it: approval)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("actor=billing: 3 calls, 150% used")
+            && out.contains("all calls: 3 calls, 300 summed, 30% used"),
+        "{out}"
+    );
+    let metrics = reqwest::Client::new()
+        .get(s.served.url.replace("/mcp", "/metrics"))
+        .bearer_auth(ALICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"postern_budget_calls{budget="invoices",scope="actor=billing"} 3"#),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_budget_waiting_for_approvals_with_no_operator_is_refused_at_start_up() {
+    let dir = crate::harness::Dir::new("budget-no-operator");
+    let config = format!(
+        "{}\n[[budget]]\nname = \"b\"\ntools = [\"create_invoice\"]\nwindow = \"1h\"\nmax_calls = 1\n",
+        crate::harness::config("http://127.0.0.1:9")
+    );
+    crate::harness::prepare(&dir.0, &config);
+    let err = crate::harness::serve_refuses(&dir.0);
+    assert!(
+        err.contains("budget \"b\": on_exhausted = \"approval\""),
+        "{err}"
+    );
+}
