@@ -44,6 +44,9 @@ pub struct AcceptRequest {
     /// (an approval request, or a refusal) — a refusal whenever a budget passed refuses; its
     /// first event's detail gains the budget's use.
     pub over_budget: Vec<NewEvent>,
+    /// With `over_budget`: how many of the actor's calls may wait for a person; past a budget
+    /// with that many waiting already, the call is refused instead.
+    pub waiting_cap: Option<u64>,
     /// The record's canonical bytes, computed once for the fingerprint and kept for the row.
     pub(crate) record_bytes: Vec<u8>,
 }
@@ -73,6 +76,7 @@ impl AcceptRequest {
             withdrawn: None,
             budgets: Vec::new(),
             over_budget: Vec::new(),
+            waiting_cap: None,
         })
     }
 

@@ -13,9 +13,15 @@ CREATE TABLE budget_charges (
 );
 CREATE INDEX budget_charges_window ON budget_charges (budget, scope_key, at);
 CREATE INDEX budget_charges_execution ON budget_charges (execution_id);
--- The row a charge's transaction locks first (PostgreSQL), so replicas count one at a time.
+-- Each scope's running totals: the counted charges with `at` after `counted_from` (those at or
+-- before it have left the window and been taken off), so a check reads one row and the charges
+-- that left the window since the last one. On PostgreSQL its row is what a check locks first,
+-- so replicas count one at a time.
 CREATE TABLE budget_scopes (
     budget TEXT NOT NULL,
     scope_key TEXT NOT NULL,
+    calls BIGINT NOT NULL DEFAULT 0,
+    total BIGINT NOT NULL DEFAULT 0,
+    counted_from BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (budget, scope_key)
 );

@@ -258,6 +258,27 @@ impl<C: WriteConn> Executions<'_, C> {
         Ok(s)
     }
 
+    /// Whether the request's actor has `waiting_cap` calls waiting for a person already (read
+    /// only for a call past a budget, which would otherwise wait too).
+    async fn at_waiting_cap(&mut self, req: &AcceptRequest) -> Result<bool, LedgerError> {
+        let Some(cap) = req.waiting_cap else {
+            return Ok(false);
+        };
+        let row = self
+            .tx
+            .conn
+            .query_opt(
+                "SELECT COUNT(*) AS n FROM executions WHERE actor = $1 AND state = $2",
+                params![&req.record.actor, State::AwaitingApproval.to_string()],
+            )
+            .await?;
+        let waiting = row
+            .map(|r| rows::get_i64(&r, "n"))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(u64::try_from(waiting).unwrap_or(0) >= cap)
+    }
+
     /// The events a new execution takes after `accepted`: `then`, unless a budget it is
     /// counted against would pass its limit, when it takes `over_budget` (naming the budget
     /// and its use) and nothing is dispatched.
@@ -273,22 +294,19 @@ impl<C: WriteConn> Executions<'_, C> {
         let mut budgets = Budgets { tx: &mut *self.tx };
         if has(EventKind::Dispatched) {
             if let Some((usage, refuse)) = budgets.charge(id, &req.budgets, req.now).await? {
-                let events = if refuse {
-                    &[][..]
-                } else {
-                    &req.over_budget[..]
-                };
+                let waits = !refuse && !self.at_waiting_cap(req).await?;
+                let events = if waits { &req.over_budget[..] } else { &[][..] };
                 return Ok(Cow::Owned(over_budget(events, &usage)));
             }
         } else if has(EventKind::ApprovalRequested) {
-            budgets.record(id, &req.budgets, None).await?;
+            budgets.record(id, &req.budgets, None, req.now).await?;
         }
         Ok(Cow::Borrowed(&req.then))
     }
 }
 
-/// `events` (a refusal when none is given: the budget refuses) with the budget reached and its
-/// use in the first one's detail.
+/// `events` (a refusal when none is given: the budget refuses, or the actor's waiting calls are
+/// at their cap) with the budget reached and its use in the first one's detail.
 fn over_budget(events: &[NewEvent], usage: &BudgetUsage) -> Vec<NewEvent> {
     let mut events = events.to_vec();
     if events.is_empty() {

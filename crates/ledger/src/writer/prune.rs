@@ -81,7 +81,7 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
             let id_text = id.to_string();
             // Every delete finds its rows by a key (a scan per execution was what made a
             // prune of thousands hold the writer for seconds).
-            let deletes: [(&str, &[SqlValue]); 7] = [
+            let deletes: [(&str, &[SqlValue]); 8] = [
                 ("DELETE FROM results WHERE execution_id = $1", params![&id_text]),
                 (
                     "DELETE FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3 AND execution_id = $4",
@@ -93,6 +93,7 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
                 ),
                 ("DELETE FROM reissue_keys WHERE execution_id = $1", params![&id_text]),
                 ("DELETE FROM calls WHERE execution_id = $1", params![&id_text]),
+                (super::budgets::TAKE_OFF, params![&id_text]),
                 (
                     "DELETE FROM budget_charges WHERE execution_id = $1",
                     params![&id_text],

@@ -247,3 +247,48 @@ async fn retries_failures_and_approvals_are_counted_as_effects() {
         assert!(verify(&ledger).await.is_valid());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_leave_the_window_and_free_the_budget_exactly() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let short = || BudgetCharge {
+            window_ms: 400,
+            ..charge(Some(2), Some(30 * AMOUNT_SCALE), 10 * AMOUNT_SCALE)
+        };
+        let state = |o: &AcceptOutcome| o.execution().lifecycle.state;
+        for n in 0..2 {
+            let o = ledger.accept(budgeted(n, short(), "10")).await.unwrap();
+            assert_eq!(state(&o), State::Dispatched, "{backend:?}");
+        }
+        let o = ledger.accept(budgeted(2, short(), "10")).await.unwrap();
+        assert_eq!(
+            state(&o),
+            State::AwaitingApproval,
+            "{backend:?}: the window is full"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+        // Both left the window: two more fit, and the third waits again.
+        for n in 3..5 {
+            let o = ledger.accept(budgeted(n, short(), "10")).await.unwrap();
+            assert_eq!(
+                state(&o),
+                State::Dispatched,
+                "{backend:?}: freed after the window"
+            );
+        }
+        let o = ledger.accept(budgeted(5, short(), "10")).await.unwrap();
+        assert_eq!(state(&o), State::AwaitingApproval, "{backend:?}");
+        let used = ledger
+            .read()
+            .budget_use("invoices", 400, now())
+            .await
+            .unwrap();
+        assert_eq!(
+            (used[0].calls, used[0].sum),
+            (2, 20 * AMOUNT_SCALE),
+            "{backend:?}"
+        );
+    }
+}

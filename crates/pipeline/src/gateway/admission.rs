@@ -199,9 +199,12 @@ impl Admission {
             .policy
             .approval_ttl(&entry.contract)
             .unwrap_or(self.config.gateway.approval_ttl);
-        // Counted only for a budgeted call: past its budget it would wait, under the cap.
-        let waiting = self.waiting(&call.actor).await?;
-        request.over_budget = super::budgets::over_budget(&self.config, request.now, ttl, waiting);
+        // Past a budget it waits for a person, under the actor's cap (the ledger counts the
+        // waiting calls only then).
+        request.over_budget = vec![super::budgets::approval_request(request.now, ttl)];
+        request.waiting_cap = Some(u64::from(
+            self.config.gateway.max_pending_approvals_per_actor,
+        ));
         request.budgets = budgets;
         Ok(())
     }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use postern_core::budget::{amount_text, Budget, OnExhausted};
 use postern_core::config::Config;
-use postern_core::{EventKind, Timestamp};
+use postern_core::Timestamp;
 use postern_ledger::{BudgetCharge, Ledger, NewEvent};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::approvals::Approvals;
 use crate::decision::Waits;
@@ -58,25 +58,15 @@ fn charge(b: &Budget, actor: &str, arguments: &Map<String, Value>, amount: i64) 
     }
 }
 
-/// What a call gets when a budget that waits for a person is used up (the ledger adds the
-/// budget and its use to the first event; a budget that refuses is refused by the ledger): a
-/// per-use approval request, or a refusal when the actor's waiting calls are at their cap.
-pub(super) fn over_budget(
-    config: &Config,
-    at: Timestamp,
-    ttl: Duration,
-    waiting: u64,
-) -> Vec<NewEvent> {
-    if waiting >= u64::from(config.gateway.max_pending_approvals_per_actor) {
-        return vec![NewEvent::new(EventKind::Rejected).with_detail(json!({
-            "reason": "a budget is used up and the actor's calls waiting for an operator are at their cap (max_pending_approvals_per_actor): nothing was sent",
-        }))];
-    }
+/// The request a call past a budget that waits for a person makes (the ledger adds the budget
+/// and its use to it; a budget that refuses, or an actor at its cap of waiting calls, is refused
+/// by the ledger instead).
+pub(super) fn approval_request(at: Timestamp, ttl: Duration) -> NewEvent {
     let waits = Waits {
         run: None,
         call: true,
     };
-    vec![Approvals::approval_request(at, ttl, &waits)]
+    Approvals::approval_request(at, ttl, &waits)
 }
 
 /// Every budget of `config` with its use at `now`.
