@@ -299,7 +299,7 @@ impl<C: WriteConn> Executions<'_, C> {
                 return Ok(Cow::Owned(over_budget(events, &usage)));
             }
         } else if has(EventKind::ApprovalRequested) {
-            budgets.record(id, &req.budgets, None, req.now).await?;
+            budgets.pending(id, &req.budgets, req.now).await?;
         }
         Ok(Cow::Borrowed(&req.then))
     }

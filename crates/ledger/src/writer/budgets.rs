@@ -35,55 +35,72 @@ impl<C: WriteConn> Budgets<'_, C> {
         charges: &[BudgetCharge],
         now: Timestamp,
     ) -> Result<Option<(BudgetUsage, bool)>, LedgerError> {
+        let mut checked = Vec::with_capacity(charges.len());
         let mut over: Option<(BudgetUsage, bool)> = None;
         for charge in charges {
-            let usage = self.locked_usage(charge, now).await?;
+            let (usage, since, changed) = self.locked_usage(charge, now).await?;
             if !usage.allows(charge.amount)
                 && over.as_ref().is_none_or(|(_, r)| !r && charge.refuse)
             {
-                over = Some((usage, charge.refuse));
+                over = Some((usage.clone(), charge.refuse));
             }
+            checked.push((usage, since, changed));
+        }
+        let counted = over.is_none();
+        let text = id.to_string();
+        for (c, (usage, since, changed)) in charges.iter().zip(checked) {
+            // One write of the totals: what left the window taken off, this charge added.
+            if counted || changed {
+                let (calls, total) = match counted {
+                    true => (usage.calls as i64 + 1, usage.sum + c.amount),
+                    false => (usage.calls as i64, usage.sum),
+                };
+                self.tx
+                    .later(
+                        "UPDATE budget_scopes SET calls = $1, total = $2, counted_from = $3 WHERE budget = $4 AND scope_key = $5",
+                        params![calls, total, since, &c.budget, &c.scope],
+                    )
+                    .await?;
+            }
+            self.insert(&text, c, counted.then_some(now)).await?;
         }
         if let Some((usage, _)) = &mut over {
             usage.frees_at = self.frees_at(usage, now).await?;
         }
-        let at = over.is_none().then_some(now);
-        self.record(id, charges, at, now).await?;
         Ok(over)
     }
 
-    /// Records a new execution's charges, counted from `at` (`None`: pending, it waits for a
-    /// person).
-    pub(super) async fn record(
+    /// Records a new execution's charges as pending (it waits for a person first).
+    pub(super) async fn pending(
         &mut self,
         id: ExecutionId,
         charges: &[BudgetCharge],
-        at: Option<Timestamp>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
         let id = id.to_string();
         for c in charges {
-            // A pending charge's scope needs its totals row for when it is sent.
+            // Its scope needs a totals row for when it is sent.
             let since = now.0.saturating_sub(c.window_ms);
             self.tx
                 .later(NEW_SCOPE, params![&c.budget, &c.scope, since])
                 .await?;
-            self.tx
-                .later(
-                    "INSERT INTO budget_charges (budget, scope_key, execution_id, amount, at) VALUES ($1, $2, $3, $4, $5)",
-                    params![&c.budget, &c.scope, &id, c.amount, at.map(|t| t.0)],
-                )
-                .await?;
-            if at.is_some() {
-                self.tx
-                    .later(
-                        "UPDATE budget_scopes SET calls = calls + 1, total = total + $1 WHERE budget = $2 AND scope_key = $3",
-                        params![c.amount, &c.budget, &c.scope],
-                    )
-                    .await?;
-            }
+            self.insert(&id, c, None).await?;
         }
         Ok(())
+    }
+
+    async fn insert(
+        &mut self,
+        id: &str,
+        c: &BudgetCharge,
+        at: Option<Timestamp>,
+    ) -> Result<(), LedgerError> {
+        self.tx
+            .later(
+                "INSERT INTO budget_charges (budget, scope_key, execution_id, amount, at) VALUES ($1, $2, $3, $4, $5)",
+                params![&c.budget, &c.scope, id, c.amount, at.map(|t| t.0)],
+            )
+            .await
     }
 
     /// Counts an execution's pending charges from its first dispatch (after a person let it
@@ -115,47 +132,60 @@ impl<C: WriteConn> Budgets<'_, C> {
             .await
     }
 
-    /// The charge's scope locked (PostgreSQL), its totals brought to the window ending `now`.
+    /// The charge's scope locked (PostgreSQL) and its use in the window ending `now` (what
+    /// left the window since the last check taken off), with the window's start and whether
+    /// the totals row needs writing back.
     async fn locked_usage(
         &mut self,
         c: &BudgetCharge,
         now: Timestamp,
-    ) -> Result<BudgetUsage, LedgerError> {
+    ) -> Result<(BudgetUsage, i64, bool), LedgerError> {
         let since = now.0.saturating_sub(c.window_ms);
-        let key = params![&c.budget, &c.scope];
-        self.tx
-            .later(NEW_SCOPE, params![&c.budget, &c.scope, since])
-            .await?;
         let lock = self.tx.cfg.dialect.for_update();
         let sql = format!("SELECT calls, total, counted_from FROM budget_scopes WHERE budget = $1 AND scope_key = $2{lock}");
-        let row = self
+        let row = match self
             .tx
             .conn
-            .query_opt(&sql, key)
+            .query_opt(&sql, params![&c.budget, &c.scope])
             .await?
-            .ok_or_else(missing)?;
+        {
+            Some(row) => row,
+            None => {
+                // The scope's first charge: its totals row, then read (and locked) as any.
+                self.tx
+                    .later(NEW_SCOPE, params![&c.budget, &c.scope, since])
+                    .await?;
+                let key = params![&c.budget, &c.scope];
+                self.tx
+                    .conn
+                    .query_opt(&sql, key)
+                    .await?
+                    .ok_or_else(missing)?
+            }
+        };
         let (mut calls, mut total) = (rows::get_i64(&row, "calls")?, rows::get_i64(&row, "total")?);
         let from = rows::get_i64(&row, "counted_from")?;
         if since != from {
             // Take off what left the window since; a longer window than before counts again.
-            let (sql, p) = match since > from {
-                true => (LEFT, params![&c.budget, &c.scope, from, since]),
-                false => (IN_WINDOW, params![&c.budget, &c.scope, since, i64::MAX]),
+            let (lo, hi) = if since > from {
+                (from, since)
+            } else {
+                (since, i64::MAX)
             };
-            let row = self.tx.conn.query_opt(sql, p).await?.ok_or_else(missing)?;
+            let p = params![&c.budget, &c.scope, lo, hi];
+            let row = self
+                .tx
+                .conn
+                .query_opt(IN_WINDOW, p)
+                .await?
+                .ok_or_else(missing)?;
             let (n, sum) = (rows::get_i64(&row, "calls")?, rows::get_i64(&row, "sum")?);
             (calls, total) = match since > from {
                 true => (calls - n, total - sum),
                 false => (n, sum),
             };
-            self.tx
-                .later(
-                    "UPDATE budget_scopes SET calls = $1, total = $2, counted_from = $3 WHERE budget = $4 AND scope_key = $5",
-                    params![calls, total, since, &c.budget, &c.scope],
-                )
-                .await?;
         }
-        Ok(BudgetUsage {
+        let usage = BudgetUsage {
             budget: c.budget.clone(),
             scope: c.scope.clone(),
             calls: u64::try_from(calls).unwrap_or(0),
@@ -164,7 +194,8 @@ impl<C: WriteConn> Budgets<'_, C> {
             max_sum: c.max_sum,
             window_ms: c.window_ms,
             frees_at: None,
-        })
+        };
+        Ok((usage, since, since != from))
     }
 
     /// When the oldest charge counted in the window leaves it (read only for a call past it).
@@ -199,9 +230,6 @@ const NEW_SCOPE: &str = "INSERT INTO budget_scopes (budget, scope_key, counted_f
 
 /// The counted charges of a scope with `at` in ($3, $4].
 const IN_WINDOW: &str = "SELECT COUNT(*) AS calls, CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS sum FROM budget_charges WHERE budget = $1 AND scope_key = $2 AND at > $3 AND at <= $4";
-
-/// The same: those that left the window between two checks.
-const LEFT: &str = IN_WINDOW;
 
 /// Adds an execution's pending charges to their scopes' totals.
 const ADD_PENDING: &str = "UPDATE budget_scopes SET calls = calls + 1, total = total + (SELECT c.amount FROM budget_charges c WHERE c.execution_id = $1 AND c.at IS NULL AND c.budget = budget_scopes.budget AND c.scope_key = budget_scopes.scope_key) WHERE EXISTS (SELECT 1 FROM budget_charges c WHERE c.execution_id = $1 AND c.at IS NULL AND c.budget = budget_scopes.budget AND c.scope_key = budget_scopes.scope_key)";
