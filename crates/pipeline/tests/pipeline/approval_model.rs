@@ -16,16 +16,15 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, Sending};
+use postern_channels::http::{HttpDispatch, HttpOutcome, HttpSender, Sending};
 use postern_core::config::Config;
 use postern_core::lifecycle::State;
-use postern_core::{EventKind, ExecutionId, FingerprintKey};
-use postern_ledger::{Ledger, LedgerOptions};
-use postern_pipeline::{Dialers, Gateway, GatewayError, Registry, Resolved, ToolCall};
+use postern_core::{EventKind, ExecutionId};
+use postern_pipeline::{Gateway, GatewayError};
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use crate::model_support::{random_seed, run_cases, TempDir};
+use crate::model_support::{answered, random_seed, run_cases, tool_call, ModelGateway, TempDir};
 
 const CONFIG: &str = r#"
 [gateway]
@@ -87,16 +86,7 @@ impl HttpSender for Target {
         Box::pin(async move {
             let key = req.idempotency.as_ref().map(|(_, k)| k.clone()).unwrap();
             self.reached.lock().unwrap().push(key);
-            let body = b"{\"ok\":true}".to_vec();
-            HttpOutcome::Answered(HttpAnswer {
-                status: 201,
-                verdict: req.outcome_rules.verdict(201),
-                headers: Vec::new(),
-                size: body.len() as u64,
-                body,
-                truncated: false,
-                body_error: None,
-            })
+            answered(&req, 201)
         })
     }
 
@@ -110,64 +100,25 @@ impl HttpSender for Target {
 }
 
 struct Run {
-    url: String,
-    config: Config,
     target: Arc<Target>,
-    gateway: Option<Arc<Gateway>>,
+    served: ModelGateway,
 }
 
 impl Run {
     async fn open(&mut self) {
-        let ledger = Ledger::open(&self.url, LedgerOptions::default())
-            .await
-            .unwrap()
-            .0;
-        let sender: Arc<dyn HttpSender> = self.target.clone();
-        let dialers = Dialers::http_only(sender);
-        let registry = Registry::new(&self.config.tools, &Resolved::default(), &dialers).unwrap();
-        self.gateway = Some(Arc::new(Gateway::unchecked(
-            self.config.clone(),
-            registry,
-            FingerprintKey::new(&[7u8; 32]).unwrap(),
-            Arc::new(ledger),
-        )));
+        self.served.start().await;
     }
 
     fn gateway(&self) -> &Arc<Gateway> {
-        self.gateway.as_ref().unwrap()
+        self.served.get()
     }
 
     async fn stop(&mut self) {
-        let gateway = self.gateway.take().unwrap();
-        gateway.drain(Duration::from_secs(5)).await;
-        let ledger = gateway.ledger().clone();
-        drop(gateway);
-        if let Ok(ledger) = Arc::try_unwrap(ledger) {
-            ledger.close().await;
-        }
+        self.served.stop().await;
     }
 
     async fn call(&self) -> Result<(ExecutionId, State), String> {
-        let arguments: Map<String, Value> = json!({"to": "acme", "amount": 70})
-            .as_object()
-            .unwrap()
-            .clone();
-        let call = ToolCall {
-            actor: "agent".into(),
-            tool: "pay".into(),
-            arguments,
-            operation_key: None,
-            reissue_key: None,
-            intent_scope: None,
-            run_id: None,
-            client_address: None,
-            principal: None,
-            request_id: None,
-            trace_parent: None,
-            cancel: None,
-            progress: None,
-            asker: None,
-        };
+        let call = tool_call("agent", "pay", json!({"to": "acme", "amount": 70}));
         match self.gateway().call(call).await {
             Ok(r) => Ok((r.execution_id, r.state)),
             Err(e) => Err(e.to_string()),
@@ -202,11 +153,11 @@ impl Run {
 
 async fn play(steps: &[Step]) -> Result<(), String> {
     let dir = TempDir::new("approval-model");
+    let target: Arc<Target> = Arc::default();
+    let config = Config::parse(CONFIG, "approval-model.toml").unwrap();
     let mut run = Run {
-        url: format!("sqlite://{}", dir.0.join("ledger.db").display()),
-        config: Config::parse(CONFIG, "approval-model.toml").unwrap(),
-        target: Arc::default(),
-        gateway: None,
+        served: ModelGateway::new(&dir, config, target.clone()),
+        target,
     };
     run.open().await;
     let (mut id, state) = run.call().await?;

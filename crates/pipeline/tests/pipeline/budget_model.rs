@@ -17,17 +17,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, Sending};
+use postern_channels::http::{HttpDispatch, HttpOutcome, HttpSender, Sending};
 use postern_core::budget::AMOUNT_SCALE;
 use postern_core::config::Config;
 use postern_core::lifecycle::State;
-use postern_core::{ExecutionId, FingerprintKey};
-use postern_ledger::{Ledger, LedgerOptions};
-use postern_pipeline::{Dialers, Gateway, Registry, Resolved, ToolCall};
+use postern_core::ExecutionId;
+use postern_pipeline::Gateway;
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use crate::model_support::{random_seed, run_cases, TempDir};
+use crate::model_support::{answered, random_seed, run_cases, tool_call, ModelGateway, TempDir};
 
 const CONFIG: &str = r#"
 [gateway]
@@ -124,15 +123,7 @@ impl HttpSender for Target {
                 self.applied.lock().unwrap().insert(key);
             }
             match fate {
-                Fate::Apply => HttpOutcome::Answered(HttpAnswer {
-                    status: 201,
-                    verdict: req.outcome_rules.verdict(201),
-                    headers: Vec::new(),
-                    size: 2,
-                    body: b"{}".to_vec(),
-                    truncated: false,
-                    body_error: None,
-                }),
+                Fate::Apply => answered(&req, 201),
                 Fate::LoseAnswer | Fate::LoseRequest => HttpOutcome::Unknown {
                     reason: "the connection was reset".into(),
                 },
@@ -153,70 +144,23 @@ impl HttpSender for Target {
 }
 
 struct Run {
-    url: String,
-    config: Config,
     target: Arc<Target>,
-    gateway: Option<Arc<Gateway>>,
+    served: ModelGateway,
 }
 
 impl Run {
-    async fn open(&mut self) {
-        let ledger = Ledger::open(&self.url, LedgerOptions::default())
-            .await
-            .unwrap()
-            .0;
-        let sender: Arc<dyn HttpSender> = self.target.clone();
-        let registry = Registry::new(
-            &self.config.tools,
-            &Resolved::default(),
-            &Dialers::http_only(sender),
-        )
-        .unwrap();
-        self.gateway = Some(Arc::new(Gateway::unchecked(
-            self.config.clone(),
-            registry,
-            FingerprintKey::new(&[7u8; 32]).unwrap(),
-            Arc::new(ledger),
-        )));
-    }
-
     fn gateway(&self) -> &Arc<Gateway> {
-        self.gateway.as_ref().unwrap()
+        self.served.get()
     }
 
     async fn restart(&mut self) {
-        let gateway = self.gateway.take().unwrap();
-        gateway.drain(Duration::from_secs(5)).await;
-        let ledger = gateway.ledger().clone();
-        drop(gateway);
-        if let Ok(ledger) = Arc::try_unwrap(ledger) {
-            ledger.close().await;
-        }
-        self.open().await;
+        self.served.stop().await;
+        self.served.start().await;
     }
 
     async fn call(&self, n: usize) -> Result<Option<(ExecutionId, State)>, String> {
-        let arguments: Map<String, Value> =
-            json!({"to": format!("supplier-{n}"), "amount": amount(n)})
-                .as_object()
-                .unwrap()
-                .clone();
-        let call = ToolCall {
-            actor: "agent".into(),
-            tool: "pay".into(),
-            arguments,
-            operation_key: None,
-            reissue_key: None,
-            intent_scope: None,
-            run_id: None,
-            client_address: None,
-            principal: None,
-            request_id: None,
-            trace_parent: None,
-            cancel: None,
-            progress: None,
-            asker: None,
-        };
+        let arguments = json!({"to": format!("supplier-{n}"), "amount": amount(n)});
+        let call = tool_call("agent", "pay", arguments);
         match self.gateway().call(call).await {
             Ok(r) => Ok(Some((r.execution_id, r.state))),
             // A call may end in an error the agent is told about (in progress, a conflict):
@@ -300,13 +244,13 @@ async fn check(
 
 async fn play(steps: Vec<Step>) -> Result<(), String> {
     let dir = TempDir::new("budget-model");
+    let target: Arc<Target> = Arc::default();
+    let config = Config::parse(CONFIG, "budget-model.toml").map_err(|e| e.to_string())?;
     let mut run = Run {
-        url: format!("sqlite://{}", dir.0.join("ledger.db").display()),
-        config: Config::parse(CONFIG, "budget-model.toml").map_err(|e| e.to_string())?,
-        target: Arc::default(),
-        gateway: None,
+        served: ModelGateway::new(&dir, config, target.clone()),
+        target,
     };
-    run.open().await;
+    run.served.start().await;
     let mut approved = BTreeSet::new();
     let mut amounts = BTreeMap::new();
     for step in steps {

@@ -110,15 +110,7 @@ async fn a_call_past_a_budget_waits_for_a_person_or_is_refused_and_nothing_is_se
             && out.contains("all calls: 3 calls, 300 summed, 30% used"),
         "{out}"
     );
-    let metrics = reqwest::Client::new()
-        .get(s.served.url.replace("/mcp", "/metrics"))
-        .bearer_auth(ALICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::harness::metrics(&crate::console::base(&s.served)).await;
     assert!(
         metrics.contains(r#"postern_budget_calls{budget="invoices",scope="actor=billing"} 3"#),
         "{metrics}"
