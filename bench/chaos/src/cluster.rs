@@ -13,9 +13,29 @@ pub const OPERATOR_TOKEN: &str = "chaos-operator-token-0123456789abcdef";
 /// Short enough that a paused or killed replica is taken over during the run.
 pub const LEASE: Duration = Duration::from_secs(2);
 
+/// What the run's budgets allow (issue 53): at most this many invoices, and at most this sum
+/// of their amounts, in the hour (the whole run). Past either, a call is refused.
+#[derive(Clone, Copy)]
+pub struct Limits {
+    pub max_calls: u64,
+    pub max_sum: i64,
+}
+
+impl Limits {
+    /// Limits the run reaches about half way: intents number somewhat fewer than the calls
+    /// made (retries), and amounts average 500.
+    pub fn for_calls(calls: u64) -> Limits {
+        Limits {
+            max_calls: calls / 3,
+            max_sum: i64::try_from(calls).unwrap_or(i64::MAX / 200) * 150,
+        }
+    }
+}
+
 /// The replicas' config: one tool in front of the target (through the fault proxy), recovered
-/// by asking the target whether it applied the execution's idempotency key.
-pub fn config(store: &str, target: &str) -> String {
+/// by asking the target whether it applied the execution's idempotency key, and two budgets
+/// on it that refuse past their limits.
+pub fn config(store: &str, target: &str, limits: Limits) -> String {
     format!(
         r#"[gateway]
 store = "{store}"
@@ -44,8 +64,25 @@ match_window = "1h"
 input_schema = {{ type = "object", required = ["customer", "amount"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }} }} }}
 http = {{ method = "POST", url = "http://{target}/invoices", connect_timeout = "1s", response_timeout = "1s" }}
 recovery = {{ status_query = {{ method = "GET", url = "http://{target}/invoices?idempotency_key={{execution_id}}" }} }}
+
+[[budget]]
+name = "invoices"
+tools = ["create_invoice"]
+window = "1h"
+max_calls = {max_calls}
+on_exhausted = "refuse"
+
+[[budget]]
+name = "invoiced"
+tools = ["create_invoice"]
+window = "1h"
+sum = "amount"
+max_sum = {max_sum}
+on_exhausted = "refuse"
 "#,
         LEASE.as_secs(),
+        max_calls = limits.max_calls,
+        max_sum = limits.max_sum,
         // HAProxy names each agent's address in a PROXY v2 header, from this address.
         proxy = postern_testkit::balancer::PROXY_SOURCE,
     )

@@ -26,6 +26,10 @@ pub struct Record {
     pub unknowns: HashMap<String, (i64, bool)>,
     /// execution id → times calls reaching it were answered
     pub answered: HashMap<String, Vec<i64>>,
+    /// What the budgets count: executions counted by `invoices`, and the sum `invoiced` counts.
+    pub counted: (u64, i64),
+    /// Calls refused past a budget.
+    pub refused_past_budget: u64,
 }
 
 pub async fn read(store: &str) -> Record {
@@ -35,6 +39,8 @@ pub async fn read(store: &str) -> Record {
         by_key: HashMap::new(),
         unknowns: HashMap::new(),
         answered: HashMap::new(),
+        counted: (0, 0),
+        refused_past_budget: 0,
     };
     for row in sqlx::query("SELECT id, state, operation_key FROM executions")
         .fetch_all(&mut db)
@@ -70,7 +76,57 @@ pub async fn read(store: &str) -> Record {
             .or_default()
             .push(row.get("at"));
     }
+    let counted = |budget: &'static str| {
+        sqlx::query("SELECT COUNT(*) AS n, CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS sum FROM budget_charges WHERE budget = $1 AND at IS NOT NULL").bind(budget)
+    };
+    let calls = counted("invoices").fetch_one(&mut db).await.unwrap();
+    let sum = counted("invoiced").fetch_one(&mut db).await.unwrap();
+    r.counted = (
+        u64::try_from(calls.get::<i64, _>("n")).unwrap_or(0),
+        sum.get::<i64, _>("sum"),
+    );
+    let refused = sqlx::query(
+        "SELECT COUNT(*) AS n FROM events WHERE event = 'rejected' AND detail LIKE '%\"budget\"%'",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    r.refused_past_budget = u64::try_from(refused.get::<i64, _>("n")).unwrap_or(0);
     r
+}
+
+/// (g) The budgets are never exceeded (issue 53): the target applied at most `max_calls`
+/// invoices summing to at most `max_sum`, and the ledger counted every one it applied (what it
+/// counts may be more: an unknown outcome counts whether or not it was applied).
+pub fn budgets(invoices: &[Invoice], record: &Record, limits: crate::cluster::Limits) -> Check {
+    use postern_core::budget::AMOUNT_SCALE;
+    let applied = invoices.len() as u64;
+    let sum: i64 = invoices.iter().map(|i| i.amount).sum();
+    let (counted, counted_sum) = record.counted;
+    let mut violations = Vec::new();
+    if applied > limits.max_calls {
+        violations.push(format!(
+            "{applied} invoices applied, the budget allows {}",
+            limits.max_calls
+        ));
+    }
+    if sum > limits.max_sum {
+        violations.push(format!(
+            "invoices summing to {sum} applied, the budget allows {}",
+            limits.max_sum
+        ));
+    }
+    if counted < applied || counted_sum < sum * AMOUNT_SCALE {
+        violations.push(format!("the ledger counted {counted} executions summing to {} for {applied} applied invoices summing to {sum}", counted_sum / AMOUNT_SCALE));
+    }
+    Check {
+        name: "(g) the budgets are never exceeded, and every applied invoice is counted",
+        over: format!(
+            "{applied} invoices of at most {}, sum {sum} of at most {}; {} calls refused past a budget",
+            limits.max_calls, limits.max_sum, record.refused_past_budget
+        ),
+        violations,
+    }
 }
 
 fn final_state(s: &str) -> bool {

@@ -120,7 +120,8 @@ async fn run(plan: Plan) -> i32 {
     let to_target = FaultProxy::start(target.addr, rng.fork(1), 20).await;
     let work = std::env::temp_dir().join(format!("postern-chaos-{}", plan.seed));
     let _ = std::fs::remove_dir_all(&work);
-    let text = cluster::config(&store, &to_target.addr.to_string());
+    let limits = cluster::Limits::for_calls(plan.calls);
+    let text = cluster::config(&store, &to_target.addr.to_string(), limits);
     let mut replicas: Vec<Replica> = (0..3)
         .map(|i| Replica::new(work.join(format!("replica-{i}")), &text))
         .collect();
@@ -188,7 +189,8 @@ async fn run(plan: Plan) -> i32 {
     let operator_unknowns = operator_view(&replicas[0].addr()).await;
     let intents = agents.tally.intents.lock().unwrap().clone();
     let invoices = target.state.invoices();
-    let checks = invariants::check(&intents, &invoices, &record, audit, operator_unknowns);
+    let mut checks = invariants::check(&intents, &invoices, &record, audit, operator_unknowns);
+    checks.push(invariants::budgets(&invoices, &record, limits));
     tokio::task::block_in_place(|| {
         for r in &mut replicas {
             r.stop();

@@ -160,7 +160,7 @@ async fn fill(url: &str, n: usize) -> String {
                 req.run_id = Some(run.clone());
                 let accepted = ledger.accept(req).await.unwrap();
                 let s = match accepted {
-                    postern_ledger::AcceptOutcome::Created(s) => s,
+                    postern_ledger::AcceptOutcome::Created { execution: s, .. } => s,
                     other => panic!("execution {i} matched another: {other:?}"),
                 };
                 if i == n / 2 {

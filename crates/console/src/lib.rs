@@ -16,7 +16,8 @@
 //!   its decision not applied. Decisions go through the same gateway calls as `/ops`, so the
 //!   first recorded wins and the other page says who decided and when.
 //! - **Pages**: Approvals (live over SSE), Runs, Activity with each execution's timeline and
-//!   the five investigation answers, Reviews, Audit (head, last checkpoint, verify now).
+//!   the five investigation answers, Reviews, Audit (head, last checkpoint, verify now),
+//!   Budgets (each `[[budget]]`'s use per scope, and when it frees up).
 //! - **Host**: a request naming a `Host` other than a loopback name, the listen host or
 //!   `public_url`'s is refused 403 before anything else (DNS rebinding), as on `/mcp`.
 //! - **Headers**: `Content-Security-Policy` without `unsafe-inline` (scripts and styles only
@@ -40,6 +41,7 @@ use postern_pipeline::Gateway;
 mod activity;
 mod approvals;
 mod audit;
+mod budgets;
 mod hosts;
 mod live;
 mod page;
@@ -144,6 +146,7 @@ impl Console {
             .merge(runs::routes())
             .merge(activity::routes())
             .merge(audit::routes())
+            .merge(budgets::routes())
             .route("/ui/events", axum::routing::get(live::events))
             .route("/ui/logout", axum::routing::post(session::logout))
             .route(

@@ -90,12 +90,13 @@ pub(crate) async fn headers(req: Request, next: Next) -> Response {
     response
 }
 
-const SECTIONS: [(&str, &str); 5] = [
+const SECTIONS: [(&str, &str); 6] = [
     ("approvals", "Approvals"),
     ("runs", "Runs"),
     ("activity", "Activity"),
     ("reviews", "Reviews"),
     ("audit", "Audit"),
+    ("budgets", "Budgets"),
 ];
 
 /// The operator a page is shown to, and the CSRF token their forms carry.

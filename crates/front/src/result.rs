@@ -145,6 +145,7 @@ mod tests {
             upstream_structured: true,
             next_step: Some("the guidance".into()),
             decision: None,
+            budget_left: None,
             is_error,
         }
     }

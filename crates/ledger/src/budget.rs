@@ -31,6 +31,31 @@ pub struct BudgetCharge {
     pub refuse: bool,
 }
 
+impl BudgetCharge {
+    /// The limits a charge is checked against without reading what left the window: each
+    /// lowered so that a charge within it leaves more than a little of the budget
+    /// ([`BudgetUsage::little_left`]) even by totals that may still hold charges that left the
+    /// window. `i64::MAX`: no such limit. A charge past these is checked exactly.
+    pub(crate) fn quick_limits(&self) -> (i64, i64) {
+        let calls = self.max_calls.map_or(i64::MAX, |max| {
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            max - (max / 5 + 1).max(2)
+        });
+        let sum = self.max_sum.map_or(i64::MAX, |max| max - (max / 5 + 1));
+        (calls, sum)
+    }
+}
+
+/// What checking a new execution's charges found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Within every limit, and counted; with the budget least left of when little is
+    /// ([`BudgetUsage::little_left`]), its use including this execution.
+    Within(Option<BudgetUsage>),
+    /// Past this budget (and whether it refuses): nothing counted.
+    Over(BudgetUsage, bool),
+}
+
 /// A budget's use in its window, as read in the transaction that checked it (or by an
 /// operator's read).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -55,6 +80,31 @@ impl BudgetUsage {
             && self
                 .max_sum
                 .is_none_or(|max| self.sum.saturating_add(amount) <= max)
+    }
+
+    /// Whether little of the budget is left, so that an answer says how much: at most one
+    /// call, or at most a fifth of a limit.
+    pub fn little_left(&self) -> bool {
+        let calls = self.max_calls.is_some_and(|max| {
+            let left = max.saturating_sub(self.calls);
+            left <= 1 || left.saturating_mul(5) <= max
+        });
+        let sum = self
+            .max_sum
+            .is_some_and(|max| max.saturating_sub(self.sum).saturating_mul(5) <= max);
+        calls || sum
+    }
+
+    /// The share of the budget left, by whichever limit is nearer (1: no limit).
+    pub fn left(&self) -> f64 {
+        let share = |left: f64, max: f64| if max > 0.0 { left / max } else { 0.0 };
+        let calls = self.max_calls.map_or(1.0, |max| {
+            share(max.saturating_sub(self.calls) as f64, max as f64)
+        });
+        let sum = self.max_sum.map_or(1.0, |max| {
+            share(max.saturating_sub(self.sum) as f64, max as f64)
+        });
+        calls.min(sum)
     }
 
     /// The use as the record and an answer show it: amounts as decimals, the window in
@@ -94,5 +144,53 @@ mod tests {
         assert!(!usage(3, 0).allows(0));
         assert!(usage(0, 4 * AMOUNT_SCALE).allows(6 * AMOUNT_SCALE));
         assert!(!usage(0, 4 * AMOUNT_SCALE).allows(6 * AMOUNT_SCALE + 1));
+    }
+
+    /// A charge within the quick limits never leaves little of the budget, and one past them
+    /// (but within the budget) always does: the answer's note is never skipped by the quick
+    /// check, and the exact check is made only near a limit.
+    #[test]
+    fn the_quick_limits_end_where_little_is_left() {
+        for max in 0..200u64 {
+            let charge = BudgetCharge {
+                budget: "b".into(),
+                scope: String::new(),
+                amount: 0,
+                window_ms: 1000,
+                max_calls: Some(max),
+                max_sum: Some(max as i64),
+                refuse: false,
+            };
+            let (quick_calls, quick_sum) = charge.quick_limits();
+            for after in 0..=max {
+                let by_calls = BudgetUsage {
+                    budget: "b".into(),
+                    scope: String::new(),
+                    calls: after,
+                    sum: 0,
+                    max_calls: Some(max),
+                    max_sum: None,
+                    window_ms: 1000,
+                    frees_at: None,
+                };
+                assert_eq!(
+                    by_calls.little_left(),
+                    after as i64 > quick_calls,
+                    "calls {after} of {max}"
+                );
+                let by_sum = BudgetUsage {
+                    calls: 0,
+                    sum: after as i64,
+                    max_calls: None,
+                    max_sum: Some(max as i64),
+                    ..by_calls
+                };
+                assert_eq!(
+                    by_sum.little_left(),
+                    after as i64 > quick_sum,
+                    "sum {after} of {max}"
+                );
+            }
+        }
     }
 }

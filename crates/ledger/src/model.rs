@@ -138,7 +138,12 @@ pub struct ResultBody {
 #[derive(Clone, Debug)]
 pub enum AcceptOutcome {
     /// A new execution (with its `then` events appended).
-    Created(ExecutionSummary),
+    Created {
+        execution: ExecutionSummary,
+        /// A budget it was counted against with little left after it (issue 53): its use
+        /// including this execution, for the answer to say how much remains.
+        budget_left: Option<crate::BudgetUsage>,
+    },
     /// A prior execution and what the incoming call gets from it (never a second execution).
     Existing {
         decision: RecoveryDecision,
@@ -149,7 +154,8 @@ pub enum AcceptOutcome {
 impl AcceptOutcome {
     pub fn execution(&self) -> &ExecutionSummary {
         match self {
-            AcceptOutcome::Created(e) | AcceptOutcome::Existing { execution: e, .. } => e,
+            AcceptOutcome::Created { execution: e, .. }
+            | AcceptOutcome::Existing { execution: e, .. } => e,
         }
     }
 }

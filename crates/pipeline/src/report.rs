@@ -53,6 +53,8 @@ pub struct CallReport {
     /// For an execution a human decides on: the pending approval request (when it expires), or
     /// the recorded decision (who, when, why).
     pub decision: Option<Value>,
+    /// A budget the call was counted against with little left after it (issue 53).
+    pub budget_left: Option<postern_ledger::BudgetUsage>,
     /// True when the call itself failed in a way the agent should see as an error result
     /// (nothing was sent, or the target rejected it).
     pub is_error: bool,
@@ -83,6 +85,7 @@ impl CallReport {
                 "target_status": self.target_status,
                 "next_step": self.next_step,
                 "decision": self.decision,
+                "budget_left": self.budget_left.as_ref().map(|b| b.to_json()),
             },
             "response": self.response,
         })
@@ -116,6 +119,10 @@ impl CallReport {
         if let Some(n) = &self.next_step {
             s.push_str("; ");
             s.push_str(n);
+        }
+        if let Some(b) = &self.budget_left {
+            s.push_str("; ");
+            s.push_str(&budget_left_note(b));
         }
         s
     }
@@ -185,6 +192,36 @@ pub fn next_step(state: State, id: ExecutionId) -> Option<String> {
         State::Resolved(postern_core::lifecycle::Resolution::Applied) => Some("resolved by an operator as applied: the action happened; do not repeat it".to_string()),
         _ => None,
     }
+}
+
+/// What an answer says of a budget with little left: its use after this call, what remains,
+/// and that past it nothing is sent without a person (or at all).
+pub(crate) fn budget_left_note(b: &postern_ledger::BudgetUsage) -> String {
+    use postern_core::budget::amount_text;
+    let mut left = Vec::new();
+    if let Some(max) = b.max_calls {
+        left.push(format!(
+            "{} of {max} calls left",
+            max.saturating_sub(b.calls)
+        ));
+    }
+    if let Some(max) = b.max_sum {
+        left.push(format!(
+            "{} of {} left to sum",
+            amount_text(max.saturating_sub(b.sum).max(0)),
+            amount_text(max)
+        ));
+    }
+    let scope = match b.scope.is_empty() {
+        true => String::new(),
+        false => format!(" for {}", b.scope),
+    };
+    format!(
+        "little is left of budget {}{scope}: {} in the last {}s",
+        b.budget,
+        left.join(", "),
+        b.window_ms / 1000
+    )
 }
 
 /// What an answer says of the budget a call's event names (`detail.budget`, as the ledger

@@ -82,7 +82,7 @@ fn build(b: RawBudget, tools: &[ToolContract], actors: &[Actor]) -> Result<Budge
             "actor" => Ok(Partition::Actor),
             _ => {
                 for t in &counted {
-                    declared(t, &p, "per")?;
+                    finite(t, &p)?;
                 }
                 Ok(Partition::Argument(p))
             }
@@ -141,7 +141,7 @@ fn counted_tools<'t>(
             let t = tools
                 .iter()
                 .find(|t| &t.name == n)
-                .ok_or_else(|| format!("tools: no [[tool]] is named {n:?}"))?;
+                .ok_or_else(|| format!("tools: no [[tool]] is named {n:?} (a budget counts [[tool]]s: to budget a tool an upstream serves with expose = \"all\", declare it as a [[tool]] with an mcp table)"))?;
             if t.class.is_read_only() {
                 return Err(format!("tools: {n:?} is read_only: it has no effect to budget"));
             }
@@ -173,6 +173,25 @@ fn declared<'t>(
             tool.name
         )
     })
+}
+
+/// An argument a budget is partitioned by must take one of a few values the config lists
+/// (`enum`, `const` or a boolean): the agent chooses its value, and each new value would start
+/// a count of its own, so a free-text argument would let an agent escape the budget by
+/// inventing values. Calls are checked against the schema before they are counted.
+fn finite(tool: &ToolContract, argument: &str) -> Result<(), String> {
+    let schema = declared(tool, argument, "per")?.ok_or_else(|| {
+        format!("per: tool {:?} declares no input_schema properties, so {argument:?} could take any value; declare it with an \"enum\" of its values", tool.name)
+    })?;
+    let listed = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|values| !values.is_empty());
+    let boolean = schema.get("type").and_then(Value::as_str) == Some("boolean");
+    if listed || boolean || schema.get("const").is_some() {
+        return Ok(());
+    }
+    Err(format!("per: argument {argument:?} of tool {:?} may take any value, and each new value would start a count of its own (an agent could escape the budget by inventing values); declare it with an \"enum\" of its values, or partition by \"actor\" only", tool.name))
 }
 
 /// The summed argument must be a number wherever a schema says what it is.

@@ -18,7 +18,7 @@ name = "pay"
 class = "irreversible"
 match_window = "1h"
 retention = "2d"
-input_schema = { type = "object", properties = { amount = { type = "number" }, service = { type = "string" }, note = { type = "string" } } }
+input_schema = { type = "object", properties = { amount = { type = "number" }, service = { type = "string", enum = ["api", "web"] }, note = { type = "string" } } }
 http = { method = "POST", url = "http://127.0.0.1:9/pay" }
 [[tool]]
 name = "list"
@@ -116,6 +116,14 @@ window = "1h"
 per = ["region"]
 max_calls = 1"#,
             "per: \"region\" is not an argument of tool \"pay\"",
+        ),
+        (
+            r#"name = "b"
+tools = ["pay"]
+window = "1h"
+per = ["note"]
+max_calls = 1"#,
+            "per: argument \"note\" of tool \"pay\" may take any value",
         ),
         (
             r#"name = "b"

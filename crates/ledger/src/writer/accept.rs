@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use super::budgets::Budgets;
 use super::claims::Claim;
 use super::executions::Executions;
-use crate::budget::BudgetUsage;
+use crate::budget::{BudgetUsage, Checked};
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::model::{AcceptOutcome, AcceptRequest, ExecutionSummary, NewEvent};
@@ -46,7 +46,7 @@ impl<C: WriteConn> Executions<'_, C> {
         let actor = req.record.actor.clone();
         let scope = req.record.intent_scope.clone();
         if req.contract.class.is_read_only() {
-            return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            return self.create(new_id, req).await;
         }
         let Some(Met {
             id: prior_id,
@@ -54,7 +54,7 @@ impl<C: WriteConn> Executions<'_, C> {
             reissue: reissue_of_prior,
         }) = self.meet(req, claim, &fingerprint, &new_id_text).await?
         else {
-            return self.create(new_id, req).await.map(AcceptOutcome::Created);
+            return self.create(new_id, req).await;
         };
         let prior = self.tx.load_summary(prior_id).await?;
         let incoming = IncomingRequest {
@@ -73,7 +73,7 @@ impl<C: WriteConn> Executions<'_, C> {
                 self.point_reissue_key(&actor, req, &new_id_text).await?;
                 self.point_intent(&actor, &scope, &fingerprint, &new_id_text)
                     .await?;
-                self.create(new_id, req).await.map(AcceptOutcome::Created)
+                self.create(new_id, req).await
             }
             decision => {
                 // Later attempts of this request find the execution it was matched to (a
@@ -195,7 +195,7 @@ impl<C: WriteConn> Executions<'_, C> {
         &mut self,
         id: ExecutionId,
         req: &AcceptRequest,
-    ) -> Result<ExecutionSummary, LedgerError> {
+    ) -> Result<AcceptOutcome, LedgerError> {
         let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
         let record_text = std::str::from_utf8(&req.record_bytes)
             .map_err(|e| LedgerError::Corrupt(e.to_string()))?
@@ -239,6 +239,7 @@ impl<C: WriteConn> Executions<'_, C> {
         }
         self.tx
             .append_event(id, 1, EventKind::Accepted, req.now, detail)?;
+        let mut budget_left = None;
         if req.is_withdrawn() {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
             self.advance(
@@ -248,14 +249,19 @@ impl<C: WriteConn> Executions<'_, C> {
             )
             .await?;
         } else {
-            for ev in self.first_events(id, req).await?.iter() {
+            let events;
+            (events, budget_left) = self.first_events(id, req).await?;
+            for ev in events.iter() {
                 self.advance(&mut s, ev, req.now).await?;
             }
         }
         // One row with the final projection: the `then` events cost no extra statement.
         self.tx.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.tx.cfg.instance]).await?;
         self.tx.remember(&s);
-        Ok(s)
+        Ok(AcceptOutcome::Created {
+            execution: s,
+            budget_left,
+        })
     }
 
     /// Whether the request's actor has `waiting_cap` calls waiting for a person already (read
@@ -286,22 +292,25 @@ impl<C: WriteConn> Executions<'_, C> {
         &mut self,
         id: ExecutionId,
         req: &'r AcceptRequest,
-    ) -> Result<Cow<'r, [NewEvent]>, LedgerError> {
+    ) -> Result<(Cow<'r, [NewEvent]>, Option<BudgetUsage>), LedgerError> {
         if req.budgets.is_empty() {
-            return Ok(Cow::Borrowed(&req.then));
+            return Ok((Cow::Borrowed(&req.then), None));
         }
         let has = |kind: EventKind| req.then.iter().any(|e| e.kind == kind);
         let mut budgets = Budgets { tx: &mut *self.tx };
         if has(EventKind::Dispatched) {
-            if let Some((usage, refuse)) = budgets.charge(id, &req.budgets, req.now).await? {
-                let waits = !refuse && !self.at_waiting_cap(req).await?;
-                let events = if waits { &req.over_budget[..] } else { &[][..] };
-                return Ok(Cow::Owned(over_budget(events, &usage)));
+            match budgets.charge(id, &req.budgets, req.now).await? {
+                Checked::Over(usage, refuse) => {
+                    let waits = !refuse && !self.at_waiting_cap(req).await?;
+                    let events = if waits { &req.over_budget[..] } else { &[][..] };
+                    return Ok((Cow::Owned(over_budget(events, &usage)), None));
+                }
+                Checked::Within(left) => return Ok((Cow::Borrowed(&req.then), left)),
             }
         } else if has(EventKind::ApprovalRequested) {
             budgets.pending(id, &req.budgets, req.now).await?;
         }
-        Ok(Cow::Borrowed(&req.then))
+        Ok((Cow::Borrowed(&req.then), None))
     }
 }
 

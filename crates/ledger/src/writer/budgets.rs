@@ -2,9 +2,12 @@
 //! their scopes' locks and recorded with it; its first later dispatch counted; a `failed`
 //! execution (nothing was sent) uncounted.
 //!
-//! A check reads its scope's running totals (`budget_scopes`) and takes off only the charges
-//! that left the window since the last check: each charge is added once and taken off once, so
-//! a check costs the same however many calls the window holds.
+//! Each scope keeps running totals (`budget_scopes`): the counted charges since `counted_from`.
+//! Charges only ever leave the window, so the totals count at least the window's use: a charge
+//! that keeps them well under the limits is counted in one statement without reading the window
+//! (`quick`). Near a limit, a check takes off the charges that left the window since the totals
+//! were last brought up to date, and decides exactly. Each charge is added once and taken off
+//! once, so a check costs the same however many calls the window holds.
 //!
 //! Exact across replicas: on PostgreSQL a check reads the totals row `FOR UPDATE` (the row as
 //! the last committer left it, once the lock is got) and reads the charges that left the window
@@ -14,7 +17,7 @@
 use postern_core::{ExecutionId, Timestamp};
 
 use super::transaction::Transaction;
-use crate::budget::{BudgetCharge, BudgetUsage};
+use crate::budget::{BudgetCharge, BudgetUsage, Checked};
 use crate::db::{params, WriteConn};
 use crate::error::LedgerError;
 use crate::rows;
@@ -25,49 +28,98 @@ pub(super) struct Budgets<'t, C> {
 }
 
 impl<C: WriteConn> Budgets<'_, C> {
-    /// Checks every charge of a new execution about to be dispatched; the budget it would pass
-    /// (one that refuses before one that waits for a person), or `None` (within every limit).
-    /// The charges are recorded either way: counted from `now` when it is within its limits,
-    /// else pending (counted once a person has let it be sent).
+    /// Checks every charge of a new execution about to be dispatched: the budget it would pass
+    /// (one that refuses before one that waits for a person), or within every limit (with the
+    /// budget least left of, when little is). The charges are recorded either way: counted
+    /// from `now` when within the limits, else pending (counted once a person lets it be sent).
     pub(super) async fn charge(
         &mut self,
         id: ExecutionId,
         charges: &[BudgetCharge],
         now: Timestamp,
-    ) -> Result<Option<(BudgetUsage, bool)>, LedgerError> {
-        let mut checked = Vec::with_capacity(charges.len());
+    ) -> Result<Checked, LedgerError> {
+        let mut quick = Vec::new();
+        let mut exact = Vec::with_capacity(charges.len());
         let mut over: Option<(BudgetUsage, bool)> = None;
-        for charge in charges {
+        for (i, charge) in charges.iter().enumerate() {
+            if over.is_none() && self.quick(charge, now).await? {
+                quick.push(i);
+                continue;
+            }
             let (usage, since, changed) = self.locked_usage(charge, now).await?;
             if !usage.allows(charge.amount)
                 && over.as_ref().is_none_or(|(_, r)| !r && charge.refuse)
             {
                 over = Some((usage.clone(), charge.refuse));
             }
-            checked.push((usage, since, changed));
+            exact.push((i, usage, since, changed));
         }
         let counted = over.is_none();
-        let text = id.to_string();
-        for (c, (usage, since, changed)) in charges.iter().zip(checked) {
+        let mut least_left: Option<BudgetUsage> = None;
+        for (i, mut usage, since, changed) in exact {
+            let c = &charges[i];
             // One write of the totals: what left the window taken off, this charge added.
             if counted || changed {
-                let (calls, total) = match counted {
-                    true => (usage.calls as i64 + 1, usage.sum + c.amount),
-                    false => (usage.calls as i64, usage.sum),
-                };
+                if counted {
+                    usage.calls += 1;
+                    usage.sum += c.amount;
+                }
+                let calls = i64::try_from(usage.calls).unwrap_or(i64::MAX);
                 self.tx
                     .later(
                         "UPDATE budget_scopes SET calls = $1, total = $2, counted_from = $3 WHERE budget = $4 AND scope_key = $5",
-                        params![calls, total, since, &c.budget, &c.scope],
+                        params![calls, usage.sum, since, &c.budget, &c.scope],
                     )
                     .await?;
             }
+            if counted
+                && usage.little_left()
+                && least_left.as_ref().is_none_or(|l| l.left() > usage.left())
+            {
+                least_left = Some(usage);
+            }
+        }
+        if !counted {
+            // Charges counted quickly before a later one was found past its limit: taken back.
+            for &i in &quick {
+                let c = &charges[i];
+                self.tx
+                    .later(
+                        "UPDATE budget_scopes SET calls = calls - 1, total = total - $1 WHERE budget = $2 AND scope_key = $3",
+                        params![c.amount, &c.budget, &c.scope],
+                    )
+                    .await?;
+            }
+        }
+        let text = id.to_string();
+        for c in charges {
             self.insert(&text, c, counted.then_some(now)).await?;
         }
-        if let Some((usage, _)) = &mut over {
-            usage.frees_at = self.frees_at(usage, now).await?;
+        match over {
+            Some((mut usage, refuse)) => {
+                usage.frees_at = self.frees_at(&usage, now).await?;
+                Ok(Checked::Over(usage, refuse))
+            }
+            None => Ok(Checked::Within(least_left)),
         }
-        Ok(over)
+    }
+
+    /// Counts a charge against its scope's running totals in one statement, when even those
+    /// (which may still hold charges that left the window: they only ever count too much) leave
+    /// more than a little of the budget after it. False: it must be checked exactly (near a
+    /// limit, the scope's first charge, or a window longer than the totals were kept for).
+    async fn quick(&mut self, c: &BudgetCharge, now: Timestamp) -> Result<bool, LedgerError> {
+        let since = now.0.saturating_sub(c.window_ms);
+        let (max_calls, max_sum) = c.quick_limits();
+        let row = self
+            .tx
+            .conn
+            .query_opt(
+                QUICK,
+                params![&c.budget, &c.scope, c.amount, since, max_calls, max_sum],
+            )
+            .await?;
+        Ok(row.is_some())
     }
 
     /// Records a new execution's charges as pending (it waits for a person first).
@@ -224,6 +276,10 @@ impl<C: WriteConn> Budgets<'_, C> {
 fn missing() -> LedgerError {
     LedgerError::Corrupt("a budget's totals row is missing".into())
 }
+
+/// A charge counted against its scope's totals when they stay under the quick limits ($5 calls,
+/// $6 sum); on PostgreSQL the row stays locked, so replicas count one at a time.
+const QUICK: &str = "UPDATE budget_scopes SET calls = calls + 1, total = total + $3 WHERE budget = $1 AND scope_key = $2 AND counted_from <= $4 AND calls + 1 <= $5 AND total + $3 <= $6 RETURNING calls";
 
 /// A scope's totals row, made on its first charge (counting from the window's start).
 const NEW_SCOPE: &str = "INSERT INTO budget_scopes (budget, scope_key, counted_from) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";

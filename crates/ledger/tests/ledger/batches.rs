@@ -160,7 +160,7 @@ async fn a_request_failing_mid_batch_leaves_the_others_whole_and_nothing_of_itse
                         .await
                         .unwrap();
                     assert!(
-                        matches!(again, AcceptOutcome::Created(_)),
+                        matches!(again, AcceptOutcome::Created { .. }),
                         "{backend:?}: {again:?}"
                     );
                     expected += 1;
@@ -269,7 +269,7 @@ async fn identical_requests_in_one_batch_meet_in_one_execution() {
         let mut outcomes = Vec::new();
         for (i, task) in tasks.into_iter().enumerate() {
             let outcome = task.await.unwrap();
-            if let AcceptOutcome::Created(s) = &outcome {
+            if let AcceptOutcome::Created { execution: s, .. } = &outcome {
                 assert!(
                     created.insert(i % 3, s.id).is_none(),
                     "{backend:?}: a second execution for request {}",

@@ -292,3 +292,91 @@ async fn executions_leave_the_window_and_free_the_budget_exactly() {
         );
     }
 }
+
+/// The ledger's decisions against a sliding window kept in the test, over random gaps, amounts
+/// and a window lengthened and shortened again on the way (a config change keeps the counts):
+/// every call is let through exactly when the window's use leaves room for it, and an answer is
+/// told how much is left exactly when little is. Far from the limits a check counts against
+/// running totals that may still hold charges that left the window; this shows it never
+/// decides otherwise than an exact count would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_equals_an_exact_sliding_window() {
+    let random = std::env::var("POSTERN_BUDGET_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| now().0 as u64);
+    println!("POSTERN_BUDGET_SEED={random}");
+    for backend in BACKENDS {
+        for seed in [1, 2, random] {
+            sliding_window_case(backend, seed).await;
+        }
+    }
+}
+
+/// One case of [`every_decision_equals_an_exact_sliding_window`]: bursts and lulls, the window
+/// switched between 0.5, 1 and 3 seconds every 37 calls.
+async fn sliding_window_case(backend: Backend, seed: u64) {
+    let (url, _guard) = fresh_store(backend).await;
+    let ledger = open(&url).await;
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    };
+    let (max_calls, max_sum) = (12u64, 400 * AMOUNT_SCALE);
+    let mut counted: Vec<(i64, i64)> = Vec::new();
+    let mut t = now().0;
+    let mut window_ms = 1_000;
+    for n in 0..400 {
+        // Mostly a burst; now and then a lull long enough for the window to empty.
+        t += match next(10) {
+            0 => 300 + next(900),
+            _ => next(120),
+        } as i64;
+        if n % 37 == 36 {
+            window_ms = [500, 1_000, 3_000][next(3) as usize];
+        }
+        let amount = next(60) as i64 * AMOUNT_SCALE;
+        let charge = BudgetCharge {
+            window_ms,
+            ..charge(Some(max_calls), Some(max_sum), amount)
+        };
+        let mut req = budgeted(n, charge, &amount_text(amount));
+        req.now = postern_core::Timestamp(t);
+        let outcome = ledger.accept(req).await.unwrap();
+        let inside: Vec<_> = counted
+            .iter()
+            .filter(|(at, _)| *at > t - window_ms)
+            .collect();
+        let (calls, sum) = (
+            inside.len() as u64,
+            inside.iter().map(|(_, a)| a).sum::<i64>(),
+        );
+        let fits = calls < max_calls && sum + amount <= max_sum;
+        let state = outcome.execution().lifecycle.state;
+        let context = format!("{backend:?} seed {seed} call {n} at {t}: {calls} calls, {sum} summed in {window_ms} ms, amount {amount}");
+        assert_eq!(state == State::Dispatched, fits, "{context}: {state:?}");
+        let AcceptOutcome::Created { budget_left, .. } = outcome else {
+            panic!("{context}: not a new execution");
+        };
+        if !fits {
+            assert_eq!(budget_left, None, "{context}");
+            continue;
+        }
+        counted.push((t, amount));
+        let (calls, sum) = (calls + 1, sum + amount);
+        let left_calls = max_calls - calls;
+        let little =
+            left_calls <= 1 || left_calls * 5 <= max_calls || (max_sum - sum) * 5 <= max_sum;
+        match budget_left {
+            Some(u) => {
+                assert!(little, "{context}: told little is left of {u:?}");
+                assert_eq!((u.calls, u.sum), (calls, sum), "{context}");
+            }
+            None => assert!(!little, "{context}: not told little is left"),
+        }
+    }
+    assert!(verify(&ledger).await.is_valid(), "{backend:?}");
+}

@@ -36,7 +36,7 @@ async fn sixty_four_concurrent_identical_accepts_make_one_execution() {
         let mut created = 0;
         for t in tasks {
             let outcome = t.await.unwrap();
-            if matches!(outcome, AcceptOutcome::Created(_)) {
+            if matches!(outcome, AcceptOutcome::Created { .. }) {
                 created += 1;
             }
             ids.insert(outcome.execution().id);
@@ -91,7 +91,10 @@ async fn matching_follows_the_recovery_decision() {
             ))
             .await
             .unwrap();
-        let AcceptOutcome::Created(first) = first else {
+        let AcceptOutcome::Created {
+            execution: first, ..
+        } = first
+        else {
             panic!("{backend:?}: first call must create")
         };
         let again = ledger
@@ -115,14 +118,17 @@ async fn matching_follows_the_recovery_decision() {
             ))
             .await
             .unwrap();
-        assert!(matches!(other, AcceptOutcome::Created(_)), "{backend:?}");
+        assert!(
+            matches!(other, AcceptOutcome::Created { .. }),
+            "{backend:?}"
+        );
         // Reads are never matched.
         for _ in 0..2 {
             let read = ledger
                 .accept(request("list_invoices", "billing", "{}"))
                 .await
                 .unwrap();
-            assert!(matches!(read, AcceptOutcome::Created(_)), "{backend:?}");
+            assert!(matches!(read, AcceptOutcome::Created { .. }), "{backend:?}");
         }
         // Dispatched → attach; completed → the stored result.
         ledger
@@ -279,7 +285,10 @@ async fn operation_key_reuse_with_another_intent_is_a_conflict() {
             .accept(keyed(r#"{"customer":"acme","amount":5}"#, "order-2"))
             .await
             .unwrap();
-        assert!(matches!(second, AcceptOutcome::Created(_)), "{backend:?}");
+        assert!(
+            matches!(second, AcceptOutcome::Created { .. }),
+            "{backend:?}"
+        );
         // The key is per actor.
         let mut other = keyed(r#"{"customer":"acme","amount":6}"#, "order-1");
         other = {
@@ -290,7 +299,7 @@ async fn operation_key_reuse_with_another_intent_is_a_conflict() {
         assert!(
             matches!(
                 ledger.accept(other).await.unwrap(),
-                AcceptOutcome::Created(_)
+                AcceptOutcome::Created { .. }
             ),
             "{backend:?}"
         );
@@ -314,7 +323,10 @@ async fn a_reissue_key_finds_its_execution_past_the_window() {
             r
         };
         let first = ledger.accept(attempt("run-a:1", 0)).await.unwrap();
-        assert!(matches!(first, AcceptOutcome::Created(_)), "{backend:?}");
+        assert!(
+            matches!(first, AcceptOutcome::Created { .. }),
+            "{backend:?}"
+        );
         let first = first.execution().id;
         // 11 minutes later (the window is 10): the re-issue is the same request.
         let again = ledger.accept(attempt("run-a:1", 11)).await.unwrap();
@@ -330,7 +342,7 @@ async fn a_reissue_key_finds_its_execution_past_the_window() {
         assert_eq!(later.execution().id, first, "{backend:?}");
         // A new request past the window is a new execution, and its re-issues find that one.
         let new = ledger.accept(attempt("run-a:3", 11)).await.unwrap();
-        assert!(matches!(new, AcceptOutcome::Created(_)), "{backend:?}");
+        assert!(matches!(new, AcceptOutcome::Created { .. }), "{backend:?}");
         let new = new.execution().id;
         assert_ne!(new, first);
         let reissued = ledger.accept(attempt("run-a:3", 30)).await.unwrap();
@@ -564,7 +576,7 @@ async fn a_write_behind_another_process_lock_waits_asynchronously_and_lands() {
         .accept(request("create_invoice", "billing", r#"{"amount":10}"#))
         .await
         .unwrap();
-    assert!(matches!(next, AcceptOutcome::Created(_)));
+    assert!(matches!(next, AcceptOutcome::Created { .. }));
     assert_eq!(count(&ledger).await, 2);
     assert!(verify(&ledger).await.is_valid());
 }

@@ -41,7 +41,7 @@ async fn a_locked_sqlite_file_is_busy_not_corrupt_and_the_next_write_lands() {
         .accept(request("create_invoice", "billing", r#"{"amount":1}"#))
         .await
         .unwrap();
-    assert!(matches!(next, AcceptOutcome::Created(_)));
+    assert!(matches!(next, AcceptOutcome::Created { .. }));
     assert!(verify(&ledger).await.is_valid());
 }
 
@@ -132,7 +132,7 @@ async fn the_postgres_writer_reconnects_and_its_lease_lapses_only_while_it_canno
             }
         }
     };
-    assert!(matches!(created, AcceptOutcome::Created(_)));
+    assert!(matches!(created, AcceptOutcome::Created { .. }));
     tokio::time::sleep(Duration::from_millis(900)).await;
     let renewed = heartbeat_at(&url, ledger.instance()).await;
     assert!(
@@ -178,7 +178,7 @@ async fn answers_stay_true_when_the_writers_connection_is_cut_under_load() {
                 let mut said = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     said.push(match ledger.accept(nth(w, said.len())).await {
-                        Ok(AcceptOutcome::Created(s)) => Said::Recorded(s.id),
+                        Ok(AcceptOutcome::Created { execution: s, .. }) => Said::Recorded(s.id),
                         Ok(other) => panic!("a new request met an execution: {other:?}"),
                         Err(e) if e.to_string().contains("is unknown") => Said::Unknown,
                         Err(_) => Said::Nothing,
@@ -193,7 +193,7 @@ async fn answers_stay_true_when_the_writers_connection_is_cut_under_load() {
                             assert_eq!(execution.id, id, "w{w}-{n}");
                             counts[0] += 1;
                         }
-                        (Said::Nothing, AcceptOutcome::Created(_)) => counts[1] += 1,
+                        (Said::Nothing, AcceptOutcome::Created { .. }) => counts[1] += 1,
                         (Said::Unknown, _) => counts[2] += 1,
                         (Said::Recorded(_), again) => {
                             panic!("w{w}-{n} was recorded, then not found: {again:?}")

@@ -20,7 +20,7 @@ fn keep(d: Duration) -> Retention {
 
 /// A completed invoice (with a stored result); its id.
 async fn completed(ledger: &Ledger, amount: u32) -> ExecutionId {
-    let AcceptOutcome::Created(s) = ledger
+    let AcceptOutcome::Created { execution: s, .. } = ledger
         .accept(dispatched_request(
             "create_invoice",
             "billing",
@@ -49,7 +49,7 @@ async fn completed(ledger: &Ledger, amount: u32) -> ExecutionId {
 
 /// A wire whose answer was lost: `outcome_unknown`, never pruned.
 async fn unsettled(ledger: &Ledger) -> ExecutionId {
-    let AcceptOutcome::Created(s) = ledger
+    let AcceptOutcome::Created { execution: s, .. } = ledger
         .accept(dispatched_request(
             "wire_money",
             "billing",

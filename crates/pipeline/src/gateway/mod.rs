@@ -322,7 +322,7 @@ impl Gateway {
             }
         };
         let summary = match &accepted {
-            AcceptOutcome::Created(s) => s.clone(),
+            AcceptOutcome::Created { execution: s, .. } => s.clone(),
             // The same key with other arguments: an error naming the original, never its task.
             AcceptOutcome::Existing {
                 decision: RecoveryDecision::Conflict { original },
@@ -337,7 +337,7 @@ impl Gateway {
             AcceptOutcome::Existing { execution, .. } => execution.clone(),
         };
         let attempt = match &accepted {
-            AcceptOutcome::Created(_) => Attempt::New,
+            AcceptOutcome::Created { .. } => Attempt::New,
             _ => Attempt::Attached,
         };
         self.runs.record_call(
@@ -418,21 +418,31 @@ impl Gateway {
         target: Value,
     ) -> Result<CallReport, GatewayError> {
         match accepted {
-            AcceptOutcome::Created(s) if s.lifecycle.state == State::Cancelled => {
+            AcceptOutcome::Created { execution: s, .. }
+                if s.lifecycle.state == State::Cancelled =>
+            {
                 Err(GatewayError::Cancelled)
             }
-            AcceptOutcome::Created(s) if s.lifecycle.state == State::Rejected => {
+            AcceptOutcome::Created { execution: s, .. } if s.lifecycle.state == State::Rejected => {
                 self.records.stored_report(s.id, Attempt::New).await
             }
-            AcceptOutcome::Created(s) if s.lifecycle.state == State::AwaitingApproval => {
+            AcceptOutcome::Created { execution: s, .. }
+                if s.lifecycle.state == State::AwaitingApproval =>
+            {
                 self.approvals.hold_for_approval(s.id, call);
                 self.notices.notify(Notice::ApprovalRequested(s.id));
                 self.records.stored_report(s.id, Attempt::New).await
             }
-            AcceptOutcome::Created(s) => {
-                self.dispatch
+            AcceptOutcome::Created {
+                execution: s,
+                budget_left,
+            } => {
+                let mut report = self
+                    .dispatch
                     .send(entry, s, call, Attempt::New, Some(target))
-                    .await
+                    .await?;
+                report.budget_left = budget_left;
+                Ok(report)
             }
             AcceptOutcome::Existing {
                 decision,

@@ -84,6 +84,7 @@ impl Records {
             upstream_result,
             upstream_structured,
             decision: None,
+            budget_left: None,
             is_error,
         }
     }

@@ -117,7 +117,9 @@ impl Fixture {
             };
             let (ledger, _) = Ledger::open(&url, options).await.unwrap();
             for i in 1..=EXECUTIONS {
-                let AcceptOutcome::Created(e) = ledger.accept(request(i)).await.unwrap() else {
+                let AcceptOutcome::Created { execution: e, .. } =
+                    ledger.accept(request(i)).await.unwrap()
+                else {
                     panic!("execution {i} was matched to a prior one");
                 };
                 let body = format!(r#"{{"invoice":"inv_{i}"}}"#).into_bytes();

@@ -42,7 +42,20 @@ async fn a_call_past_a_budget_waits_for_a_person_or_is_refused_and_nothing_is_se
         let r = mcp
             .call("create_invoice", pay(&format!("c{n}"), 100), json!({}))
             .await;
-        assert_eq!(execution(&r)["state"], "completed", "{r}");
+        let ex = execution(&r);
+        assert_eq!(ex["state"], "completed", "{r}");
+        // Little is left of `invoices` (2 per actor) after each: the answer says how much;
+        // of `invoiced-sum` (1000) plenty is, and it says nothing of it.
+        let left = format!(
+            "little is left of budget invoices for actor=billing: {} of 2 calls left in the last 3600s",
+            1 - n
+        );
+        let text = r["result"]["content"].to_string();
+        assert!(
+            text.contains(&left) && !text.contains("invoiced-sum"),
+            "{r}"
+        );
+        assert_eq!(ex["budget_left"]["calls"], n + 1, "{r}");
     }
     assert_eq!(posts(&s.target.state), 2);
     // The third distinct call: past `invoices` (2 calls per actor), it waits for a person.
@@ -115,17 +128,136 @@ async fn a_call_past_a_budget_waits_for_a_person_or_is_refused_and_nothing_is_se
         metrics.contains(r#"postern_budget_calls{budget="invoices",scope="actor=billing"} 3"#),
         "{metrics}"
     );
+
+    // The console's page.
+    let (session, _) = crate::console::forms::session_of(&s.served, ALICE_TOKEN).await;
+    let page = crate::harness::http_builder()
+        .build()
+        .unwrap()
+        .get(format!("{}/ui/budgets", crate::console::base(&s.served)))
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.unwrap();
+    for shown in [
+        "<h2>invoices</h2>",
+        "<strong>2 calls</strong>",
+        "actor=billing",
+        "3 of 2",
+        "150%",
+        "300 of 1000",
+        "<strong>refuse</strong>",
+    ] {
+        assert!(html.contains(shown), "{shown} in\n{html}");
+    }
+}
+
+fn partitioned(target: &str) -> String {
+    format!(
+        r#"{}
+[[tool]]
+name = "create_invoice_in"
+description = "Create an invoice in one currency"
+class = "idempotent_write"
+match_window = "10m"
+input_schema = {{ type = "object", required = ["customer", "amount", "currency"], properties = {{ customer = {{ type = "string" }}, amount = {{ type = "integer" }}, currency = {{ type = "string", enum = ["EUR", "USD"] }} }} }}
+http = {{ method = "POST", url = "{target}/invoices", response_timeout = "1s" }}
+
+[[budget]]
+name = "per-currency"
+tools = ["create_invoice_in"]
+per = ["currency"]
+window = "1h"
+max_calls = 1
+on_exhausted = "refuse"
+"#,
+        crate::harness::config(target)
+    )
+}
+
+/// The attack the `enum` rule stops: an agent that invents a new value of the argument a
+/// budget is partitioned by, to start a count of its own for each call. Every value it may
+/// send is one the config lists (a free-text argument is refused at start-up), so an invented
+/// one is refused with nothing sent and nothing counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_inventing_partition_values_does_not_escape_a_budget() {
+    let s = Setup::start("budget-partition", partitioned).await;
+    let mcp = Mcp::connect(&s.served.url, BILLING_TOKEN).await;
+    let invoice = |customer: &str, currency: &str| json!({"customer": customer, "amount": 10, "currency": currency});
+    let first = mcp
+        .call("create_invoice_in", invoice("a", "EUR"), json!({}))
+        .await;
+    assert_eq!(execution(&first)["state"], "completed", "{first}");
+    let past = mcp
+        .call("create_invoice_in", invoice("b", "EUR"), json!({}))
+        .await;
+    assert_eq!(execution(&past)["state"], "rejected", "{past}");
+    for (n, invented) in ["EUR ", "eur", "EUR-2", "XEU1"].iter().enumerate() {
+        let r = mcp
+            .call(
+                "create_invoice_in",
+                invoice(&format!("x{n}"), invented),
+                json!({}),
+            )
+            .await;
+        assert_ne!(execution(&r)["state"], "completed", "{invented:?}: {r}");
+        assert!(
+            r.to_string().contains("currency"),
+            "the refusal names the argument: {r}"
+        );
+    }
+    assert_eq!(
+        posts(&s.target.state),
+        1,
+        "no invented value got a call through"
+    );
+    // The other listed value is a scope of its own, as the config says.
+    let usd = mcp
+        .call("create_invoice_in", invoice("c", "USD"), json!({}))
+        .await;
+    assert_eq!(execution(&usd)["state"], "completed", "{usd}");
+    assert_eq!(posts(&s.target.state), 2);
+}
+
+/// What `postern serve` says refusing the base config with `budget` (a `[[budget]]`'s keys).
+fn start_up_error(tag: &str, budget: &str) -> String {
+    let dir = crate::harness::Dir::new(tag);
+    let config = format!(
+        "{}\n[[budget]]\n{budget}\n",
+        crate::harness::config("http://127.0.0.1:9")
+    );
+    crate::harness::prepare(&dir.0, &config);
+    crate::harness::serve_refuses(&dir.0)
+}
+
+#[test]
+fn a_budget_partitioned_by_a_free_text_argument_is_refused_at_start_up() {
+    let err = start_up_error(
+        "budget-free-text",
+        r#"name = "per-customer"
+tools = ["create_invoice"]
+per = ["customer"]
+window = "1h"
+max_calls = 1
+on_exhausted = "refuse""#,
+    );
+    assert!(
+        err.contains("budget \"per-customer\": per: argument \"customer\" of tool \"create_invoice\" may take any value"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_budget_waiting_for_approvals_with_no_operator_is_refused_at_start_up() {
-    let dir = crate::harness::Dir::new("budget-no-operator");
-    let config = format!(
-        "{}\n[[budget]]\nname = \"b\"\ntools = [\"create_invoice\"]\nwindow = \"1h\"\nmax_calls = 1\n",
-        crate::harness::config("http://127.0.0.1:9")
+    let err = start_up_error(
+        "budget-no-operator",
+        r#"name = "b"
+tools = ["create_invoice"]
+window = "1h"
+max_calls = 1"#,
     );
-    crate::harness::prepare(&dir.0, &config);
-    let err = crate::harness::serve_refuses(&dir.0);
     assert!(
         err.contains("budget \"b\": on_exhausted = \"approval\""),
         "{err}"

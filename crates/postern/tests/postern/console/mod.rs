@@ -21,7 +21,7 @@ use crate::harness::{
 };
 
 mod elicit;
-mod forms;
+pub mod forms;
 mod hardening;
 mod hidden_text;
 mod webhook;
