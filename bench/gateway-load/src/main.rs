@@ -19,6 +19,9 @@
 //! `--upstream [--ctrlrun PATH] [--upstream-work-ms W,…]` compares, on one upstream MCP server, calls made directly,
 //! through Postern and through CTRLRun (see `upstream.rs`).
 //!
+//! `--instructions [--baseline-postern PATH] [--calls N] [--check FILE]` counts the
+//! instructions one durable call costs the gateway process under callgrind (`instructions.rs`).
+//!
 //! `--telemetry [--rounds N]` measures what metrics, logs and spans cost (see `telemetry.rs`).
 //!
 //! `--identity [--rounds N]` measures what an `[[issuer]]`'s JWT costs beside a static token
@@ -62,6 +65,7 @@ mod approvals;
 mod budgets;
 mod goals;
 mod identity;
+mod instructions;
 mod replicas;
 mod sessions;
 mod soak;
@@ -118,6 +122,17 @@ impl Served {
 
     /// A gateway with this configuration (its files in `dir`), with extra environment.
     fn start_with(postern: &Path, dir: &Path, config_text: String, env: &[(&str, &str)]) -> Served {
+        Served::start_under(&[], postern, dir, config_text, env)
+    }
+
+    /// As [`Served::start_with`], the gateway run by `wrapper` (e.g. valgrind) when not empty.
+    fn start_under(
+        wrapper: &[String],
+        postern: &Path,
+        dir: &Path,
+        config_text: String,
+        env: &[(&str, &str)],
+    ) -> Served {
         let files = [
             ("postern.toml", config_text),
             ("fp.key", "42".repeat(32)),
@@ -132,7 +147,15 @@ impl Served {
             std::fs::set_permissions(dir.join(name), private).unwrap();
         }
         let config = dir.join("postern.toml");
-        let mut child = Command::new(postern)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(postern);
+                c
+            }
+            None => Command::new(postern),
+        };
+        let mut child = command
             .args(["serve", "-c", config.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0"])
             .envs(env.iter().copied())
@@ -156,6 +179,15 @@ impl Served {
         // Keep reading its stdout (until it exits) so a later line never meets a closed pipe.
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Served { child, url }
+    }
+}
+
+impl Served {
+    /// Stops the gateway as an operator would (SIGTERM), and waits until it has exited.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.child.wait();
     }
 }
 
@@ -482,6 +514,28 @@ fn main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         return;
+    }
+    if args.iter().any(|a| a == "--instructions") {
+        let baseline = arg("--baseline-postern").map(PathBuf::from);
+        let mut builds = vec![("candidate", postern.as_path())];
+        if let Some(b) = &baseline {
+            builds.insert(0, ("baseline", b.as_path()));
+        }
+        let plan = instructions::Plan {
+            builds,
+            calls: arg("--calls").map_or(250, |c| c.parse().unwrap()),
+            eras: instructions::eras(arg("--eras")),
+            concurrency: arg("--concurrency").map_or(vec![1, 16], |s| {
+                s.split(',').map(|c| c.parse().unwrap()).collect()
+            }),
+            check: arg("--check").map(PathBuf::from),
+            write: arg("--write").map(PathBuf::from),
+        };
+        let ok = rt.block_on(instructions::compare(&plan, &dir));
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::process::exit(i32::from(!ok));
     }
     if args.iter().any(|a| a == "--telemetry") {
         let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
