@@ -110,6 +110,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0015_budgets.sql"),
         postgres: include_str!("../migrations/postgres/0015_budgets.sql"),
     },
+    Migration {
+        version: 16,
+        name: "leaner budgets",
+        sqlite: include_str!("../migrations/sqlite/0016_leaner_budgets.sql"),
+        postgres: include_str!("../migrations/postgres/0016_leaner_budgets.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).

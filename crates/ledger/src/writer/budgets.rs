@@ -91,10 +91,7 @@ impl<C: WriteConn> Budgets<'_, C> {
                     .await?;
             }
         }
-        let text = id.to_string();
-        for c in charges {
-            self.insert(&text, c, counted.then_some(now)).await?;
-        }
+        self.insert(id, charges, counted.then_some(now)).await?;
         match over {
             Some((mut usage, refuse)) => {
                 usage.frees_at = self.frees_at(&usage, now).await?;
@@ -129,30 +126,42 @@ impl<C: WriteConn> Budgets<'_, C> {
         charges: &[BudgetCharge],
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let id = id.to_string();
         for c in charges {
             // Its scope needs a totals row for when it is sent.
             let since = now.0.saturating_sub(c.window_ms);
             self.tx
                 .later(NEW_SCOPE, params![&c.budget, &c.scope, since])
                 .await?;
-            self.insert(&id, c, None).await?;
         }
-        Ok(())
+        self.insert(id, charges, None).await
     }
 
+    /// An execution's charges, in one statement: counted from `at`, or pending.
     async fn insert(
         &mut self,
-        id: &str,
-        c: &BudgetCharge,
+        id: ExecutionId,
+        charges: &[BudgetCharge],
         at: Option<Timestamp>,
     ) -> Result<(), LedgerError> {
-        self.tx
-            .later(
-                "INSERT INTO budget_charges (budget, scope_key, execution_id, amount, at) VALUES ($1, $2, $3, $4, $5)",
-                params![&c.budget, &c.scope, id, c.amount, at.map(|t| t.0)],
-            )
-            .await
+        let id = id.to_string();
+        let mut sql = String::from(
+            "INSERT INTO budget_charges (execution_id, budget, scope_key, amount, at) VALUES ",
+        );
+        let mut values = Vec::with_capacity(charges.len() * 5);
+        for (n, c) in charges.iter().enumerate() {
+            let p = n * 5;
+            let comma = if n == 0 { "" } else { ", " };
+            sql.push_str(&format!(
+                "{comma}(${}, ${}, ${}, ${}, ${})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5
+            ));
+            values.extend_from_slice(params![&id, &c.budget, &c.scope, c.amount, at.map(|t| t.0)]);
+        }
+        self.tx.later(&sql, &values).await
     }
 
     /// Counts an execution's pending charges from its first dispatch (after a person let it

@@ -155,6 +155,10 @@ async fn a_call_past_a_budget_waits_for_a_person_or_is_refused_and_nothing_is_se
 }
 
 fn partitioned(target: &str) -> String {
+    partitioned_at_most(target, 1)
+}
+
+fn partitioned_at_most(target: &str, max_calls: u64) -> String {
     format!(
         r#"{}
 [[tool]]
@@ -170,7 +174,7 @@ name = "per-currency"
 tools = ["create_invoice_in"]
 per = ["currency"]
 window = "1h"
-max_calls = 1
+max_calls = {max_calls}
 on_exhausted = "refuse"
 "#,
         crate::harness::config(target)
@@ -180,7 +184,8 @@ on_exhausted = "refuse"
 /// The attack the `enum` rule stops: an agent that invents a new value of the argument a
 /// budget is partitioned by, to start a count of its own for each call. Every value it may
 /// send is one the config lists (a free-text argument is refused at start-up), so an invented
-/// one is refused with nothing sent and nothing counted.
+/// one is refused with nothing sent and nothing counted. Restarted with a raised limit, the
+/// gateway keeps the counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_inventing_partition_values_does_not_escape_a_budget() {
     let s = Setup::start("budget-partition", partitioned).await;
@@ -219,6 +224,35 @@ async fn an_agent_inventing_partition_values_does_not_escape_a_budget() {
         .await;
     assert_eq!(execution(&usd)["state"], "completed", "{usd}");
     assert_eq!(posts(&s.target.state), 2);
+
+    // A config change keeps the counts: restarted with a limit of 2, each currency has one
+    // call left, not two.
+    let Setup {
+        target,
+        dir,
+        served,
+    } = s;
+    served.stop();
+    let raised = partitioned_at_most(&format!("http://{}", target.addr), 2);
+    std::fs::write(dir.0.join("postern.toml"), raised).unwrap();
+    let served = crate::harness::Served::spawn(&dir.0, "127.0.0.1:0");
+    let mcp = Mcp::connect(&served.url, BILLING_TOKEN).await;
+    for (customer, currency, state) in [
+        ("d", "EUR", "completed"),
+        ("e", "EUR", "rejected"),
+        ("f", "USD", "completed"),
+        ("g", "USD", "rejected"),
+    ] {
+        let r = mcp
+            .call("create_invoice_in", invoice(customer, currency), json!({}))
+            .await;
+        assert_eq!(
+            execution(&r)["state"],
+            state,
+            "{customer} in {currency}: {r}"
+        );
+    }
+    assert_eq!(posts(&target.state), 4);
 }
 
 /// What `postern serve` says refusing the base config with `budget` (a `[[budget]]`'s keys).
