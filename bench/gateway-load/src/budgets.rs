@@ -9,7 +9,7 @@ use postern_demo::target::InvoiceApi;
 use super::ab::{Measure, Side};
 use super::{config, TOKEN};
 
-const BUDGETS: &str = r#"
+pub const BUDGETS: &str = r#"
 [[budget]]
 name = "invoices"
 tools = ["create_invoice"]

@@ -495,6 +495,33 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|a| a == "--instructions") {
+        let baseline = arg("--baseline-postern").map(PathBuf::from);
+        let mut builds = vec![("candidate", postern.as_path())];
+        if let Some(b) = &baseline {
+            builds.insert(0, ("baseline", b.as_path()));
+        }
+        let plan = instructions::Plan {
+            builds,
+            calls: arg("--calls").map_or(250, |c| c.parse().unwrap()),
+            eras: instructions::eras(arg("--eras")),
+            concurrency: arg("--concurrency").map_or(vec![1, 16], |s| {
+                s.split(',').map(|c| c.parse().unwrap()).collect()
+            }),
+            check: arg("--check").map(PathBuf::from),
+            write: arg("--write").map(PathBuf::from),
+            extra_config: match args.iter().any(|a| a == "--budget") {
+                true => budgets::BUDGETS,
+                false => "",
+            },
+            keep: keep.is_some(),
+        };
+        let ok = rt.block_on(instructions::compare(&plan, &dir));
+        if keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::process::exit(i32::from(!ok));
+    }
     if let Some(which) = ["--identity", "--budget"]
         .into_iter()
         .find(|w| args.iter().any(|a| a == w))
@@ -514,28 +541,6 @@ fn main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         return;
-    }
-    if args.iter().any(|a| a == "--instructions") {
-        let baseline = arg("--baseline-postern").map(PathBuf::from);
-        let mut builds = vec![("candidate", postern.as_path())];
-        if let Some(b) = &baseline {
-            builds.insert(0, ("baseline", b.as_path()));
-        }
-        let plan = instructions::Plan {
-            builds,
-            calls: arg("--calls").map_or(250, |c| c.parse().unwrap()),
-            eras: instructions::eras(arg("--eras")),
-            concurrency: arg("--concurrency").map_or(vec![1, 16], |s| {
-                s.split(',').map(|c| c.parse().unwrap()).collect()
-            }),
-            check: arg("--check").map(PathBuf::from),
-            write: arg("--write").map(PathBuf::from),
-        };
-        let ok = rt.block_on(instructions::compare(&plan, &dir));
-        if keep.is_none() {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        std::process::exit(i32::from(!ok));
     }
     if args.iter().any(|a| a == "--telemetry") {
         let rounds = arg("--rounds").map_or(3, |r| r.parse().unwrap());
