@@ -54,11 +54,17 @@ impl Budget {
     }
 
     /// The scope a call is counted in: `actor=NAME` and `ARG=VALUE` for each partition, in
-    /// order (`""`: one scope for every call). A missing argument is a scope of its own.
-    pub fn scope(&self, actor: &str, arguments: &Map<String, Value>) -> String {
+    /// order (`""`: one scope for every call). An omitted argument counts as its default (the
+    /// value the effect will have), else as a scope of its own.
+    pub fn scope(
+        &self,
+        actor: &str,
+        arguments: &Map<String, Value>,
+        defaults: &Map<String, Value>,
+    ) -> String {
         let part = |p: &Partition| match p {
             Partition::Actor => format!("actor={actor}"),
-            Partition::Argument(name) => match arguments.get(name) {
+            Partition::Argument(name) => match arguments.get(name).or_else(|| defaults.get(name)) {
                 Some(Value::String(s)) => format!("{name}={s}"),
                 Some(other) => format!("{name}={other}"),
                 None => format!("{name} absent"),

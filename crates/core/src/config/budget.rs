@@ -183,12 +183,21 @@ fn finite(tool: &ToolContract, argument: &str) -> Result<(), String> {
     let schema = declared(tool, argument, "per")?.ok_or_else(|| {
         format!("per: tool {:?} declares no input_schema properties, so {argument:?} could take any value; declare it with an \"enum\" of its values", tool.name)
     })?;
-    let listed = schema
-        .get("enum")
-        .and_then(Value::as_array)
-        .is_some_and(|values| !values.is_empty());
+    let listed: Vec<&Value> = match (schema.get("enum"), schema.get("const")) {
+        (Some(Value::Array(values)), _) => values.iter().collect(),
+        (_, Some(value)) => vec![value],
+        _ => Vec::new(),
+    };
+    // A number has many spellings a schema accepts as one value (2, 2.0, 2e0), and each would
+    // be a scope of its own: only strings, booleans and null are one spelling each.
+    if listed
+        .iter()
+        .any(|v| v.is_number() || v.is_array() || v.is_object())
+    {
+        return Err(format!("per: argument {argument:?} of tool {:?} lists numbers (or lists or objects) among its values; a number has many spellings, each of which would start a count of its own: list strings instead", tool.name));
+    }
     let boolean = schema.get("type").and_then(Value::as_str) == Some("boolean");
-    if listed || boolean || schema.get("const").is_some() {
+    if !listed.is_empty() || boolean {
         return Ok(());
     }
     Err(format!("per: argument {argument:?} of tool {:?} may take any value, and each new value would start a count of its own (an agent could escape the budget by inventing values); declare it with an \"enum\" of its values, or partition by \"actor\" only", tool.name))

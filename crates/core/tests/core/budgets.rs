@@ -18,7 +18,7 @@ name = "pay"
 class = "irreversible"
 match_window = "1h"
 retention = "2d"
-input_schema = { type = "object", properties = { amount = { type = "number" }, service = { type = "string", enum = ["api", "web"] }, note = { type = "string" } } }
+input_schema = { type = "object", properties = { amount = { type = "number" }, service = { type = "string", enum = ["api", "web"] }, note = { type = "string" }, tier = { type = "number", enum = [1, 2] } } }
 http = { method = "POST", url = "http://127.0.0.1:9/pay" }
 [[tool]]
 name = "list"
@@ -55,7 +55,22 @@ on_exhausted = "refuse""#,
     assert!(b.applies("pay", "billing") && !b.applies("pay", "other"));
     let args = json!({"service": "api", "amount": 12.5});
     let args = args.as_object().unwrap();
-    assert_eq!(b.scope("billing", args), "actor=billing, service=api");
+    let none = serde_json::Map::new();
+    assert_eq!(
+        b.scope("billing", args, &none),
+        "actor=billing, service=api"
+    );
+    // An omitted argument is counted as its default: the effect it will have.
+    let defaults = json!({"service": "api"});
+    let omitted = json!({"amount": 1});
+    assert_eq!(
+        b.scope(
+            "billing",
+            omitted.as_object().unwrap(),
+            defaults.as_object().unwrap()
+        ),
+        "actor=billing, service=api"
+    );
     assert_eq!(b.amount(args), Ok(12 * AMOUNT_SCALE + AMOUNT_SCALE / 2));
     let negative = json!({"amount": -1});
     assert!(
@@ -124,6 +139,14 @@ window = "1h"
 per = ["note"]
 max_calls = 1"#,
             "per: argument \"note\" of tool \"pay\" may take any value",
+        ),
+        (
+            r#"name = "b"
+tools = ["pay"]
+window = "1h"
+per = ["tier"]
+max_calls = 1"#,
+            "per: argument \"tier\" of tool \"pay\" lists numbers",
         ),
         (
             r#"name = "b"

@@ -108,12 +108,17 @@ impl<C: WriteConn> Budgets<'_, C> {
     async fn quick(&mut self, c: &BudgetCharge, now: Timestamp) -> Result<bool, LedgerError> {
         let since = now.0.saturating_sub(c.window_ms);
         let (max_calls, max_sum) = c.quick_limits();
+        // The room left for the totals, worked out here: `total + amount` could overflow in
+        // PostgreSQL for an amount the agent chose.
+        let Some(room) = max_sum.checked_sub(c.amount).filter(|r| *r >= 0) else {
+            return Ok(false);
+        };
         let row = self
             .tx
             .conn
             .query_opt(
                 QUICK,
-                params![&c.budget, &c.scope, c.amount, since, max_calls, max_sum],
+                params![&c.budget, &c.scope, c.amount, since, max_calls, room],
             )
             .await?;
         Ok(row.is_some())
@@ -286,9 +291,10 @@ fn missing() -> LedgerError {
     LedgerError::Corrupt("a budget's totals row is missing".into())
 }
 
-/// A charge counted against its scope's totals when they stay under the quick limits ($5 calls,
-/// $6 sum); on PostgreSQL the row stays locked, so replicas count one at a time.
-const QUICK: &str = "UPDATE budget_scopes SET calls = calls + 1, total = total + $3 WHERE budget = $1 AND scope_key = $2 AND counted_from <= $4 AND calls + 1 <= $5 AND total + $3 <= $6 RETURNING calls";
+/// A charge ($3) counted against its scope's totals when they stay under the quick limits ($5
+/// calls; $6 the room for the sum, the quick limit less this charge); on PostgreSQL the row stays
+/// locked, so replicas count one at a time.
+const QUICK: &str = "UPDATE budget_scopes SET calls = calls + 1, total = total + $3 WHERE budget = $1 AND scope_key = $2 AND counted_from <= $4 AND calls < $5 AND total <= $6 RETURNING calls";
 
 /// A scope's totals row, made on its first charge (counting from the window's start).
 const NEW_SCOPE: &str = "INSERT INTO budget_scopes (budget, scope_key, counted_from) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";

@@ -380,3 +380,28 @@ async fn sliding_window_case(backend: Backend, seed: u64) {
     }
     assert!(verify(&ledger).await.is_valid(), "{backend:?}");
 }
+
+/// An agent chooses the amount: one near the largest number the ledger stores must be checked
+/// like any other (past the limit it waits), never end in an arithmetic error in the database
+/// (on PostgreSQL, an overflowing sum in the check's statement would fail the whole batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amount_near_the_largest_number_is_checked_not_an_error() {
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let huge = i64::MAX / 2 + 1;
+        let budget = || charge(None, Some(i64::MAX - 10), huge);
+        let first = ledger.accept(budgeted(0, budget(), "1")).await.unwrap();
+        assert_eq!(
+            first.execution().lifecycle.state,
+            State::Dispatched,
+            "{backend:?}"
+        );
+        let second = ledger.accept(budgeted(1, budget(), "1")).await.unwrap();
+        assert_eq!(
+            second.execution().lifecycle.state,
+            State::AwaitingApproval,
+            "{backend:?}: past the limit it waits"
+        );
+    }
+}

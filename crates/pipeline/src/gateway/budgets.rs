@@ -41,15 +41,21 @@ pub(super) fn charges(
                 tool: entry.contract.name.clone(),
                 errors: vec![e],
             })?;
-            Ok(charge(b, actor, arguments, amount))
+            Ok(charge(b, actor, arguments, defaults, amount))
         })
         .collect()
 }
 
-fn charge(b: &Budget, actor: &str, arguments: &Map<String, Value>, amount: i64) -> BudgetCharge {
+fn charge(
+    b: &Budget,
+    actor: &str,
+    arguments: &Map<String, Value>,
+    defaults: &Map<String, Value>,
+    amount: i64,
+) -> BudgetCharge {
     BudgetCharge {
         budget: b.name.clone(),
-        scope: b.scope(actor, arguments),
+        scope: b.scope(actor, arguments, defaults),
         amount,
         window_ms: b.window_ms(),
         max_calls: b.max_calls,
