@@ -155,7 +155,15 @@ pub fn answered(
     req: &postern_channels::http::HttpDispatch,
     status: u16,
 ) -> postern_channels::http::HttpOutcome {
-    let body = b"{\"ok\":true}".to_vec();
+    answered_with(req, status, b"{\"ok\":true}".to_vec())
+}
+
+/// The target's answer `status` with `body`.
+pub fn answered_with(
+    req: &postern_channels::http::HttpDispatch,
+    status: u16,
+    body: Vec<u8>,
+) -> postern_channels::http::HttpOutcome {
     postern_channels::http::HttpOutcome::Answered(postern_channels::http::HttpAnswer {
         status,
         verdict: req.outcome_rules.verdict(status),

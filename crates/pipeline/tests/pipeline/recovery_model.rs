@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postern_channels::http::{HttpAnswer, HttpDispatch, HttpOutcome, HttpSender, Sending};
+use postern_channels::http::{HttpDispatch, HttpOutcome, HttpSender, Sending};
 use postern_core::config::Config;
 use postern_core::lifecycle::{State, Verdict};
 use postern_core::{EventKind, ExecutionId, FingerprintKey};
@@ -36,7 +36,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model_support::{random_seed, run_cases, TempDir};
+use crate::model_support::{answered_with, random_seed, run_cases, TempDir};
 
 /// One tool per recovery path of contract §4. The URLs are never dialled: the simulated target
 /// reads them.
@@ -210,16 +210,7 @@ struct TargetState {
 }
 
 fn answer(req: &HttpDispatch, status: u16) -> HttpOutcome {
-    let body = format!("{{\"status\":{status}}}").into_bytes();
-    HttpOutcome::Answered(HttpAnswer {
-        status,
-        verdict: req.outcome_rules.verdict(status),
-        headers: Vec::new(),
-        size: body.len() as u64,
-        body,
-        truncated: false,
-        body_error: None,
-    })
+    answered_with(req, status, format!("{{\"status\":{status}}}").into_bytes())
 }
 
 fn unknown() -> HttpOutcome {
