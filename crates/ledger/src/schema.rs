@@ -116,9 +116,101 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0016_leaner_budgets.sql"),
         postgres: include_str!("../migrations/postgres/0016_leaner_budgets.sql"),
     },
+    Migration {
+        version: 17,
+        name: "charges in one tree",
+        sqlite: include_str!("../migrations/sqlite/0017_charges_in_one_tree.sql"),
+        postgres: include_str!("../migrations/postgres/0017_charges_in_one_tree.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).
 pub(crate) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::{AnyConnection, Connection, Executor, Row};
+
+    /// 0017 moves a store's charges as 0016 left them: counted ones into the window-ordered
+    /// table, waiting ones into `budget_pending`, and each charged execution learns where its
+    /// charges are; an execution no budget counts is left as it was.
+    async fn charges_survive_0017(url: &str, dialect: Dialect) {
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(url).await.unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version < 17) {
+            conn.execute(m.sql(dialect)).await.unwrap();
+        }
+        for (id, at) in [("exe_a", Some(1000)), ("exe_b", None), ("exe_c", None)] {
+            let sql = format!("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, record, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable) VALUES ('{id}', 'agent', 't', 'write', 'f-{id}', '', '{{}}', 'succeeded', 2, 1, 0, 1000, 1000, {}, 0)", at.map_or("NULL".into(), |a: i64| a.to_string()));
+            conn.execute(sql.as_str()).await.unwrap();
+        }
+        conn.execute("INSERT INTO budget_charges (execution_id, budget, scope_key, amount, at) VALUES ('exe_a', 'invoices', 'actor=agent', 0, 1000), ('exe_a', 'invoiced', '', 5000000, 1000), ('exe_b', 'invoices', 'actor=agent', 0, NULL)").await.unwrap();
+        conn.execute(MIGRATIONS[16].sql(dialect)).await.unwrap();
+
+        let counted: Vec<(String, String, i64, String, i64)> = conn
+            .fetch_all("SELECT budget, scope_key, at, execution_id, amount FROM budget_charges ORDER BY budget DESC")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect();
+        let row = |b: &str, s: &str, at, id: &str, amount| {
+            (b.to_string(), s.to_string(), at, id.to_string(), amount)
+        };
+        assert_eq!(
+            counted,
+            vec![
+                row("invoices", "actor=agent", 1000, "exe_a", 0),
+                row("invoiced", "", 1000, "exe_a", 5_000_000)
+            ]
+        );
+        let pending: Vec<(String, String, String, i64)> = conn
+            .fetch_all("SELECT execution_id, budget, scope_key, amount FROM budget_pending")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        let waiting = ("exe_b".into(), "invoices".into(), "actor=agent".into(), 0);
+        assert_eq!(pending, vec![waiting]);
+        let executions = conn
+            .fetch_all("SELECT id, budget_keys, budget_at FROM executions ORDER BY id")
+            .await
+            .unwrap();
+        let keys = |i: usize| -> Option<Vec<(String, String)>> {
+            let text: Option<String> = executions[i].get(1);
+            text.map(|t| {
+                let mut keys: Vec<(String, String)> = serde_json::from_str(&t).unwrap();
+                keys.sort();
+                keys
+            })
+        };
+        let pair = |b: &str, s: &str| (b.to_string(), s.to_string());
+        let both = vec![pair("invoiced", ""), pair("invoices", "actor=agent")];
+        assert_eq!(keys(0), Some(both));
+        assert_eq!(executions[0].get::<Option<i64>, _>(2), Some(1000));
+        assert_eq!(keys(1), Some(vec![pair("invoices", "actor=agent")]));
+        assert_eq!(executions[1].get::<Option<i64>, _>(2), None);
+        assert_eq!(keys(2), None);
+        assert_eq!(executions[2].get::<Option<i64>, _>(2), None);
+    }
+
+    #[tokio::test]
+    async fn charges_survive_0017_on_sqlite() {
+        let file = std::env::temp_dir().join(format!("postern-0017-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        charges_survive_0017(&url, Dialect::Sqlite).await;
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[tokio::test]
+    async fn charges_survive_0017_on_postgres() {
+        let admin = postern_testkit::postgres::test_admin_url();
+        let db = postern_testkit::postgres::FreshDatabase::create(&admin, "schema0017");
+        charges_survive_0017(&db.url(), Dialect::Postgres).await;
+    }
 }

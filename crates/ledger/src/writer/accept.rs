@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use std::borrow::Cow;
 
-use super::budgets::Budgets;
+use super::budgets::{Budgets, Charged};
 use super::claims::Claim;
 use super::executions::Executions;
 use crate::budget::{BudgetUsage, Checked};
@@ -240,6 +240,8 @@ impl<C: WriteConn> Executions<'_, C> {
         self.tx
             .append_event(id, 1, EventKind::Accepted, req.now, detail)?;
         let mut budget_left = None;
+        // Where the execution's charges are (none: no budget counts it).
+        let mut charged_at = None;
         if req.is_withdrawn() {
             let note = json!({"reason": "the client went away before dispatch; nothing was sent"});
             self.advance(
@@ -250,13 +252,13 @@ impl<C: WriteConn> Executions<'_, C> {
             .await?;
         } else {
             let events;
-            (events, budget_left) = self.first_events(id, req).await?;
+            (events, budget_left, charged_at) = self.first_events(id, req).await?;
             for ev in events.iter() {
                 self.advance(&mut s, ev, req.now).await?;
             }
         }
         // One row with the final projection: the `then` events cost no extra statement.
-        self.tx.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.tx.cfg.instance]).await?;
+        self.tx.later("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, operation_key, record, run_id, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable, owner, budget_keys, budget_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)", params![id.to_string(), &s.actor, &s.tool, s.class.as_str(), s.fingerprint.to_string(), &s.intent_scope, &s.operation_key, &record_text, &s.run_id, s.lifecycle.state.to_string(), i64::from(s.events), i64::from(s.lifecycle.dispatches), i64::from(s.lifecycle.cancel_requested), s.accepted_at.0, s.state_since.0, s.first_dispatched_at.map(|t| t.0), i64::from(s.rejection_retryable), &self.tx.cfg.instance, charged_at.map(|_| Charged::keys_text(&req.budgets)), charged_at.flatten()]).await?;
         self.tx.remember(&s);
         Ok(AcceptOutcome::Created {
             execution: s,
@@ -287,14 +289,15 @@ impl<C: WriteConn> Executions<'_, C> {
 
     /// The events a new execution takes after `accepted`: `then`, unless a budget it is
     /// counted against would pass its limit, when it takes `over_budget` (naming the budget
-    /// and its use) and nothing is dispatched.
+    /// and its use) and nothing is dispatched. With the budget little is left of, and whether
+    /// its charges were recorded: counted at a time, or waiting for a person.
     async fn first_events<'r>(
         &mut self,
         id: ExecutionId,
         req: &'r AcceptRequest,
-    ) -> Result<(Cow<'r, [NewEvent]>, Option<BudgetUsage>), LedgerError> {
+    ) -> Result<FirstEvents<'r>, LedgerError> {
         if req.budgets.is_empty() {
-            return Ok((Cow::Borrowed(&req.then), None));
+            return Ok((Cow::Borrowed(&req.then), None, None));
         }
         let has = |kind: EventKind| req.then.iter().any(|e| e.kind == kind);
         let mut budgets = Budgets { tx: &mut *self.tx };
@@ -303,16 +306,28 @@ impl<C: WriteConn> Executions<'_, C> {
                 Checked::Over(usage, refuse) => {
                     let waits = !refuse && !self.at_waiting_cap(req).await?;
                     let events = if waits { &req.over_budget[..] } else { &[][..] };
-                    return Ok((Cow::Owned(over_budget(events, &usage)), None));
+                    let events = Cow::Owned(over_budget(events, &usage));
+                    return Ok((events, None, Some(None)));
                 }
-                Checked::Within(left) => return Ok((Cow::Borrowed(&req.then), left)),
+                Checked::Within(left) => {
+                    return Ok((Cow::Borrowed(&req.then), left, Some(Some(req.now.0))))
+                }
             }
         } else if has(EventKind::ApprovalRequested) {
             budgets.pending(id, &req.budgets, req.now).await?;
+            return Ok((Cow::Borrowed(&req.then), None, Some(None)));
         }
-        Ok((Cow::Borrowed(&req.then), None))
+        Ok((Cow::Borrowed(&req.then), None, None))
     }
 }
+
+/// A new execution's first events, the budget little is left of, and where its charges are
+/// (`Some(Some(at))`: counted at `at`; `Some(None)`: waiting for a person; `None`: none).
+type FirstEvents<'r> = (
+    Cow<'r, [NewEvent]>,
+    Option<BudgetUsage>,
+    Option<Option<i64>>,
+);
 
 /// `events` (a refusal when none is given: the budget refuses, or the actor's waiting calls are
 /// at their cap) with the budget reached and its use in the first one's detail.

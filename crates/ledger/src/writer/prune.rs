@@ -7,6 +7,7 @@ use crate::model::Pruned;
 use postern_audit::{PrunedRange, SigningKey};
 use postern_core::{hexdigits, ExecutionId, Timestamp};
 
+use super::budgets::Charged;
 use super::transaction::Transaction;
 use crate::db::{params, RowAccess, SqlValue, WriteConn};
 use crate::error::LedgerError;
@@ -32,6 +33,8 @@ struct Keys {
     intent_scope: String,
     fingerprint: String,
     operation_key: Option<String>,
+    /// Its budgets' charges, uncounted as it goes.
+    charged: Charged,
 }
 
 /// One event of an execution being pruned.
@@ -81,7 +84,7 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
             let id_text = id.to_string();
             // Every delete finds its rows by a key (a scan per execution was what made a
             // prune of thousands hold the writer for seconds).
-            let deletes: [(&str, &[SqlValue]); 8] = [
+            let deletes: [(&str, &[SqlValue]); 6] = [
                 ("DELETE FROM results WHERE execution_id = $1", params![&id_text]),
                 (
                     "DELETE FROM intents WHERE actor = $1 AND intent_scope = $2 AND fingerprint = $3 AND execution_id = $4",
@@ -93,13 +96,11 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
                 ),
                 ("DELETE FROM reissue_keys WHERE execution_id = $1", params![&id_text]),
                 ("DELETE FROM calls WHERE execution_id = $1", params![&id_text]),
-                (super::budgets::TAKE_OFF, params![&id_text]),
-                (
-                    "DELETE FROM budget_charges WHERE execution_id = $1",
-                    params![&id_text],
-                ),
                 ("DELETE FROM executions WHERE id = $1", params![&id_text]),
             ];
+            for (sql, values) in keys.charged.uncounting(&id_text) {
+                self.conn.exec(sql, &values).await?;
+            }
             for (sql, values) in deletes {
                 self.conn.exec(sql, values).await?;
             }
@@ -124,7 +125,7 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
         let Some(row) = self
             .conn
             .query_opt(
-                "SELECT n, actor, intent_scope, fingerprint, operation_key FROM executions WHERE id = $1",
+                "SELECT n, actor, intent_scope, fingerprint, operation_key, budget_keys, budget_at FROM executions WHERE id = $1",
                 params![&id_text],
             )
             .await?
@@ -139,6 +140,7 @@ impl<'t, C: WriteConn> Pruner<'t, C> {
             intent_scope: rows::get_str(&row, "intent_scope")?,
             fingerprint: rows::get_str(&row, "fingerprint")?,
             operation_key: row.opt_text("operation_key")?,
+            charged: Charged::from_row(&row)?,
         };
         if !with_events {
             return Ok(Some((keys, Vec::new())));

@@ -405,3 +405,71 @@ async fn an_amount_near_the_largest_number_is_checked_not_an_error() {
         );
     }
 }
+
+/// Pruning takes an execution's charges with it: counted ones leave their scope's totals (so
+/// the budget has room again, decided by the totals: the quick check never applies at a limit
+/// of 2) and the window, and one that waited for a person and was denied leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_executions_take_their_charges_with_them() {
+    use postern_core::lifecycle::Verdict;
+    use postern_ledger::Retention;
+    for backend in BACKENDS {
+        let (url, _guard) = fresh_store(backend).await;
+        let ledger = open(&url).await;
+        let limit = || charge(Some(2), None, 0);
+        let mut ids = Vec::new();
+        for n in 1..=3 {
+            ids.push(ledger.accept(budgeted(n, limit(), "1")).await.unwrap());
+        }
+        let (sent, waiting) = (&ids[..2], &ids[2]);
+        assert_eq!(waiting.execution().lifecycle.state, State::AwaitingApproval);
+        for o in sent {
+            let done = NewEvent::new(EventKind::Completed(Verdict::Applied));
+            ledger.append(o.execution().id, done, now()).await.unwrap();
+        }
+        let denied = NewEvent::new(EventKind::Denied);
+        ledger
+            .append(waiting.execution().id, denied, now())
+            .await
+            .unwrap();
+        // Unbudgeted and last: the execution holding the chain's head is never pruned.
+        let last = ledger
+            .accept(request("create_invoice", "billing", r#"{"customer":"z"}"#))
+            .await
+            .unwrap();
+        ledger
+            .append(
+                last.execution().id,
+                NewEvent::new(EventKind::Cancelled),
+                now(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let retention = Retention {
+            default: std::time::Duration::ZERO,
+            by_tool: Default::default(),
+        };
+        let report = ledger.prune(&retention).await.unwrap();
+        assert_eq!(report.executions, 3, "{backend:?}: {report:?}");
+        let used = ledger
+            .read()
+            .budget_use("invoices", HOUR_MS, now())
+            .await
+            .unwrap();
+        assert!(used.is_empty(), "{backend:?}: {used:?}");
+        let again: Vec<_> = [4, 5]
+            .into_iter()
+            .map(|n| budgeted(n, limit(), "1"))
+            .collect();
+        for req in again {
+            let o = ledger.accept(req).await.unwrap();
+            assert_eq!(
+                o.execution().lifecycle.state,
+                State::Dispatched,
+                "{backend:?}: the pruned charges left the totals"
+            );
+        }
+        assert!(verify(&ledger).await.is_valid());
+    }
+}
