@@ -2,6 +2,7 @@
 //! pipeline's calls — `tools/call` into a [`ToolCall`], the rest passed to the upstreams or
 //! answered here — and the request extensions the layers in front of it leave for it.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use postern_core::contract::EXECUTION_STATUS;
@@ -18,7 +19,7 @@ use rmcp::model::{
     ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
     SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
@@ -140,64 +141,9 @@ impl PosternMcp {
         }
         Ok(Some(id))
     }
-}
 
-impl ServerHandler for PosternMcp {
-    #[allow(deprecated)] // logging: deprecated by SEP-2577, used by the servers in the field
-    fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .enable_tasks()
-            .build();
-        if !self.gateway.registry().upstreams().is_empty() {
-            // What passes through from upstreams (see `passage`).
-            let passed: ServerCapabilities = serde_json::from_value(json!({
-                "resources": {"subscribe": true, "listChanged": true},
-                "prompts": {"listChanged": true},
-                "completions": {},
-                "logging": {}
-            }))
-            .unwrap_or_default();
-            capabilities.resources = passed.resources;
-            capabilities.prompts = passed.prompts;
-            capabilities.completions = passed.completions;
-            capabilities.logging = passed.logging;
-        }
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
-                 results say so in _meta[\"io.postern/execution\"] (and structuredContent.execution unless the tool has an outputSchema). A new, separate action is an identical call after the tool's match window, or one the host sends with a new idempotencyKey (params.idempotencyKey or _meta[\"io.postern/idempotency-key\"]).",
-            )
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let actor = self.actor(&ctx)?;
-        let mut tools: Vec<Tool> = self
-            .gateway
-            .policy()
-            .tools_for(&actor)
-            // A tool its upstream changed is not offered until an operator accepts it.
-            .filter(|t| t.withheld.is_none())
-            .map(listed_tool)
-            .collect();
-        let status_schema = execution_status_schema()
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        tools.push(
-            Tool::new(EXECUTION_STATUS, "The durable record of an execution you started: state, timeline and the target's answer", status_schema)
-                .with_annotations(annotations(ActionClass::ReadOnly).open_world(false)),
-        );
-        Ok(ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
+    /// `tools/call`, served (boxed by [`ServerHandler::call_tool`]).
+    async fn call_tool_unboxed(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
@@ -309,6 +255,73 @@ impl ServerHandler for PosternMcp {
             }
         }
         Ok(tool_result(&report).into())
+    }
+}
+
+impl ServerHandler for PosternMcp {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, used by the servers in the field
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        if !self.gateway.registry().upstreams().is_empty() {
+            // What passes through from upstreams (see `passage`).
+            let passed: ServerCapabilities = serde_json::from_value(json!({
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+                "logging": {}
+            }))
+            .unwrap_or_default();
+            capabilities.resources = passed.resources;
+            capabilities.prompts = passed.prompts;
+            capabilities.completions = passed.completions;
+            capabilities.logging = passed.logging;
+        }
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("postern", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Every call gets an execution id and a durable record. A repeated identical call is matched to the earlier execution instead of acting twice; \
+                 results say so in _meta[\"io.postern/execution\"] (and structuredContent.execution unless the tool has an outputSchema). A new, separate action is an identical call after the tool's match window, or one the host sends with a new idempotencyKey (params.idempotencyKey or _meta[\"io.postern/idempotency-key\"]).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let actor = self.actor(&ctx)?;
+        let mut tools: Vec<Tool> = self
+            .gateway
+            .policy()
+            .tools_for(&actor)
+            // A tool its upstream changed is not offered until an operator accepts it.
+            .filter(|t| t.withheld.is_none())
+            .map(listed_tool)
+            .collect();
+        let status_schema = execution_status_schema()
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        tools.push(
+            Tool::new(EXECUTION_STATUS, "The durable record of an execution you started: state, timeline and the target's answer", status_schema)
+                .with_annotations(annotations(ActionClass::ReadOnly).open_world(false)),
+        );
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        // Boxed: rmcp moves the handler's future into a task per request and between the task's
+        // stages, and unboxed it holds the whole gateway call inline — about 250,000
+        // instructions of `memcpy` per call (docs/performance.md). Boxed, it moves a pointer.
+        Box::pin(self.call_tool_unboxed(request, ctx))
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
