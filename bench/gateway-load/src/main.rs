@@ -183,6 +183,11 @@ impl Served {
 }
 
 impl Served {
+    /// The gateway's process id (valgrind's, when run under it: the tool runs in that process).
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the gateway as an operator would (SIGTERM), and waits until it has exited.
     fn stop(mut self) {
         let pid = self.child.id().to_string();

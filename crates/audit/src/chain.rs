@@ -2,10 +2,10 @@
 
 use ed25519_dalek::{Signer, Verifier as _};
 use postern_core::canon;
+use postern_core::digest::{sha256, sha256_of};
 use postern_core::{EventKind, ExecutionId, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// The `prev_hash` of the first event of a chain.
 pub const GENESIS_HASH: [u8; 32] = [0; 32];
@@ -117,10 +117,7 @@ pub fn event_hash(prev_hash: &[u8; 32], body: &EventBody) -> Result<[u8; 32], Au
 
 /// `SHA-256(prev_hash ‖ body)`: what links an event's canonical body to the one before it.
 fn link_hash(prev_hash: &[u8; 32], body: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(prev_hash);
-    h.update(body);
-    h.finalize().into()
+    sha256_of(&[prev_hash, body])
 }
 
 impl EventBody {
@@ -375,7 +372,7 @@ impl VerifyingKey {
             .map_err(|_| AuditError::BadPublicKey)
     }
     pub fn key_id(&self) -> String {
-        hex::encode(&Sha256::digest(self.0.as_bytes())[..8])
+        hex::encode(&sha256(self.0.as_bytes())[..8])
     }
     /// True when `signature` (hex) is this key's over `bytes`.
     pub fn verifies_hex(&self, bytes: &[u8], signature: &str) -> bool {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
+use postern_core::digest::sha256;
 
 use crate::chain::ChainedEvent;
 use crate::fold::FoldMap;
@@ -98,7 +98,7 @@ impl ResultCheck {
 
     /// One stored result body. A body no event vouches for is left alone (it is not evidence).
     pub fn stored(&mut self, reference: &str, body: &[u8]) {
-        self.stored_digest(reference, &Sha256::digest(body).into());
+        self.stored_digest(reference, &sha256(body));
     }
 
     /// One stored result, by the SHA-256 of its body (taken by the caller, e.g. on its reading

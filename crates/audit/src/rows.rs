@@ -10,9 +10,9 @@
 
 use std::ops::Range;
 
+use postern_core::digest::sha256;
 use postern_core::lifecycle::{EventKind, Lifecycle};
 use postern_core::ExecutionId;
-use sha2::{Digest, Sha256};
 
 use crate::chain::ChainedEvent;
 use crate::decisions::{DecisionCheck, PinRow, RunRow};
@@ -160,7 +160,7 @@ impl RowCheck {
 
     /// One stored row (read before the events).
     pub fn row(&mut self, row: &ExecutionRow<'_>) {
-        self.row_digested(row, Sha256::digest(row.record.as_bytes()).into());
+        self.row_digested(row, sha256(row.record.as_bytes()));
     }
 
     /// One stored row whose record's SHA-256 the caller took (e.g. on its reading thread).
@@ -325,5 +325,5 @@ fn compare(claim: &Claim, state: &str, ex: &mut Execution) -> Vec<(&'static str,
 /// A record's digest as an `accepted` event chains it (for tests elsewhere in the crate).
 #[cfg(test)]
 pub(crate) fn tests_digest_hex(record: &str) -> String {
-    postern_core::hexdigits::encode(Sha256::digest(record.as_bytes()))
+    postern_core::hexdigits::encode(sha256(record.as_bytes()))
 }

@@ -6,11 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use ring::hmac;
 use subtle::ConstantTimeEq;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// The minimum key length: the output size of SHA-256.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -26,8 +23,9 @@ pub enum KeyError {
 /// The gateway's HMAC key. Its `Debug` never shows the key.
 #[derive(Clone)]
 pub struct FingerprintKey {
-    fingerprint: HmacSha256,
-    secret_refs: HmacSha256,
+    // ring's keys hold the HMAC's inner and outer states, computed once (see `digest`).
+    fingerprint: hmac::Key,
+    secret_refs: hmac::Key,
 }
 
 impl FingerprintKey {
@@ -35,15 +33,11 @@ impl FingerprintKey {
         if bytes.len() < MIN_KEY_BYTES {
             return Err(KeyError::TooShort { len: bytes.len() });
         }
-        let fingerprint =
-            HmacSha256::new_from_slice(bytes).map_err(|_| KeyError::TooShort { len: 0 })?;
+        let fingerprint = hmac::Key::new(hmac::HMAC_SHA256, bytes);
         // A separate subkey for secret references: a secret's reference can never collide with
         // (or be confused for) the fingerprint of some record.
-        let mut derive = fingerprint.clone();
-        derive.update(b"postern/secret-ref/v1");
-        let subkey = derive.finalize().into_bytes();
-        let secret_refs =
-            HmacSha256::new_from_slice(&subkey).map_err(|_| KeyError::TooShort { len: 0 })?;
+        let subkey = hmac::sign(&fingerprint, b"postern/secret-ref/v1");
+        let secret_refs = hmac::Key::new(hmac::HMAC_SHA256, subkey.as_ref());
         Ok(FingerprintKey {
             fingerprint,
             secret_refs,
@@ -58,20 +52,17 @@ impl FingerprintKey {
 
     /// The fingerprint of canonical record bytes.
     pub fn fingerprint(&self, canonical: &[u8]) -> Fingerprint {
-        let mut mac = self.fingerprint.clone();
-        mac.update(canonical);
-        Fingerprint(mac.finalize().into_bytes().into())
+        let tag = hmac::sign(&self.fingerprint, canonical);
+        let mut bytes = [0u8; 32];
+        bytes.copy_from_slice(tag.as_ref());
+        Fingerprint(bytes)
     }
 
     /// The keyed reference that stands in for a secret value: `secret:hmac-sha256:<hex>`.
     /// Equal secrets give equal references (so they fingerprint alike) without revealing them.
     pub fn secret_reference(&self, canonical_secret: &[u8]) -> String {
-        let mut mac = self.secret_refs.clone();
-        mac.update(canonical_secret);
-        format!(
-            "secret:hmac-sha256:{}",
-            crate::hexdigits::encode(mac.finalize().into_bytes())
-        )
+        let tag = hmac::sign(&self.secret_refs, canonical_secret);
+        format!("secret:hmac-sha256:{}", crate::hexdigits::encode(tag))
     }
 }
 
@@ -184,6 +175,17 @@ mod tests {
         assert_eq!(
             format!("{:?}", FingerprintKey::new(&key).unwrap()),
             "FingerprintKey(<redacted>)"
+        );
+    }
+
+    #[test]
+    fn a_secret_reference_is_hmac_under_the_derived_subkey() {
+        // HMAC-SHA256(HMAC-SHA256(key, "postern/secret-ref/v1"), secret), computed with Python's
+        // hmac module: references written before the HMAC's implementation changed still match.
+        let key = FingerprintKey::new(&[0xaa_u8; 131]).unwrap();
+        assert_eq!(
+            key.secret_reference(br#""hunter2""#),
+            "secret:hmac-sha256:8d6d091ba0176e6849a44d556da7954b958b1c681fbbc39f64289e434ac77833"
         );
     }
 }

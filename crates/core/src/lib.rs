@@ -15,6 +15,7 @@ pub mod canon;
 pub mod class;
 pub mod config;
 pub mod contract;
+pub mod digest;
 pub mod duration;
 pub mod fingerprint;
 pub mod hexdigits;

@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use bytes::Bytes;
 use postern_core::ExecutionId;
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::streams::DurableStreams;
@@ -170,13 +171,12 @@ impl TrackedBody {
         let Some(message) = jsonrpc_message(data) else {
             return false;
         };
-        let is_response = message.get("method").is_none()
-            && (message.get("result").is_some() || message.get("error").is_some());
+        let is_response = !message.method && (message.result || message.error);
         is_response
             && self
                 .answers
                 .as_ref()
-                .is_none_or(|id| message.get("id") == Some(id))
+                .is_none_or(|id| message.id.as_ref() == Some(id))
     }
 
     fn finish(&mut self, delivered: bool) {
@@ -257,8 +257,35 @@ impl Drop for TrackedBody {
     }
 }
 
+/// What [`TrackedBody::carries_answer`] needs of a JSON-RPC message: which members it has, and
+/// its id. The rest (a result can be large) is checked to be JSON but never built: building it
+/// as a `serde_json::Map` cost more than rmcp's own parse of the request.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(default, deserialize_with = "present")]
+    method: bool,
+    #[serde(default, deserialize_with = "present")]
+    result: bool,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+    /// `Some` whenever the member is there, `null` included.
+    #[serde(default, deserialize_with = "some_value")]
+    id: Option<serde_json::Value>,
+}
+
+/// A member that is there, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+fn some_value<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
+}
+
 /// The JSON-RPC message in a body frame: a JSON body, or an SSE event's `data:` lines.
-fn jsonrpc_message(data: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+fn jsonrpc_message(data: &[u8]) -> Option<Envelope> {
     let text = std::str::from_utf8(data).ok()?;
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
@@ -286,11 +313,24 @@ mod tests {
 
     #[test]
     fn the_message_of_a_frame_is_found_in_json_and_in_sse() {
-        let json = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
-        assert_eq!(jsonrpc_message(json).unwrap()["id"], 7);
+        let json = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"text":"x"}]}}"#;
+        let message = jsonrpc_message(json).unwrap();
+        assert_eq!(message.id, Some(serde_json::json!(7)));
+        assert!(message.result && !message.error && !message.method);
         let sse =
             b"id: s/3\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}\n\n";
-        assert_eq!(jsonrpc_message(sse).unwrap()["id"], "a");
+        assert_eq!(
+            jsonrpc_message(sse).unwrap().id,
+            Some(serde_json::json!("a"))
+        );
+        // A member is there even when null; a request (with `method`) is not an answer.
+        let null_result = br#"{"jsonrpc":"2.0","id":null,"result":null}"#;
+        let message = jsonrpc_message(null_result).unwrap();
+        assert!(message.result && message.id == Some(serde_json::Value::Null));
+        let request = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        assert!(jsonrpc_message(request).unwrap().method);
+        // Not JSON (a broken result) is no message at all.
+        assert!(jsonrpc_message(br#"{"jsonrpc":"2.0","id":1,"result":{"#).is_none());
         let priming = b"id: s/0\nretry: 3000\ndata:\n\n";
         assert!(jsonrpc_message(priming).is_none());
         assert!(jsonrpc_message(b": keep-alive\n\n").is_none());

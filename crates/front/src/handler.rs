@@ -1,5 +1,5 @@
 //! The rmcp server handler: each MCP request of a session (or of stdio) turned into the
-//! pipeline's calls — `tools/call` into a [`ToolCall`], the rest passed to the upstreams or
+//! pipeline's calls — `tools/call` into a [`postern_pipeline::ToolCall`] (in `call`), the rest passed to the upstreams or
 //! answered here — and the request extensions the layers in front of it leave for it.
 
 use std::future::Future;
@@ -13,11 +13,11 @@ use postern_ledger::Run;
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
-    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -28,13 +28,13 @@ use tokio_util::sync::CancellationToken;
 
 use postern_pipeline::execution_status_schema;
 use postern_pipeline::GatewayError;
-use postern_pipeline::{now, Cancellation, Gateway, ToolCall};
+use postern_pipeline::{now, Gateway};
 
 use super::delivery::DeliverySlot;
 use super::errors::to_error;
 use super::result::tool_result;
 use super::tool_list::{annotations, listed_tool};
-use super::{audience, auth, elicit, errors, passage, progress, questions, tasks};
+use super::{audience, auth, passage, questions, tasks};
 
 /// The authenticated caller of an HTTP request.
 #[derive(Clone, Debug)]
@@ -141,121 +141,6 @@ impl PosternMcp {
         }
         Ok(Some(id))
     }
-
-    /// `tools/call`, served (boxed by [`ServerHandler::call_tool`]).
-    async fn call_tool_unboxed(
-        &self,
-        request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let actor = self.actor(&ctx)?;
-        let run_id = self
-            .run_id(&ctx, &actor)
-            .await
-            .map_err(|fault| ErrorData::invalid_params(fault, None))?;
-        let parts = ctx.extensions.get::<http::request::Parts>();
-        let operation_key = ctx
-            .meta
-            .get("io.postern/idempotency-key")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or_else(|| {
-                parts
-                    .and_then(|p| p.extensions.get::<RawParams>())
-                    .and_then(|r| r.idempotency_key.clone())
-            });
-        // Cancelled by `notifications/cancelled` (rmcp's token) or, without a session, by the
-        // client going away.
-        let cancel = Cancellation::new(
-            ctx.ct.clone(),
-            parts
-                .and_then(|p| p.extensions.get::<Disconnected>())
-                .map(|d| d.0.clone())
-                .unwrap_or_default(),
-        );
-        let retried_with_input = request.input_responses.is_some();
-        let relay = progress::ProgressRelay::of(&ctx);
-        let call = ToolCall {
-            actor: actor.clone(),
-            tool: request.name.to_string(),
-            arguments: request.arguments.unwrap_or_default(),
-            operation_key,
-            reissue_key: ctx
-                .meta
-                .get("io.postern/reissue-key")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            intent_scope: ctx
-                .meta
-                .get("io.postern/intent-scope")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            run_id,
-            client_address: auth::client_address(&ctx.extensions).map(|a| a.to_string()),
-            principal: ctx
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|p| p.extensions.get::<Principal>())
-                .cloned(),
-            request_id: serde_json::to_string(&ctx.id).ok(),
-            // MCP's trace-context convention: W3C trace context in the request's `_meta`.
-            trace_parent: ctx
-                .meta
-                .get("traceparent")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            cancel: Some(cancel),
-            progress: relay.as_ref().map(|(_, sink)| sink.clone()),
-            asker: Some(questions::client_asker(
-                &ctx,
-                self.client_key(&ctx.extensions)
-                    .unwrap_or_else(|| format!("request:{}", questions::next_request())),
-            )),
-        };
-        // A call that may wait for a person is served as a task too.
-        let wants_task = (self.gateway.policy().is_long_running(&call.tool)
-            || self.gateway.policy().asks_approval(&call.tool))
-            && ctx
-                .client_capabilities()
-                .is_some_and(|c| c.supports_tasks());
-        if wants_task {
-            // A task outlives its request: no disconnect cancels it (tasks/cancel asks).
-            let call = ToolCall {
-                cancel: None,
-                ..call
-            };
-            let summary = match self.gateway.start(call).await {
-                Ok(summary) => summary,
-                Err(refused) => return errors::refused_call(refused),
-            };
-            return Ok(CallToolResponse::Task(CreateTaskResult::new(
-                tasks::task_of(&summary, self.gateway.is_running(summary.id)),
-            )));
-        }
-        // Counted by the gateway's tracker: a graceful stop waits for the call to record its end.
-        let polling = call.tool == EXECUTION_STATUS;
-        let report = self.gateway.call(call).await;
-        if let Some((relay, _)) = relay {
-            // Every progress report goes out before the answer.
-            relay.drain().await;
-        }
-        let report = match report {
-            Ok(report) => report,
-            Err(refused) => return errors::refused_call(refused),
-        };
-        let asked = elicit::ask_in_client(&self.gateway, &ctx, retried_with_input, &report, &actor);
-        if let Some(response) = asked.await {
-            return Ok(response);
-        }
-        if let Some(slot) = parts.and_then(|p| p.extensions.get::<DeliverySlot>()) {
-            // A status poll delivers the result at most once: later polls of a delivered
-            // execution would otherwise append a `delivered` event per read, forever.
-            if !(polling && matches!(report.state, postern_core::State::Delivered(_))) {
-                slot.carry(&self.gateway, report.execution_id);
-            }
-        }
-        Ok(tool_result(&report).into())
-    }
 }
 
 impl ServerHandler for PosternMcp {
@@ -318,9 +203,11 @@ impl ServerHandler for PosternMcp {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
-        // Boxed: rmcp moves the handler's future into a task per request and between the task's
-        // stages, and unboxed it holds the whole gateway call inline — about 250,000
-        // instructions of `memcpy` per call (docs/performance.md). Boxed, it moves a pointer.
+        // Boxed, as every handler here that awaits: rmcp moves the handler's future into a task
+        // per request and between the task's stages, and that future is as large as the largest
+        // of all the handlers' futures. Unboxed, `tools/call` held the whole gateway call inline
+        // (about 250,000 instructions of `memcpy` per call, docs/performance.md); boxed, a
+        // pointer moves.
         Box::pin(self.call_tool_unboxed(request, ctx))
     }
 
@@ -349,132 +236,148 @@ impl ServerHandler for PosternMcp {
         Some(accepted)
     }
 
-    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
-        let actor = self.actor(ctx.request_context())?;
-        let client = format!("listen:{}", questions::next_request());
-        self.audience
-            .listen(client.clone(), actor, ctx.sink().clone());
-        ctx.cancelled().await;
-        self.audience.leave(&client);
-        Ok(())
+    fn listen(
+        &self,
+        ctx: SubscriptionContext,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move {
+            let actor = self.actor(ctx.request_context())?;
+            let client = format!("listen:{}", questions::next_request());
+            self.audience
+                .listen(client.clone(), actor, ctx.sink().clone());
+            ctx.cancelled().await;
+            self.audience.leave(&client);
+            Ok(())
+        })
     }
 
-    async fn list_resources(
+    fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, ErrorData> {
-        self.passage(&ctx)?.list_resources(request).await
+    ) -> impl Future<Output = Result<ListResourcesResult, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.passage(&ctx)?.list_resources(request).await })
     }
 
-    async fn list_resource_templates(
+    fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.passage(&ctx)?.list_resource_templates(request).await
+    ) -> impl Future<Output = Result<ListResourceTemplatesResult, ErrorData>> + MaybeSendFuture + '_
+    {
+        Box::pin(async move { self.passage(&ctx)?.list_resource_templates(request).await })
     }
 
-    async fn read_resource(
+    fn read_resource(
         &self,
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, ErrorData> {
-        self.relay_read_resource(request, &ctx)
-            .await
-            .map(ReadResourceResponse::Complete)
+    ) -> impl Future<Output = Result<ReadResourceResponse, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move {
+            self.relay_read_resource(request, &ctx)
+                .await
+                .map(ReadResourceResponse::Complete)
+        })
     }
 
     #[allow(deprecated)] // resources/subscribe: the 2025 protocols' way, which clients use
-    async fn subscribe(
+    fn subscribe(
         &self,
         request: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        self.relay_subscription(request.uri, true, &ctx).await
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.relay_subscription(request.uri, true, &ctx).await })
     }
 
     #[allow(deprecated)]
-    async fn unsubscribe(
+    fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        self.relay_subscription(request.uri, false, &ctx).await
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.relay_subscription(request.uri, false, &ctx).await })
     }
 
-    async fn list_prompts(
+    fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, ErrorData> {
-        self.passage(&ctx)?.list_prompts(request).await
+    ) -> impl Future<Output = Result<ListPromptsResult, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.passage(&ctx)?.list_prompts(request).await })
     }
 
-    async fn get_prompt(
+    fn get_prompt(
         &self,
         request: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, ErrorData> {
-        self.relay_get_prompt(request, &ctx)
-            .await
-            .map(GetPromptResponse::Complete)
+    ) -> impl Future<Output = Result<GetPromptResponse, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move {
+            self.relay_get_prompt(request, &ctx)
+                .await
+                .map(GetPromptResponse::Complete)
+        })
     }
 
-    async fn complete(
+    fn complete(
         &self,
         request: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, ErrorData> {
-        self.passage(&ctx)?.complete(request).await
+    ) -> impl Future<Output = Result<CompleteResult, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.passage(&ctx)?.complete(request).await })
     }
 
     #[allow(deprecated)]
-    async fn set_level(
+    fn set_level(
         &self,
         request: SetLevelRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        self.relay_set_level(request, &ctx).await
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move { self.relay_set_level(request, &ctx).await })
     }
 
-    async fn get_task(
+    fn get_task(
         &self,
         request: GetTaskParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, ErrorData> {
-        let actor = self.actor(&ctx)?;
-        let slot = ctx
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|p| p.extensions.get::<DeliverySlot>());
-        tasks::get(&self.gateway, &actor, &request.task_id, |report| {
-            // The task's result travels in this response: its delivery is recorded like a call's,
-            // once (polling a delivered task records nothing more).
-            if let Some(slot) = slot {
-                if !matches!(report.state, postern_core::State::Delivered(_)) {
-                    slot.carry(&self.gateway, report.execution_id);
+    ) -> impl Future<Output = Result<GetTaskResult, ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move {
+            let actor = self.actor(&ctx)?;
+            let slot = ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<DeliverySlot>());
+            tasks::get(&self.gateway, &actor, &request.task_id, |report| {
+                // The task's result travels in this response: its delivery is recorded like a call's,
+                // once (polling a delivered task records nothing more).
+                if let Some(slot) = slot {
+                    if !matches!(report.state, postern_core::State::Delivered(_)) {
+                        slot.carry(&self.gateway, report.execution_id);
+                    }
                 }
-            }
-            serde_json::to_value(tool_result(report))
-                .ok()
-                .and_then(|v| v.as_object().cloned())
-                .unwrap_or_default()
+                serde_json::to_value(tool_result(report))
+                    .ok()
+                    .and_then(|v| v.as_object().cloned())
+                    .unwrap_or_default()
+            })
+            .await
         })
-        .await
     }
 
-    async fn cancel_task(
+    fn cancel_task(
         &self,
         request: CancelTaskParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let actor = self.actor(&ctx)?;
-        let id = tasks::parse_task_id(&request.task_id)?;
-        match self.gateway.request_cancel(id, &actor).await {
-            Err(GatewayError::UnknownExecution(_)) => Err(tasks::unknown_task(&request.task_id)),
-            other => other.map_err(to_error),
-        }
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        Box::pin(async move {
+            let actor = self.actor(&ctx)?;
+            let id = tasks::parse_task_id(&request.task_id)?;
+            match self.gateway.request_cancel(id, &actor).await {
+                Err(GatewayError::UnknownExecution(_)) => {
+                    Err(tasks::unknown_task(&request.task_id))
+                }
+                other => other.map_err(to_error),
+            }
+        })
     }
 }
 

@@ -26,6 +26,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 mod admission;
 mod audience;
 mod auth;
+mod call;
 mod delivery;
 mod elicit;
 mod errors;

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use postern_ledger::{Ledger, LedgerOptions};
 use rusqlite::{params, Connection};
-use sha2::{Digest, Sha256};
 
 /// SQLite alone doing an execution's two durable commits: intent slot + execution row + three
 /// events, then result + row update + one event. Kept open between the benchmark's slices.
@@ -71,7 +70,7 @@ impl BareSqlite {
         // Scattered like real HMAC fingerprints: the intent slot's key lands on a random leaf.
         let fingerprint = format!(
             "hmac-sha256:{}",
-            postern_core::hexdigits::encode(Sha256::digest(i.to_le_bytes()))
+            postern_core::hexdigits::encode(postern_core::digest::sha256(&i.to_le_bytes()))
         );
         let now = 1_796_000_000_000 + i;
         conn.prepare_cached("BEGIN IMMEDIATE")

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use postern_audit::{EventChunk, EventColumns, ExecutionRow, ResultCheck, RowCheck, Verifier};
+use postern_core::digest::sha256;
 use postern_core::ExecutionId;
 use rusqlite::types::ValueRef;
-use sha2::{Digest, Sha256};
 
 use crate::db::{NamedRow, RowAccess};
 use crate::error::{sqlite_error as sqlite, LedgerError};
@@ -178,10 +178,7 @@ impl RowBatch {
 
     fn digest(&mut self) {
         let text = self.text.as_bytes();
-        let digests = self
-            .rows
-            .iter()
-            .map(|r| Sha256::digest(&text[r.texts[1].clone()]).into());
+        let digests = self.rows.iter().map(|r| sha256(&text[r.texts[1].clone()]));
         self.digests = Some(digests.collect());
     }
 
@@ -352,9 +349,9 @@ fn read_results(conn: &rusqlite::Connection, send: &mut Send<'_>) -> Result<(), 
         let id = text(row, &names, 0)?;
         let attempt = int(row, &names, 1)?;
         let digest: [u8; 32] = match row.get_ref(2) {
-            Ok(ValueRef::Blob(b)) => Sha256::digest(b).into(),
-            Ok(ValueRef::Text(t)) => Sha256::digest(String::from_utf8_lossy(t).as_bytes()).into(),
-            _ => Sha256::digest(NamedRow { row, names: &names }.blob("body")?).into(),
+            Ok(ValueRef::Blob(b)) => sha256(b),
+            Ok(ValueRef::Text(t)) => sha256(String::from_utf8_lossy(t).as_bytes()),
+            _ => sha256(&NamedRow { row, names: &names }.blob("body")?),
         };
         let start = batch.text.len();
         let _ = write!(batch.text, "results/{id}/{attempt}");

@@ -1,10 +1,10 @@
 //! Accept-or-match inside the writer's transaction: the intent slot, operation key and
 //! re-issue key rows are where concurrent identical requests meet.
 
+use postern_core::digest::sha256;
 use postern_core::lifecycle::{Lifecycle, State};
 use postern_core::recovery::{decide, IncomingRequest, RecoveryDecision};
 use postern_core::{hexdigits, EventKind, ExecutionId};
-use sha2::{Digest, Sha256};
 
 use std::borrow::Cow;
 
@@ -150,7 +150,10 @@ impl<C: WriteConn> Executions<'_, C> {
         }
         let inserted = match claim {
             Some(c) => c.won,
-            None => self.tx.conn.query_opt("INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING execution_id", params![actor, scope, fingerprint, new_id_text]).await?.is_some(),
+            None => {
+                self.claim_intent(params![actor, scope, fingerprint, new_id_text])
+                    .await?
+            }
         };
         if inserted {
             return Ok(None);
@@ -161,6 +164,24 @@ impl<C: WriteConn> Executions<'_, C> {
             key: None,
             reissue: false,
         }))
+    }
+
+    /// Claims the intent for a new execution: false when another execution holds it.
+    async fn claim_intent(&mut self, p: &[crate::db::SqlValue]) -> Result<bool, LedgerError> {
+        macro_rules! claim {
+            () => {
+                "INSERT INTO intents (actor, intent_scope, fingerprint, execution_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
+            };
+        }
+        const CLAIM: &str = claim!();
+        if self.tx.conn.can_defer() {
+            // PostgreSQL: the answer rides with what is held back.
+            let returning = concat!(claim!(), " RETURNING execution_id");
+            return Ok(self.tx.conn.query_opt(returning, p).await?.is_some());
+        }
+        // SQLite: the count of changed rows says it; RETURNING would cost a table of its own
+        // (about 19,000 instructions a statement, docs/performance.md).
+        Ok(self.tx.conn.exec(CLAIM, p).await? == 1)
     }
 
     /// Points the request's re-issue key (if it has one and no operation key) at `id`.
@@ -196,7 +217,7 @@ impl<C: WriteConn> Executions<'_, C> {
         id: ExecutionId,
         req: &AcceptRequest,
     ) -> Result<AcceptOutcome, LedgerError> {
-        let record_sha256 = hexdigits::encode(Sha256::digest(&req.record_bytes));
+        let record_sha256 = hexdigits::encode(sha256(&req.record_bytes));
         let record_text = std::str::from_utf8(&req.record_bytes)
             .map_err(|e| LedgerError::Corrupt(e.to_string()))?
             .to_owned();

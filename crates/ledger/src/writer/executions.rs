@@ -3,10 +3,10 @@
 //! `outcome_unknown` a stopped instance's dispatch is recorded as. Accept-or-match is
 //! `accept.rs`.
 
+use postern_core::digest::sha256;
 use postern_core::lifecycle::State;
 use postern_core::{hexdigits, EventKind, ExecutionId, Timestamp};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::budgets::Budgets;
 use super::transaction::Transaction;
@@ -80,7 +80,7 @@ impl<C: WriteConn> Executions<'_, C> {
             // never overwrite the body an earlier event chained the digest of. (Stores written
             // before this keyed the slot by dispatch count; their refs still name their rows.)
             let attempt = n;
-            let digest = format!("sha256:{}", hexdigits::encode(Sha256::digest(&result.body)));
+            let digest = format!("sha256:{}", hexdigits::encode(sha256(&result.body)));
             self.tx.later("INSERT INTO results (execution_id, attempt, digest, size, truncated, body) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (execution_id, attempt) DO UPDATE SET digest = excluded.digest, size = excluded.size, truncated = excluded.truncated, body = excluded.body", params![s.id.to_string(), i64::from(attempt), &digest, result.size as i64, i64::from(result.truncated), &result.body]).await?;
             detail.insert("result_digest".into(), json!(digest));
             detail.insert(

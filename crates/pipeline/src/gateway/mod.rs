@@ -296,13 +296,14 @@ impl Gateway {
         &self.registry
     }
 
-    /// Performs (or recovers) one call, untracked: [`Gateway::call`] is the way in.
+    /// Performs (or recovers) one call, untracked: [`Gateway::call`] is the way in. Its steps
+    /// are boxed: inline, every branch's state made this future ~29 KB, copied at every move.
     async fn perform(&self, call: ToolCall) -> Result<CallReport, GatewayError> {
         if call.tool == EXECUTION_STATUS {
-            return self.execution_status(&call).await;
+            return Box::pin(self.execution_status(&call)).await;
         }
-        let (entry, accepted, target) = self.admission.admit(&call).await?;
-        self.finish(&entry, accepted, &call, target).await
+        let (entry, accepted, target) = Box::pin(self.admission.admit(&call)).await?;
+        Box::pin(self.finish(&entry, accepted, &call, target)).await
     }
 
     /// Accepts (or matches) a call durably and finishes it in the background; returns once the
@@ -312,8 +313,8 @@ impl Gateway {
         use tracing::Instrument;
         let asker = runs::asker(&self.registry, &call);
         let span = call_span(&call, asker.class);
-        let (_, accepted, target) = match self.admission.admit(&call).instrument(span.clone()).await
-        {
+        let admitting = Box::pin(self.admission.admit(&call));
+        let (_, accepted, target) = match admitting.instrument(span.clone()).await {
             Ok(admitted) => admitted,
             Err(e) => {
                 close_call_span(&span, Err(&e));
@@ -449,10 +450,9 @@ impl Gateway {
                 execution,
             } => {
                 let prior = (execution.id, execution.run_id.clone());
-                let mut report = self
-                    .recovery
-                    .recover(entry, decision, execution, call)
-                    .await?;
+                // Boxed: a first call's future does not carry a retry's size.
+                let mut report =
+                    Box::pin(self.recovery.recover(entry, decision, execution, call)).await?;
                 asked::withhold_from_other_runs(&self.ledger, prior, call, &mut report).await?;
                 Ok(report)
             }
