@@ -80,6 +80,11 @@ pub async fn compare(plan: &Plan<'_>, dir: &Path) -> bool {
                 )
                 .await;
                 let per_call = (large.0 as f64 - small.0 as f64) / plan.calls as f64;
+                // Twice the calls must cost more: anything else is a broken count, not a figure.
+                assert!(
+                    per_call > 0.0,
+                    "{key} {name}: {per_call} instructions per call"
+                );
                 println!("{key:<16} {name:<9} {per_call:>12.0}");
                 if *name == "candidate"
                     && era == plan.eras.last().unwrap()
@@ -202,13 +207,23 @@ async fn count(
         "instructions-warm",
     )
     .await;
-    let switched = Command::new("callgrind_control")
-        .args(["-i", "on", &served.pid().to_string()])
+    // callgrind_control exits 0 whatever happened (it prints "Error: …" instead), so its
+    // "OK." is what says counting is on; a switch that never happened would count nothing and
+    // pass any guard. Bounded: it reaches the tool through vgdb, which could wait for ever.
+    let switched = Command::new("timeout")
+        .args([
+            "60",
+            "callgrind_control",
+            "-i",
+            "on",
+            &served.pid().to_string(),
+        ])
         .output()
         .expect("callgrind_control (Debian's valgrind package)");
+    let said = String::from_utf8_lossy(&switched.stdout);
     assert!(
-        switched.status.success(),
-        "callgrind_control -i on: {}",
+        switched.status.success() && said.contains("OK.") && !said.contains("Error"),
+        "callgrind_control -i on did not switch counting on: {said}{}",
         String::from_utf8_lossy(&switched.stderr)
     );
     run(
@@ -232,6 +247,7 @@ async fn count(
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no totals in {}", out.display()));
+    assert!(total > 0, "callgrind counted nothing in {}", out.display());
     (total, out)
 }
 

@@ -23,7 +23,8 @@ pub enum KeyError {
 /// The gateway's HMAC key. Its `Debug` never shows the key.
 #[derive(Clone)]
 pub struct FingerprintKey {
-    // ring's keys hold the HMAC's inner and outer states, computed once (see `digest`).
+    // ring's keys hold the HMAC's inner and outer states, computed once (ring rather than the
+    // hmac crate for the reason `digest` gives).
     fingerprint: hmac::Key,
     secret_refs: hmac::Key,
 }

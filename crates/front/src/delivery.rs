@@ -258,8 +258,9 @@ impl Drop for TrackedBody {
 }
 
 /// What [`TrackedBody::carries_answer`] needs of a JSON-RPC message: which members it has, and
-/// its id. The rest (a result can be large) is checked to be JSON but never built: building it
-/// as a `serde_json::Map` cost more than rmcp's own parse of the request.
+/// its id. The rest (a result can be large) is skipped, never built: building it as a
+/// `serde_json::Map` cost more than rmcp's own parse of the request. A repeated member makes
+/// the frame no answer (rmcp's serialiser writes none); a JSON array is never one.
 #[derive(Debug, Deserialize)]
 struct Envelope {
     #[serde(default, deserialize_with = "present")]
