@@ -1,4 +1,5 @@
-//! SHA-256, the one hash of the ledger and the audit chain: links, record and result digests.
+//! SHA-256, Postern's one: the audit chain's links, record and result digests, upstream tool
+//! pins, certificate and token fingerprints. (The console's HMACs keep the hmac crate.)
 //!
 //! ring's, not sha2's: both use the CPU's SHA extensions where it has them, and where it has
 //! not (older servers; valgrind, which counts CI's instructions) ring's assembly takes about

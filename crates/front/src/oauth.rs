@@ -375,6 +375,5 @@ pub(super) fn bearer(headers: &http::HeaderMap) -> Option<&str> {
 }
 
 fn digest(token: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(token.as_bytes()).into()
+    postern_core::digest::sha256(token.as_bytes())
 }

@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postern_core::config::{Principal, LONGEST_BELIEF};
-use sha2::{Digest, Sha256};
 
 /// Entries held at most; past it the expired go, and if none has, all of them (a refill costs
 /// one verification per client, and only a signer could mint that many valid tokens).
@@ -34,11 +33,7 @@ pub(crate) fn now_secs() -> u64 {
 }
 
 fn key(token: &str, resource: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(resource.as_bytes());
-    h.update([0]);
-    h.update(token.as_bytes());
-    h.finalize().into()
+    postern_core::digest::sha256_of(&[resource.as_bytes(), &[0], token.as_bytes()])
 }
 
 impl Verified {

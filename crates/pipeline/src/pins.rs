@@ -13,7 +13,6 @@ use postern_channels::mcp::UpstreamTool;
 use postern_core::canon;
 use postern_ledger::{Ledger, LedgerError, ToolPin};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::clock::now;
 
@@ -37,10 +36,7 @@ pub fn digest(tool: &UpstreamTool) -> String {
 }
 
 fn hex_digest(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    postern_core::hexdigits::encode(postern_core::digest::sha256(bytes))
 }
 
 /// What the gateway knows of each re-exported upstream tool's pin.

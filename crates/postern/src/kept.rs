@@ -32,7 +32,6 @@ pub(crate) fn operator_place(base: &str) -> String {
 
 /// Where the tokens of `place` are kept.
 fn kept_path(place: &str) -> Result<PathBuf> {
-    use sha2::{Digest, Sha256};
     let state = match std::env::var_os("XDG_STATE_HOME") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => PathBuf::from(std::env::var_os("HOME").context(
@@ -40,7 +39,7 @@ fn kept_path(place: &str) -> Result<PathBuf> {
         )?)
         .join(".local/state"),
     };
-    let digest = Sha256::digest(place.as_bytes());
+    let digest = postern_core::digest::sha256(place.as_bytes());
     Ok(state
         .join("postern/tokens")
         .join(format!("{}.json", hex::encode(&digest[..12]))))

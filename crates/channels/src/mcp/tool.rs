@@ -177,7 +177,7 @@ impl McpTool {
             };
         }
         // A cut JSON text is not JSON: the stored answer says what happened instead.
-        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+        let digest = postern_core::hexdigits::encode(postern_core::digest::sha256(&body));
         let note = if self.reads {
             format!("the upstream's result was {size} bytes, over this tool's {cap}-byte max_response_bytes: it was given to the caller whole and not stored (a read is performed again on every call)")
         } else {

@@ -26,7 +26,6 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
-use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -187,7 +186,7 @@ async fn answer_plain_http(tcp: &mut TcpStream) {
 
 /// The SHA-256 fingerprint of a certificate's DER bytes.
 pub fn fingerprint(cert: &CertificateDer<'_>) -> CertificateFingerprint {
-    CertificateFingerprint(Sha256::digest(cert.as_ref()).into())
+    CertificateFingerprint(postern_core::digest::sha256(cert.as_ref()))
 }
 
 fn provider() -> Arc<CryptoProvider> {
