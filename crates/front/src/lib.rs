@@ -110,8 +110,15 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, shutdown: CancellationToken
         max_body,
         limits,
     });
+    // rmcp's own `Service::call` clones the whole service per request, its config's host and
+    // origin lists included (about fifty allocations); one shared service costs one `Arc` clone.
+    let service = std::sync::Arc::new(service);
+    let mcp = tower::service_fn(move |request: axum::extract::Request| {
+        let service = service.clone();
+        Box::pin(async move { Ok::<_, std::convert::Infallible>(service.handle(request).await) })
+    });
     let app = Router::new()
-        .nest_service("/mcp", service)
+        .nest_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(state, admission::guard))
         .merge(ops)
         .route("/healthz", axum::routing::get(|| async { "ok" }));
