@@ -179,11 +179,18 @@ impl Combiner {
                 if batch.is_empty() {
                     break;
                 }
-                if wait {
+                let unbegun = if wait {
                     complete(connection.writer.commit_batch(batch));
+                    None
                 } else if complete(connection.writer.begin()).is_ok() {
-                    complete(connection.writer.commit_begun(batch));
+                    // A batch that has to run again apart may find the lock taken meanwhile.
+                    complete(connection.writer.commit_begun(batch))
+                        .err()
+                        .map(|(ops, _)| ops)
                 } else {
+                    Some(batch)
+                };
+                if let Some(batch) = unbegun {
                     // Another process holds the file's write lock. A caller never waits for it
                     // on its own thread (it could not notice its client leaving meanwhile):
                     // the batch goes back to the front of the queue, for the thread.

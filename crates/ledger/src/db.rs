@@ -216,6 +216,13 @@ pub(crate) trait WriteConn: Send {
         std::future::ready(Ok(()))
     }
 
+    /// Rows changed by every statement this connection ran so far, where the connection counts
+    /// them (SQLite's `total_changes`): an op that failed without moving it wrote nothing, so it
+    /// is undone without a savepoint (`writer/together.rs`). `None`: not counted (PostgreSQL).
+    fn rows_changed(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether statements whose answer nobody reads can be held back and sent with the next
     /// round trip ([`WriteConn::defer`]). PostgreSQL: yes (each statement is a round trip to
     /// a server); SQLite: no (a call costs microseconds, and the writer never asks).

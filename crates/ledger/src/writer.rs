@@ -5,7 +5,9 @@
 //! its writes held back and sent with the next statement that needs an answer
 //! (`optimistic.rs`), its commit also opening the batch of what arrived meanwhile; a batch that
 //! does not go through whole is rolled back and run again the savepoint way. SQLite's callers
-//! drive it themselves (`combiner.rs`).
+//! drive it themselves (`combiner.rs`), and a batch of several ops is first written without
+//! savepoints as well (`together.rs`): an op that failed after it changed rows sends it back to
+//! the savepoint way in a new transaction.
 //!
 //! The writer is in parts, each a type over what it needs: [`Transaction`] (the connection, the
 //! settings and what the open transaction holds), and the parts that borrow it: [`Executions`]
@@ -34,6 +36,7 @@ mod fence;
 mod optimistic;
 mod prune;
 mod records;
+mod together;
 mod transaction;
 mod trust;
 
@@ -165,7 +168,12 @@ impl<C: WriteConn> Writer<C> {
             }
             return;
         }
-        self.commit_begun(batch).await
+        if let Err((batch, e)) = self.commit_begun(batch).await {
+            let why = not_begun(e);
+            for op in batch {
+                op.refuse(&why);
+            }
+        }
     }
 
     /// Opens the write transaction ([`Writer::commit_begun`] then fills and commits it),

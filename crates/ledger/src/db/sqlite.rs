@@ -82,4 +82,7 @@ impl WriteConn for SqliteWriteConn {
     ) -> Result<Option<OwnedRow>, LedgerError> {
         self.query_now(sql, params)
     }
+    fn rows_changed(&self) -> Option<u64> {
+        Some(self.0.total_changes())
+    }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use postern_core::{EventKind, Timestamp};
 
+use super::together::Together;
 use super::transaction::Head;
 use super::{not_begun, now_millis, Writer};
 use crate::db::WriteConn;
@@ -33,9 +34,30 @@ enum Written {
     Abandoned,
 }
 
+/// Ops handed back unanswered, with why: their batch tangled when written together and the
+/// transaction to run it again the savepoint way could not be opened.
+pub type Unbegun = (Vec<Op>, LedgerError);
+
 impl<C: WriteConn> Writer<C> {
     /// Writes a batch into the transaction [`Writer::begin`] opened, commits it and replies.
-    pub async fn commit_begun(&mut self, batch: Vec<Op>) {
+    /// A batch that tangled when written together (`together.rs`) runs again the savepoint way
+    /// in a new transaction; if that cannot be opened, its ops come back unanswered, for the
+    /// caller to queue again or refuse.
+    pub async fn commit_begun(&mut self, batch: Vec<Op>) -> Result<(), Unbegun> {
+        let Some(batch) = self.commit_in(batch, true).await else {
+            return Ok(());
+        };
+        if let Err(e) = self.begin().await {
+            return Err((batch, e));
+        }
+        // The savepoint way never hands a batch back.
+        let _ = self.commit_in(batch, false).await;
+        Ok(())
+    }
+
+    /// Writes and commits `batch` in the open transaction, together when `together` allows
+    /// and the batch can be (else the savepoint way); a batch that tangled comes back.
+    async fn commit_in(&mut self, batch: Vec<Op>, together: bool) -> Option<Vec<Op>> {
         let started = Instant::now();
         let requests = batch.len();
         let head_before = match self.tx.open_head().await {
@@ -46,7 +68,7 @@ impl<C: WriteConn> Writer<C> {
                 for op in batch {
                     op.refuse(&why);
                 }
-                return;
+                return None;
             }
         };
         if let Err(e) = self.signer().adopt_head(head_before).await {
@@ -55,13 +77,21 @@ impl<C: WriteConn> Writer<C> {
             for op in batch {
                 op.refuse(&why);
             }
-            return;
+            return None;
         }
         self.tx.head = head_before;
         self.tx.pending.clear();
         self.tx.lease_checked = false;
         self.tx.lease_row = None;
-        match self.write_batch(head_before, batch).await {
+        let written = if together && self.writes_together(&batch) {
+            match self.write_together(head_before, batch).await {
+                Together::Written(done) => Written::Kept(done),
+                Together::Tangled(batch) => return Some(batch),
+            }
+        } else {
+            self.write_batch(head_before, batch).await
+        };
+        match written {
             Written::Kept(done) => {
                 self.commit_written(head_before, done, requests, started)
                     .await;
@@ -69,6 +99,7 @@ impl<C: WriteConn> Writer<C> {
             Written::LoneFailed(done) => self.roll_back_lone(head_before, done).await,
             Written::Abandoned => {}
         }
+        None
     }
 
     async fn write_batch(&mut self, head_before: Head, batch: Vec<Op>) -> Written {
