@@ -218,7 +218,8 @@ pub(crate) trait WriteConn: Send {
 
     /// Rows changed by every statement this connection ran so far, where the connection counts
     /// them (SQLite's `total_changes`): an op that failed without moving it wrote nothing, so it
-    /// is undone without a savepoint (`writer/together.rs`). `None`: not counted (PostgreSQL).
+    /// is undone without a savepoint (`writer/together.rs`). `None`: not counted (PostgreSQL),
+    /// or no transaction is open (SQLite rolled it back by itself).
     fn rows_changed(&self) -> Option<u64> {
         None
     }

@@ -83,6 +83,8 @@ impl WriteConn for SqliteWriteConn {
         self.query_now(sql, params)
     }
     fn rows_changed(&self) -> Option<u64> {
-        Some(self.0.total_changes())
+        // Only while the transaction is open: an I/O error, a full disk or no memory can make
+        // SQLite roll the whole transaction back by itself, which moves no count.
+        (!self.0.is_autocommit()).then(|| self.0.total_changes())
     }
 }
