@@ -134,17 +134,12 @@ impl<C: WriteConn> Writer<C> {
     /// Runs one op (inside a savepoint when the batch has several); a failed op's chain
     /// links and remembered summaries are undone with its writes.
     async fn write_op(&mut self, op: Op, savepoints: bool) -> Step {
-        let saved = (
-            self.tx.head,
-            self.tx.appended_since_checkpoint,
-            self.tx.pending.len(),
-        );
+        let mark = self.tx.mark_op();
         if savepoints {
             if let Err(e) = self.tx.conn.exec("SAVEPOINT op", &[]).await {
                 return Step::NotRun(op, e);
             }
         }
-        self.tx.touched.clear();
         let outcome = self.process(&op).await;
         let d = op.answer(outcome);
         if savepoints {
@@ -154,13 +149,7 @@ impl<C: WriteConn> Writer<C> {
             }
         }
         if !d.is_ok() {
-            (self.tx.head, self.tx.appended_since_checkpoint) = (saved.0, saved.1);
-            self.tx.pending.truncate(saved.2);
-            if let Some(recall) = &mut self.tx.recall {
-                for id in self.tx.touched.drain(..) {
-                    recall.forget(id);
-                }
-            }
+            self.tx.undo_op(mark);
         }
         Step::Done(d)
     }

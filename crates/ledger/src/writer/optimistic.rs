@@ -181,14 +181,8 @@ impl<C: WriteConn> Writer<C> {
     /// Runs one op of the try. `Err`: it failed after some of its statements reached the
     /// server, so it cannot be undone alone.
     async fn try_op(&mut self, op: &Op) -> Result<Outcome, Outcome> {
-        let saved = (
-            self.tx.head,
-            self.tx.appended_since_checkpoint,
-            self.tx.pending.len(),
-            self.tx.conn.deferred_len(),
-            self.tx.conn.round_trips(),
-        );
-        self.tx.touched.clear();
+        let mark = self.tx.mark_op();
+        let (deferred, round_trips) = (self.tx.conn.deferred_len(), self.tx.conn.round_trips());
         // A claim made ahead is a write that reached the server.
         let claimed = self.tx.claim.as_ref().is_some_and(|c| c.won);
         let outcome = self.process(op).await;
@@ -196,19 +190,13 @@ impl<C: WriteConn> Writer<C> {
         if outcome.is_ok() {
             return Ok(outcome);
         }
-        if claimed || self.tx.conn.round_trips() != saved.4 {
+        if claimed || self.tx.conn.round_trips() != round_trips {
             return Err(outcome);
         }
         // Nothing of it reached the server: dropping what it held back and what it linked
         // undoes it, as rolling back its savepoint would.
-        self.tx.conn.discard_deferred(saved.3);
-        (self.tx.head, self.tx.appended_since_checkpoint) = (saved.0, saved.1);
-        self.tx.pending.truncate(saved.2);
-        if let Some(recall) = &mut self.tx.recall {
-            for id in self.tx.touched.drain(..) {
-                recall.forget(id);
-            }
-        }
+        self.tx.conn.discard_deferred(deferred);
+        self.tx.undo_op(mark);
         Ok(outcome)
     }
 

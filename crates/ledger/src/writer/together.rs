@@ -43,13 +43,8 @@ impl<C: WriteConn> Writer<C> {
         let counted_before = self.tx.appended_since_checkpoint;
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.len());
         for op in &batch {
-            let saved = (
-                self.tx.head,
-                self.tx.appended_since_checkpoint,
-                self.tx.pending.len(),
-            );
+            let mark = self.tx.mark_op();
             let changed = self.tx.conn.rows_changed();
-            self.tx.touched.clear();
             let outcome = self.process(op).await;
             let now_changed = self.tx.conn.rows_changed();
             if now_changed.is_none() || (!outcome.is_ok() && now_changed != changed) {
@@ -58,13 +53,7 @@ impl<C: WriteConn> Writer<C> {
             }
             if !outcome.is_ok() {
                 // Nothing of it reached the transaction: undone in memory alone.
-                (self.tx.head, self.tx.appended_since_checkpoint) = (saved.0, saved.1);
-                self.tx.pending.truncate(saved.2);
-                if let Some(recall) = &mut self.tx.recall {
-                    for id in self.tx.touched.drain(..) {
-                        recall.forget(id);
-                    }
-                }
+                self.tx.undo_op(mark);
             }
             outcomes.push(outcome);
         }

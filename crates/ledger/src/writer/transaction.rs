@@ -21,6 +21,14 @@ use crate::rows;
 /// The chain head (sequence number, hash).
 pub(super) type Head = (u64, [u8; 32]);
 
+/// Where the open transaction stood before an op ran ([`Transaction::mark_op`]).
+#[derive(Clone, Copy)]
+pub(super) struct OpMark {
+    head: Head,
+    appended: u64,
+    linked: usize,
+}
+
 /// The write connection, the writer's settings, and the open transaction's state.
 pub(super) struct Transaction<C> {
     pub(super) conn: C,
@@ -169,6 +177,29 @@ impl<C: WriteConn> Transaction<C> {
             ],
         )
         .await
+    }
+
+    /// Where the transaction stands before an op runs (the op's remembered summaries are
+    /// listed from here on): what [`Transaction::undo_op`] goes back to.
+    pub(super) fn mark_op(&mut self) -> OpMark {
+        self.touched.clear();
+        OpMark {
+            head: self.head,
+            appended: self.appended_since_checkpoint,
+            linked: self.pending.len(),
+        }
+    }
+
+    /// Undoes in memory what a failed op linked and remembered since `mark` (its writes are
+    /// undone by its savepoint, or none reached the store).
+    pub(super) fn undo_op(&mut self, mark: OpMark) {
+        (self.head, self.appended_since_checkpoint) = (mark.head, mark.appended);
+        self.pending.truncate(mark.linked);
+        if let Some(recall) = &mut self.recall {
+            for id in self.touched.drain(..) {
+                recall.forget(id);
+            }
+        }
     }
 
     /// Remembers a summary this transaction wrote (forgotten again if its op fails).
