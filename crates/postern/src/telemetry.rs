@@ -69,6 +69,25 @@ pub fn install(
             .with_context(|| format!("{LOG_FILTER_VAR}={directives:?} is not a log filter"))?,
         Err(_) => EnvFilter::new(DEFAULT_FILTER),
     };
+    let (dispatch, tracer) = subscriber(format, filter, telemetry, config_dir)?;
+    dispatch
+        .try_init()
+        .context("installing the log subscriber")?;
+    Ok(Installed { tracer })
+}
+
+/// The subscriber: the log layer and, with an endpoint, the span exporter's layer.
+///
+/// Without an exporter the subscriber has the log layer alone, not an `Option` layer that is
+/// `None`: tracing-subscriber gives a `None` layer every callsite's interest, so each of the
+/// gateway's debug spans (a call, its target, each ledger commit) was created, entered on every
+/// poll and closed, though nothing read it (~33,000 instructions a call, issue 52).
+fn subscriber(
+    format: LogFormat,
+    filter: EnvFilter,
+    telemetry: &Telemetry,
+    config_dir: &std::path::Path,
+) -> Result<(tracing::Dispatch, Option<SdkTracerProvider>)> {
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -82,46 +101,39 @@ pub fn install(
             .boxed(),
     }
     .with_filter(filter.and(wire_quiet()));
-    let (spans, tracer) = match &telemetry.otlp_endpoint {
-        None => (None, None),
-        Some(endpoint) => {
-            let mut headers = std::collections::HashMap::new();
-            for (name, value) in &telemetry.otlp_headers {
-                let value = crate::secrets::resolve(value, config_dir)
-                    .with_context(|| format!("telemetry.otlp_headers.{name}"))?;
-                headers.insert(name.clone(), value);
-            }
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(Protocol::HttpBinary)
-                .with_endpoint(format!("{endpoint}/v1/traces"))
-                .with_headers(headers)
-                .with_http_client(OtlpClient::new()?)
-                .build()
-                .context("the OTLP span exporter")?;
-            let provider = SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_resource(
-                    Resource::builder()
-                        .with_service_name(telemetry.service_name.clone())
-                        .build(),
-                )
-                .build();
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("postern"))
-                // The gateway's own spans (calls, targets, ledger commits), not its libraries'.
-                .with_filter(EnvFilter::new(
-                    "off,postern_pipeline=debug,postern_ledger=debug,postern_channels=debug",
-                ));
-            (Some(layer), Some(provider))
-        }
+    let registry = tracing_subscriber::registry().with(logs);
+    let Some(endpoint) = &telemetry.otlp_endpoint else {
+        return Ok((tracing::Dispatch::new(registry), None));
     };
-    tracing_subscriber::registry()
-        .with(logs)
-        .with(spans)
-        .try_init()
-        .context("installing the log subscriber")?;
-    Ok(Installed { tracer })
+    let mut headers = std::collections::HashMap::new();
+    for (name, value) in &telemetry.otlp_headers {
+        let value = crate::secrets::resolve(value, config_dir)
+            .with_context(|| format!("telemetry.otlp_headers.{name}"))?;
+        headers.insert(name.clone(), value);
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(format!("{endpoint}/v1/traces"))
+        .with_headers(headers)
+        .with_http_client(OtlpClient::new()?)
+        .build()
+        .context("the OTLP span exporter")?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            Resource::builder()
+                .with_service_name(telemetry.service_name.clone())
+                .build(),
+        )
+        .build();
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("postern"))
+        // The gateway's own spans (calls, targets, ledger commits), not its libraries'.
+        .with_filter(EnvFilter::new(
+            "off,postern_pipeline=debug,postern_ledger=debug,postern_channels=debug",
+        ));
+    Ok((tracing::Dispatch::new(registry.with(spans)), Some(provider)))
 }
 
 /// The exporter's HTTP client: our reqwest (rustls with ring, as every other request of the
@@ -170,5 +182,48 @@ impl HttpClient for OtlpClient {
             Ok::<_, HttpError>(response.body(body)?)
         };
         self.runtime.spawn(sending).await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With no exporter, a span nothing logs is not created (it costs a registry entry, an
+    /// enter and exit on every poll, and a close); with one, the gateway's debug spans are.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spans_exist_only_for_a_layer_that_wants_them() {
+        postern_channels::http::install_default_provider();
+        let filter = || EnvFilter::new(DEFAULT_FILTER);
+        let dir = std::path::Path::new(".");
+        let mut telemetry = Telemetry::default();
+        let (quiet, _) = subscriber(LogFormat::Text, filter(), &telemetry, dir).unwrap();
+        tracing::dispatcher::with_default(&quiet, || {
+            let call = tracing::debug_span!(target: "postern_pipeline::gateway", "call");
+            assert!(
+                call.is_disabled(),
+                "a debug span with no exporter was created"
+            );
+            let library = tracing::info_span!(target: "rmcp::service", "serve_inner");
+            assert!(library.is_disabled(), "a library's info span was created");
+            let logged = tracing::info_span!(target: "postern_pipeline::gateway", "logged");
+            assert!(
+                !logged.is_disabled(),
+                "an info span the log layer shows was not created"
+            );
+        });
+        telemetry.otlp_endpoint = Some("http://127.0.0.1:9".into());
+        let (exporting, provider) = subscriber(LogFormat::Text, filter(), &telemetry, dir).unwrap();
+        tracing::dispatcher::with_default(&exporting, || {
+            let call = tracing::debug_span!(target: "postern_pipeline::gateway", "call");
+            assert!(
+                !call.is_disabled(),
+                "the exporter's debug span was not created"
+            );
+        });
+        // As `Installed::shutdown` does: the exporter's thread sends through this runtime.
+        drop(exporting);
+        let provider = provider.expect("an exporter");
+        let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
     }
 }

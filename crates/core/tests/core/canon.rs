@@ -190,3 +190,30 @@ fn errors_never_echo_values() {
     assert!(!err.to_string().contains(secret));
     assert!(!format!("{err:?}").contains(secret));
 }
+
+/// A string's escapes are found wherever they stand: before, inside and after each 32-byte
+/// chunk the check reads at once (the escapes are ECMAScript's, which serde_json writes too).
+#[test]
+fn every_escape_is_found_at_every_position() {
+    for len in [1usize, 31, 32, 33, 64, 65, 100] {
+        for at in 0..len {
+            for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', '\u{8}'] {
+                let mut text: Vec<char> = "é-abcdefghijklmnopqrstuvwxyz0123456789"
+                    .chars()
+                    .cycle()
+                    .take(len)
+                    .collect();
+                text[at] = special;
+                let text: String = text.into_iter().collect();
+                let mut out = Vec::new();
+                postern_core::canon::write_canonical_str(&text, &mut out);
+                let expected = serde_json::to_string(&text).unwrap();
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    expected,
+                    "{special:?} at {at} of {len}"
+                );
+            }
+        }
+    }
+}

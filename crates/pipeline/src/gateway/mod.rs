@@ -99,6 +99,10 @@ fn call_span(call: &ToolCall, class: &'static str) -> tracing::Span {
 
 /// Records a call's end on its span (its refusal is logged with the calls log's row).
 fn close_call_span(span: &tracing::Span, answer: Result<&CallReport, &GatewayError>) {
+    if span.is_disabled() {
+        // No layer wants it (no span export): the fingerprint's text would be made for nothing.
+        return;
+    }
     match answer {
         Ok(r) => {
             span.record("execution_id", tracing::field::display(r.execution_id));
