@@ -20,7 +20,7 @@ use postern_core::ExecutionId;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::streams::DurableStreams;
+use super::streams::{DurableStreams, StoredEvent};
 use postern_pipeline::Gateway;
 
 /// Where a response's deliveries are recorded: the gateway's ledger (a stand-in in tests).
@@ -163,20 +163,30 @@ impl TrackedBody {
     }
 
     /// Whether this data frame carries the JSON-RPC response this body exists for (only looked
-    /// at once an execution's answer was registered to travel here).
+    /// at once an execution's answer was registered to travel here). An SSE event this process
+    /// stored is known by its id; any other frame is read.
     fn carries_answer(&self, data: &[u8]) -> bool {
         if !self.slot.carrying() {
             return false;
         }
-        let Some(message) = jsonrpc_message(data) else {
-            return false;
+        let streams = self.claimed.as_ref().map(|(streams, _)| streams);
+        let known = streams
+            .zip(sse_event_id(data))
+            .and_then(|(streams, id)| streams.stored(id));
+        let (is_response, id) = match known {
+            Some(StoredEvent::Response(id)) => (true, id),
+            Some(StoredEvent::Other) => (false, None),
+            None => {
+                let Some(message) = jsonrpc_message(data) else {
+                    return false;
+                };
+                (
+                    !message.method && (message.result || message.error),
+                    message.id,
+                )
+            }
         };
-        let is_response = !message.method && (message.result || message.error);
-        is_response
-            && self
-                .answers
-                .as_ref()
-                .is_none_or(|id| message.id.as_ref() == Some(id))
+        is_response && self.answers.as_ref().is_none_or(|a| id.as_ref() == Some(a))
     }
 
     fn finish(&mut self, delivered: bool) {
@@ -283,6 +293,14 @@ fn some_value<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<serde_json::Value>, D::Error> {
     serde_json::Value::deserialize(d).map(Some)
+}
+
+/// An SSE event's id (its `id:` line), if the frame is one.
+fn sse_event_id(data: &[u8]) -> Option<&str> {
+    let line = data
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"id:"))?;
+    std::str::from_utf8(line).ok().map(str::trim)
 }
 
 /// The JSON-RPC message in a body frame: a JSON body, or an SSE event's `data:` lines.

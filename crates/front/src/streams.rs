@@ -54,6 +54,14 @@ struct Replayed {
     execution: Option<ExecutionId>,
 }
 
+/// What delivery needs of one stored event.
+pub(crate) enum StoredEvent {
+    /// A JSON-RPC response or error, to the request with this id (`None`: an error without one).
+    Response(Option<Value>),
+    /// A request, a notification or a priming event.
+    Other,
+}
+
 /// The ledger-backed event and session store of the Streamable HTTP front.
 pub(crate) struct DurableStreams {
     gateway: Arc<Gateway>,
@@ -125,6 +133,25 @@ impl DurableStreams {
 
     fn ledger(&self) -> &Arc<Ledger> {
         self.gateway.ledger()
+    }
+
+    /// Event `event_id` as this process stored it, for delivery to tell an answer's frame by
+    /// its id instead of parsing the frame (~15,000 instructions a call, issue 52); `None` when
+    /// it is not in this process's memory (the frame is read then).
+    pub(crate) fn stored(&self, event_id: &str) -> Option<StoredEvent> {
+        let (stream_id, n) = parse_event_id(event_id)?;
+        let live = self.live.get(stream_id)?;
+        let s = live.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, event) = s.events.iter().rev().find(|(m, _)| *m == n)?;
+        Some(match event.sse.message.as_deref() {
+            Some(ServerJsonRpcMessage::Response(r)) => {
+                StoredEvent::Response(Some(r.id.clone().into_json_value()))
+            }
+            Some(ServerJsonRpcMessage::Error(e)) => {
+                StoredEvent::Response(e.id.clone().map(|id| id.into_json_value()))
+            }
+            _ => StoredEvent::Other,
+        })
     }
 
     /// Records the session and actor a request stream belongs to (seen in its first event id).

@@ -122,6 +122,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0017_charges_in_one_tree.sql"),
         postgres: include_str!("../migrations/postgres/0017_charges_in_one_tree.sql"),
     },
+    Migration {
+        version: 18,
+        name: "calls keyed by id",
+        sqlite: include_str!("../migrations/sqlite/0018_calls_keyed_by_id.sql"),
+        postgres: include_str!("../migrations/postgres/0018_calls_keyed_by_id.sql"),
+    },
 ];
 
 /// The schema version this build writes (and the only one the read-only store reader reads).
@@ -196,6 +202,56 @@ mod tests {
         assert_eq!(executions[1].get::<Option<i64>, _>(2), None);
         assert_eq!(keys(2), None);
         assert_eq!(executions[2].get::<Option<i64>, _>(2), None);
+    }
+
+    /// 0018 moves every call as it was into the table keyed by id, and its indexes come back.
+    #[tokio::test]
+    async fn calls_survive_0018_on_sqlite() {
+        sqlx::any::install_default_drivers();
+        let file = std::env::temp_dir().join(format!("postern-0018-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version < 18) {
+            conn.execute(m.sql(Dialect::Sqlite)).await.unwrap();
+        }
+        conn.execute("INSERT INTO calls (id, at, actor, tool, run_id, request_id, execution_id, attempt, operation_key, outcome, instance) VALUES ('call_b', 2, 'agent', 't', 'run_1', '7', 'exe_1', 'new', 'k', 'succeeded', 'i'), ('call_a', 1, 'agent', 't', NULL, NULL, NULL, 'refused', NULL, 'refused', 'i')").await.unwrap();
+        conn.execute(MIGRATIONS[17].sql(Dialect::Sqlite))
+            .await
+            .unwrap();
+        type Call = (String, i64, Option<String>, Option<String>, String);
+        let calls: Vec<Call> = conn
+            .fetch_all("SELECT id, at, run_id, execution_id, outcome FROM calls ORDER BY id")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("call_a".into(), 1, None, None, "refused".into()),
+                (
+                    "call_b".into(),
+                    2,
+                    Some("run_1".into()),
+                    Some("exe_1".into()),
+                    "succeeded".into()
+                )
+            ]
+        );
+        let shape: Vec<(String, String)> = conn
+            .fetch_all("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'calls' AND sql IS NOT NULL ORDER BY name")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let names: Vec<&str> = shape.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["calls", "calls_execution", "calls_run"]);
+        assert!(shape[0].1.ends_with("WITHOUT ROWID"), "{}", shape[0].1);
+        drop(conn);
+        let _ = std::fs::remove_file(&file);
     }
 
     #[tokio::test]

@@ -87,6 +87,7 @@ pub(crate) struct Writer<C> {
     tx: Transaction<C>,
     /// The committed head and checkpoint this writer vouches for (`trust.rs`).
     own: OwnChain,
+    metrics: crate::telemetry::CommitMetrics,
 }
 
 impl<C: WriteConn> Writer<C> {
@@ -100,6 +101,7 @@ impl<C: WriteConn> Writer<C> {
         Writer {
             own,
             tx: Transaction::new(conn, cfg),
+            metrics: crate::telemetry::CommitMetrics::new(),
         }
     }
 

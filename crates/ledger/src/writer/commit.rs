@@ -176,7 +176,8 @@ impl<C: WriteConn> Writer<C> {
         let events: Vec<EventKind> = self.tx.pending.iter().map(|(e, _)| e.body.event).collect();
         let failure = match self.finish_commit(head_before).await {
             Ok(commit_statement) => {
-                crate::telemetry::committed(requests, &events, started.elapsed(), commit_statement);
+                self.metrics
+                    .committed(requests, &events, started.elapsed(), commit_statement);
                 None
             }
             Err(why) => {

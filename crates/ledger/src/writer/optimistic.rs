@@ -247,7 +247,8 @@ impl<C: WriteConn> Writer<C> {
                 }
             };
         }
-        crate::telemetry::committed(requests, &events, started.elapsed(), commit.elapsed());
+        self.metrics
+            .committed(requests, &events, started.elapsed(), commit.elapsed());
         self.own.committed(self.tx.head, &self.tx.cfg.chain);
         self.tx.recall = None;
         let next = match (opening, sent.failed) {
