@@ -295,10 +295,11 @@ fn some_value<'de, D: serde::Deserializer<'de>>(
     serde_json::Value::deserialize(d).map(Some)
 }
 
-/// An SSE event's id (its `id:` line), if the frame is one.
+/// An SSE event's id (its `id:` line), if the frame is one. Looked for from the end: the
+/// frames here write it after the `data:` line, which holds the whole answer.
 fn sse_event_id(data: &[u8]) -> Option<&str> {
     let line = data
-        .split(|&b| b == b'\n')
+        .rsplit(|&b| b == b'\n')
         .find_map(|l| l.strip_prefix(b"id:"))?;
     std::str::from_utf8(line).ok().map(str::trim)
 }
@@ -416,6 +417,47 @@ mod tests {
 
     fn outcome(recorded: &Recorded) -> Vec<bool> {
         recorded.0.lock().unwrap().clone()
+    }
+
+    /// An event known by its id reads as the frame carrying it would: responses and errors
+    /// with their ids (number, string, none), a request, a notification, a priming event.
+    #[test]
+    fn a_stored_event_reads_as_its_frame_does() {
+        use crate::streams::StoredEvent;
+        use rmcp::model::ServerJsonRpcMessage;
+        let messages = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 5, "result": {"content": []}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": "req-7", "result": {}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 9, "error": {"code": -32005, "message": "no"}}),
+            serde_json::json!({"jsonrpc": "2.0", "error": {"code": -32700, "message": "parse"}}),
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+        ];
+        let mut responses = 0;
+        for json in messages {
+            let message: ServerJsonRpcMessage = serde_json::from_value(json.clone()).unwrap();
+            let frame = format!(
+                "data: {}\nid: s/1\n\n",
+                serde_json::to_string(&message).unwrap()
+            );
+            assert_eq!(sse_event_id(frame.as_bytes()), Some("s/1"));
+            let read = jsonrpc_message(frame.as_bytes()).unwrap();
+            let as_read = if !read.method && (read.result || read.error) {
+                StoredEvent::Response(read.id.filter(|id| !id.is_null()))
+            } else {
+                StoredEvent::Other
+            };
+            let known = StoredEvent::of(Some(&message));
+            responses += usize::from(matches!(known, StoredEvent::Response(_)));
+            assert_eq!(known, as_read, "{json}");
+        }
+        assert_eq!(responses, 4);
+        assert_eq!(StoredEvent::of(None), StoredEvent::Other);
+        assert_eq!(
+            sse_event_id(b"id: s/0\nretry: 3000\ndata:\n\n"),
+            Some("s/0")
+        );
+        assert_eq!(sse_event_id(b":\n\n"), None);
     }
 
     /// The answer's frame taken, and the body polled again while the stream is still open

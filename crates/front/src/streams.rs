@@ -55,11 +55,27 @@ struct Replayed {
 }
 
 /// What delivery needs of one stored event.
+#[derive(Debug, PartialEq)]
 pub(crate) enum StoredEvent {
     /// A JSON-RPC response or error, to the request with this id (`None`: an error without one).
     Response(Option<Value>),
     /// A request, a notification or a priming event.
     Other,
+}
+
+impl StoredEvent {
+    /// An event's message (`None`: a priming event), as delivery reads it.
+    pub(crate) fn of(message: Option<&ServerJsonRpcMessage>) -> StoredEvent {
+        match message {
+            Some(ServerJsonRpcMessage::Response(r)) => {
+                StoredEvent::Response(Some(r.id.clone().into_json_value()))
+            }
+            Some(ServerJsonRpcMessage::Error(e)) => {
+                StoredEvent::Response(e.id.clone().map(|id| id.into_json_value()))
+            }
+            _ => StoredEvent::Other,
+        }
+    }
 }
 
 /// The ledger-backed event and session store of the Streamable HTTP front.
@@ -143,15 +159,7 @@ impl DurableStreams {
         let live = self.live.get(stream_id)?;
         let s = live.lock().unwrap_or_else(|e| e.into_inner());
         let (_, event) = s.events.iter().rev().find(|(m, _)| *m == n)?;
-        Some(match event.sse.message.as_deref() {
-            Some(ServerJsonRpcMessage::Response(r)) => {
-                StoredEvent::Response(Some(r.id.clone().into_json_value()))
-            }
-            Some(ServerJsonRpcMessage::Error(e)) => {
-                StoredEvent::Response(e.id.clone().map(|id| id.into_json_value()))
-            }
-            _ => StoredEvent::Other,
-        })
+        Some(StoredEvent::of(event.sse.message.as_deref()))
     }
 
     /// Records the session and actor a request stream belongs to (seen in its first event id).
