@@ -460,6 +460,31 @@ mod tests {
         assert_eq!(sse_event_id(b":\n\n"), None);
     }
 
+    /// An upstream's answer cannot name another event: its text may hold `\nid: ` lines, but
+    /// the frame's JSON escapes them, so the only id line is the frame's own. (Were it read
+    /// from the text, a tool could make its answer pass for another stream's event and have
+    /// this one's delivery recorded, or never recorded.)
+    #[test]
+    fn an_answer_cannot_name_its_own_event_id() {
+        use rmcp::model::ServerJsonRpcMessage;
+        let forged = "done\nid: other/9\n\nid: s/7\n";
+        let message: ServerJsonRpcMessage = serde_json::from_value(serde_json::json!({
+            "jsonrpc": "2.0", "id": 5,
+            "result": {"content": [{"type": "text", "text": forged}]}
+        }))
+        .unwrap();
+        let frame = format!(
+            "data: {}\nid: s/1\n\n",
+            serde_json::to_string(&message).unwrap()
+        );
+        assert_eq!(sse_event_id(frame.as_bytes()), Some("s/1"));
+        let frame = format!(
+            "id: s/1\ndata: {}\n\n",
+            serde_json::to_string(&message).unwrap()
+        );
+        assert_eq!(sse_event_id(frame.as_bytes()), Some("s/1"));
+    }
+
     /// The answer's frame taken, and the body polled again while the stream is still open
     /// (the client read it and hung up before the stream's end): delivered, once.
     #[test]

@@ -140,15 +140,29 @@ mod tests {
     use super::*;
     use sqlx::{AnyConnection, Connection, Executor, Row};
 
+    /// A connection to `url` with every migration before `version` applied.
+    async fn before(version: i64, url: &str, dialect: Dialect) -> AnyConnection {
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(url).await.unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version < version) {
+            conn.execute(m.sql(dialect)).await.unwrap();
+        }
+        conn
+    }
+
+    /// A throw-away SQLite file named for `test` (removed first) and its URL.
+    fn sqlite_file(test: &str) -> (std::path::PathBuf, String) {
+        let file = std::env::temp_dir().join(format!("postern-{test}-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        (file, url)
+    }
+
     /// 0017 moves a store's charges as 0016 left them: counted ones into the window-ordered
     /// table, waiting ones into `budget_pending`, and each charged execution learns where its
     /// charges are; an execution no budget counts is left as it was.
     async fn charges_survive_0017(url: &str, dialect: Dialect) {
-        sqlx::any::install_default_drivers();
-        let mut conn = AnyConnection::connect(url).await.unwrap();
-        for m in MIGRATIONS.iter().filter(|m| m.version < 17) {
-            conn.execute(m.sql(dialect)).await.unwrap();
-        }
+        let mut conn = before(17, url, dialect).await;
         for (id, at) in [("exe_a", Some(1000)), ("exe_b", None), ("exe_c", None)] {
             let sql = format!("INSERT INTO executions (id, actor, tool, class, fingerprint, intent_scope, record, state, n, dispatches, cancel_requested, accepted_at, state_since, first_dispatched_at, rejection_retryable) VALUES ('{id}', 'agent', 't', 'write', 'f-{id}', '', '{{}}', 'succeeded', 2, 1, 0, 1000, 1000, {}, 0)", at.map_or("NULL".into(), |a: i64| a.to_string()));
             conn.execute(sql.as_str()).await.unwrap();
@@ -207,14 +221,8 @@ mod tests {
     /// 0018 moves every call as it was into the table keyed by id, and its indexes come back.
     #[tokio::test]
     async fn calls_survive_0018_on_sqlite() {
-        sqlx::any::install_default_drivers();
-        let file = std::env::temp_dir().join(format!("postern-0018-{}.db", std::process::id()));
-        let _ = std::fs::remove_file(&file);
-        let url = format!("sqlite://{}?mode=rwc", file.display());
-        let mut conn = AnyConnection::connect(&url).await.unwrap();
-        for m in MIGRATIONS.iter().filter(|m| m.version < 18) {
-            conn.execute(m.sql(Dialect::Sqlite)).await.unwrap();
-        }
+        let (file, url) = sqlite_file("0018");
+        let mut conn = before(18, &url, Dialect::Sqlite).await;
         conn.execute("INSERT INTO calls (id, at, actor, tool, run_id, request_id, execution_id, attempt, operation_key, outcome, instance) VALUES ('call_b', 2, 'agent', 't', 'run_1', '7', 'exe_1', 'new', 'k', 'succeeded', 'i'), ('call_a', 1, 'agent', 't', NULL, NULL, NULL, 'refused', NULL, 'refused', 'i')").await.unwrap();
         conn.execute(MIGRATIONS[17].sql(Dialect::Sqlite))
             .await
@@ -256,9 +264,7 @@ mod tests {
 
     #[tokio::test]
     async fn charges_survive_0017_on_sqlite() {
-        let file = std::env::temp_dir().join(format!("postern-0017-{}.db", std::process::id()));
-        let _ = std::fs::remove_file(&file);
-        let url = format!("sqlite://{}?mode=rwc", file.display());
+        let (file, url) = sqlite_file("0017");
         charges_survive_0017(&url, Dialect::Sqlite).await;
         let _ = std::fs::remove_file(&file);
     }
