@@ -67,7 +67,7 @@ pub(super) async fn guard(
                 "refused at max_connections_per_actor; the connection closes"
             );
             if let Some(seat) = &seat {
-                seat.close();
+                seat.refuse();
             }
             return refusal.response(Value::Null);
         }

@@ -14,10 +14,11 @@
 //! given up only if the address opens `max_connections_per_address` more before its first
 //! request's headers arrive.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
+use super::lineup::Lineup;
 use super::seat::{Seat, Slots};
 
 /// Connections over an address's cap answered `503` at once, per address: the rest are closed
@@ -45,9 +46,8 @@ pub struct Addresses(Arc<Mutex<HashMap<IpAddr, Count>>>);
 struct Count {
     served: usize,
     refused: usize,
-    /// The address's connections in the order they were accepted (those that have ended or
-    /// authenticated are dropped as they are met).
-    seats: VecDeque<Weak<Seat>>,
+    /// The address's served connections, in the order they were accepted.
+    seats: Lineup,
 }
 
 impl Addresses {
@@ -62,7 +62,7 @@ impl Addresses {
         let refusal = if count.served < cap {
             count.served += 1;
             false
-        } else if let Some(slots) = displaced(&mut count.seats, &mut met) {
+        } else if let Some(slots) = count.seats.give_way(&mut met) {
             return Admission::Displace(slots);
         } else if count.refused < REFUSALS_PER_ADDRESS {
             count.refused += 1;
@@ -81,24 +81,13 @@ impl Addresses {
         }
     }
 
-    /// Remembers a served connection of `peer`'s, to be displaced while it has not
-    /// authenticated.
-    pub fn seated(&self, peer: IpAddr, seat: &Arc<Seat>, cap: usize) {
+    /// Remembers a served connection of `peer`'s, to be displaced while it gives way
+    /// ([`Lineup`]).
+    pub fn seated(&self, peer: IpAddr, seat: &Arc<Seat>) {
         let mut met = Vec::new();
         let mut map = self.lock();
-        let Some(count) = map.get_mut(&source(peer)) else {
-            return;
-        };
-        count.seats.push_back(Arc::downgrade(seat));
-        if count.seats.len() > 2 * cap + 8 {
-            count.seats.retain(|weak| match weak.upgrade() {
-                Some(seat) => {
-                    let keep = !seat.is_vouched();
-                    met.push(seat);
-                    keep
-                }
-                None => false,
-            });
+        if let Some(count) = map.get_mut(&source(peer)) {
+            count.seats.push(seat, &mut met);
         }
     }
 
@@ -133,22 +122,6 @@ impl Drop for AddressSlot {
             }
         }
     }
-}
-
-/// Takes the slots of the oldest connection in `seats` that has not authenticated, ending it;
-/// the seats passed over are put in `met` (to be dropped outside the lock).
-fn displaced(seats: &mut VecDeque<Weak<Seat>>, met: &mut Vec<Arc<Seat>>) -> Option<Slots> {
-    while let Some(weak) = seats.pop_front() {
-        let Some(seat) = weak.upgrade() else {
-            continue;
-        };
-        let slots = (!seat.is_vouched()).then(|| seat.give_up()).flatten();
-        met.push(seat);
-        if slots.is_some() {
-            return slots;
-        }
-    }
-    None
 }
 
 /// The address a connection is counted under.
@@ -200,15 +173,8 @@ mod tests {
         assert_eq!(a.tracked(), 0, "nothing open, nothing kept");
     }
 
-    /// A seat holding `slot` (and a gateway permit), on a kept slot or not, authenticated or not.
     fn seat(slot: AddressSlot, vouched: bool) -> Arc<Seat> {
-        use super::super::probation::Vouch;
-        let slots = Slots::alone(slot, false);
-        let vouch: Vouch = Arc::new(move |_, _| vouched);
-        let seat = Seat::new(tokio::time::Instant::now(), Some(slots), Some(vouch), 8);
-        let request = http::Request::builder().uri("/mcp").body(()).unwrap();
-        seat.judge(&request, &super::super::Peer::default());
-        seat
+        super::super::seat::judged(slot, vouched)
     }
 
     #[tokio::test]
@@ -221,7 +187,7 @@ mod tests {
                 panic!("under the cap")
             };
             let s = seat(slot, vouched);
-            a.seated(peer, &s, 3);
+            a.seated(peer, &s);
             seats.push(s);
         }
         // The first is an agent's: passed over. The second, the oldest anonymous, gives way.
@@ -230,7 +196,7 @@ mod tests {
         };
         assert!(seats[1].cut().is_cancelled() && !seats[0].cut().is_cancelled());
         let newest = Seat::new(tokio::time::Instant::now(), Some(slots), None, 8);
-        a.seated(peer, &newest, 3);
+        a.seated(peer, &newest);
         let Admission::Displace(held) = a.admit(peer, 3) else {
             panic!("displaces")
         };

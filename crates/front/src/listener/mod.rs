@@ -16,8 +16,11 @@
 //! from the accept and bounds a client that trickles its headers). A quarter of
 //! `max_connections` is kept for connections whose first request authenticates
 //! ([`probation`]), so anonymous clients from many addresses cannot take every slot either.
-//! At its address's cap a new connection displaces the address's oldest one that has not
-//! authenticated ([`addresses`]): an agent behind the same NAT as a flood is still served.
+//! At its address's cap, and at the gateway's, a new connection displaces a connection that
+//! gives way ([`lineup`]: one refused at its actor's cap, else the oldest that has not
+//! authenticated): an agent behind the same NAT as a flood is still served, and neither a flood
+//! from many addresses nor an actor reopening connections over its own cap locks another agent
+//! out. Only when every connection is an authenticated one being served is a new one refused.
 //!
 //! Connections from `[gateway] trusted_proxies` start with a PROXY protocol header (v1 or v2,
 //! [`proxy`]): the client address it carries is the one counted, logged and recorded; a PROXY
@@ -28,6 +31,7 @@
 mod activity;
 mod addresses;
 mod connection;
+mod lineup;
 pub mod pace;
 pub mod probation;
 pub mod proxy;
@@ -39,7 +43,7 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -50,13 +54,14 @@ use hyper_util::server::conn::auto::Builder;
 use postern_core::config::GatewaySettings;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use addresses::{Addresses, Admission};
 pub use connection::{serve_connection, Timeouts};
+use lineup::Lineup;
 pub use pace::Pace;
 use probation::kept_for_agents;
 pub use probation::Vouch;
@@ -159,6 +164,7 @@ pub async fn serve<H: Handshake>(
         kept: Arc::new(Semaphore::new(kept)),
         refusals: Arc::new(Semaphore::new(REFUSALS_AT_ONCE)),
         addresses: Addresses::default(),
+        lineup: Mutex::default(),
         limits,
     });
     let mut stop = pin!(stop);
@@ -240,8 +246,8 @@ impl<H: Handshake> Accepted<H> {
             Some(self.vouch.clone()),
             limits.max_connections,
         );
-        let per_address = limits.max_connections_per_address;
-        self.gate.addresses.seated(client, &seat, per_address);
+        self.gate.addresses.seated(client, &seat);
+        self.gate.seated(&seat);
         let cut = seat.cut().clone();
         tokio::select! {
             () = cut.cancelled() => {}
@@ -296,6 +302,8 @@ struct Gate {
     kept: Arc<Semaphore>,
     refusals: Arc<Semaphore>,
     addresses: Addresses,
+    /// Every served connection, for the one that gives way at the gateway's cap.
+    lineup: Mutex<Lineup>,
     limits: ListenerLimits,
 }
 
@@ -332,7 +340,7 @@ impl Gate {
                 .ok()
                 .map(|k| (k, true)),
         };
-        let Some((gateway, kept)) = gateway else {
+        let Some((gateway, kept)) = gateway.or_else(|| self.displaced(peer)) else {
             let full = Full::Gateway(self.limits.max_connections);
             self.refuse(tcp, handshake, full, None);
             return None;
@@ -343,6 +351,26 @@ impl Gate {
             kept,
         };
         Some((tcp, slots))
+    }
+
+    /// At the gateway's cap: the gateway slot of the connection that gives way ([`Lineup`]),
+    /// which is ended, and whether it is one kept for agents.
+    fn displaced(&self, peer: IpAddr) -> Option<(OwnedSemaphorePermit, bool)> {
+        let mut met = Vec::new();
+        let given_up = self.lineup().give_way(&mut met)?;
+        tracing::debug!(client = %peer, "at the gateway's cap, a new connection displaced one that had not authenticated or was refused at its actor's cap");
+        // Its address slot is dropped here, outside the lineup's lock.
+        Some((given_up._gateway, given_up.kept))
+    }
+
+    /// Remembers a served connection, to be displaced at the gateway's cap while it gives way.
+    fn seated(&self, seat: &Arc<Seat>) {
+        let mut met = Vec::new();
+        self.lineup().push(seat, &mut met);
+    }
+
+    fn lineup(&self) -> std::sync::MutexGuard<'_, Lineup> {
+        self.lineup.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Answers a connection over a cap with `503` (in the background, bounded), or closes it

@@ -4,10 +4,12 @@
 //!
 //! Every request carries its connection's seat (an `Arc<Seat>` extension): the listener judges
 //! the request against it ([`Seat::judge`]) and the front claims the connection for its actor
-//! (`max_connections_per_actor`). A seat whose connection has not authenticated can be given up
-//! to a newer connection from its address at the per-address cap ([`Seat::give_up`]); one that
-//! has is never taken, so a flood of anonymous connections from an agent's own address (a NAT, a
-//! load balancer without the PROXY protocol) does not lock the agent out.
+//! (`max_connections_per_actor`). A seat whose connection has not authenticated, or whose request
+//! was refused at its actor's cap, can be given up to a newer connection at its address's cap or
+//! the gateway's ([`Seat::give_up`], [`super::lineup`]); one that authenticated and was served
+//! is never taken, so a flood of anonymous connections (from an agent's own address: a NAT, a
+//! load balancer without the PROXY protocol; or from many) and an actor reopening connections
+//! over its own cap do not lock another agent out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -55,6 +57,8 @@ pub struct Seat {
     /// `None`: no authentication is asked of it (a connection served outside the listener).
     vouch: Option<Vouch>,
     vouched: AtomicBool,
+    /// A request on it was refused at its actor's cap: it closes, and gives way first.
+    refused: AtomicBool,
     /// The gateway's `max_connections`, for the words of a refusal on a kept slot.
     max_connections: usize,
     /// Ends the connection at once (it was given up).
@@ -75,6 +79,7 @@ impl Seat {
             slots: Mutex::new(slots),
             vouch,
             vouched: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
             max_connections,
             cut: CancellationToken::new(),
             owner: OnceLock::new(),
@@ -112,6 +117,24 @@ impl Seat {
     /// A request on it has authenticated.
     pub fn is_vouched(&self) -> bool {
         self.vouched.load(Ordering::Acquire)
+    }
+
+    /// A request on it was refused at its actor's cap (`max_connections_per_actor`): it is
+    /// closed once the refusal is answered, and at a cap it gives way before any other
+    /// ([`super::lineup`]), its refusal's answer then lost with it.
+    pub fn refuse(&self) {
+        self.refused.store(true, Ordering::Release);
+        self.close();
+    }
+
+    /// A request on it was refused at its actor's cap.
+    pub(super) fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    /// It gave its slots up to a newer connection.
+    pub(super) fn is_given_up(&self) -> bool {
+        self.cut.is_cancelled()
     }
 
     /// The gateway's `max_connections`.
@@ -167,4 +190,20 @@ impl Seat {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Slots>> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A seat holding `address` and a gateway slot of its own, judged on one request: it has
+/// authenticated or not (the listener's unit tests).
+#[cfg(test)]
+pub(super) fn judged(address: impl Send + Sync + 'static, vouched: bool) -> Arc<Seat> {
+    let vouch: Vouch = Arc::new(move |_, _| vouched);
+    let seat = Seat::new(
+        Instant::now(),
+        Some(Slots::alone(address, false)),
+        Some(vouch),
+        8,
+    );
+    let request = http::Request::builder().uri("/mcp").body(()).unwrap();
+    seat.judge(&request, &Peer::default());
+    seat
 }

@@ -196,8 +196,25 @@ pub(crate) const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n
 
 /// Sends `GET /healthz` on a kept-alive connection and reads its answer (`ok`, 2 bytes).
 pub(crate) async fn healthz_on(conn: &mut tokio::net::TcpStream) -> String {
+    healthz_sending(conn, HEALTHZ).await
+}
+
+/// `GET /healthz` with agent billing's token: the connection has authenticated.
+async fn healthz_as_agent(conn: &mut tokio::net::TcpStream) -> String {
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {BILLING_TOKEN}\r\n\r\n"
+    );
+    healthz_sending(conn, request.as_bytes()).await
+}
+
+/// Whether `GET /healthz` with agent billing's token on `conn` is answered `200`.
+async fn served_as_agent(conn: &mut tokio::net::TcpStream) -> bool {
+    healthz_as_agent(conn).await.starts_with("HTTP/1.1 200")
+}
+
+async fn healthz_sending(conn: &mut tokio::net::TcpStream, request: &[u8]) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    conn.write_all(HEALTHZ).await.unwrap();
+    conn.write_all(request).await.unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
     while !seen.ends_with(b"\r\n\r\nok") {
@@ -303,8 +320,10 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
     assert!(idle >= Duration::from_millis(2500), "closed after {idle:?}");
 }
 
-/// Issue 12: over `max_connections` a connection is answered 503 with `Retry-After` and closed;
-/// once an open connection closes, a new one is served.
+/// Issue 12: over `max_connections` a connection is answered 503 with `Retry-After` and closed
+/// when every open connection is an agent's (one that has not authenticated gives way:
+/// [`at_the_gateways_cap_an_anonymous_connection_gives_way`]); once one closes, a new one is
+/// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_over_the_cap_gets_503_until_one_closes() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -313,12 +332,12 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
         &dir.0,
         &bounded("max_connections = 2\nmax_connections_per_address = 2"),
     );
-    // Three addresses: the gateway's cap, not an address's (where the oldest anonymous
-    // connection would give way to the newest: `fair_connections`).
+    // Three addresses: the gateway's cap, not an address's; authenticated connections, as an
+    // anonymous one gives way to a new one at either cap.
     let mut first = connect_from([127, 0, 0, 11], served.addr()).await.unwrap();
     let mut second = connect_from([127, 0, 0, 12], served.addr()).await.unwrap();
-    assert!(healthz_on(&mut first).await.starts_with("HTTP/1.1 200"));
-    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"));
+    assert!(served_as_agent(&mut first).await);
+    assert!(served_as_agent(&mut second).await);
     let mut third = connect_from([127, 0, 0, 13], served.addr()).await.unwrap();
     third.write_all(HEALTHZ).await.unwrap();
     let mut answer = String::new();
@@ -330,7 +349,7 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
     assert!(answer.to_lowercase().contains("retry-after: 1"), "{answer}");
     assert!(answer.contains("max_connections"), "{answer}");
     // The two kept-alive connections are still served.
-    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"));
+    assert!(served_as_agent(&mut second).await);
     drop(first);
     let mut served_again = false;
     for _ in 0..50 {
@@ -344,6 +363,46 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(served_again, "a closed connection frees its slot");
+}
+
+/// At the gateway's cap a new connection takes the place of the oldest one on which no request
+/// has authenticated (which is closed), never of an agent's: anonymous connections from many
+/// addresses, each under its address's cap, held every slot, kept ones included, and an agent's
+/// new connection was answered `503` until one of them closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_gateways_cap_an_anonymous_connection_gives_way() {
+    let dir = Dir::new("gateway-cap-gives-way");
+    let served = Served::start(
+        &dir.0,
+        &bounded("max_connections = 4\nmax_connections_per_address = 1"),
+    );
+    let mut agent = connect_from([127, 0, 0, 21], served.addr()).await.unwrap();
+    assert!(served_as_agent(&mut agent).await);
+    // Three anonymous connections from three addresses: one served and idle, then two silent.
+    let mut idle = connect_from([127, 0, 0, 22], served.addr()).await.unwrap();
+    assert!(healthz_on(&mut idle).await.starts_with("HTTP/1.1 200"));
+    let mut silent = Vec::new();
+    for from in [23, 24] {
+        silent.push(
+            connect_from([127, 0, 0, from], served.addr())
+                .await
+                .unwrap(),
+        );
+        // Seated in the order they were opened (each is seated by its own task).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The cap is full: a new agent connection displaces the oldest anonymous one.
+    let mut newcomer = connect_from([127, 0, 0, 25], served.addr()).await.unwrap();
+    let answer = healthz_as_agent(&mut newcomer).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    closed_by_server(&mut idle, Duration::from_secs(2)).await;
+    // The next displaces the next oldest anonymous one, a silent one; the agents keep theirs.
+    let mut third_agent = connect_from([127, 0, 0, 26], served.addr()).await.unwrap();
+    assert!(served_as_agent(&mut third_agent).await);
+    closed_by_server(&mut silent[0], Duration::from_secs(2)).await;
+    for conn in [&mut agent, &mut newcomer, &mut third_agent] {
+        assert!(served_as_agent(conn).await);
+    }
 }
 
 /// Opens a TCP connection to `to` from the loopback address `from` (all of 127/8 is loopback).
