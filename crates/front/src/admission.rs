@@ -39,6 +39,11 @@ pub(super) async fn guard(
     .await;
     let actor = match identified {
         Ok((actor, principal)) => {
+            // An issuer's token the listener's quick check could not verify yet: the
+            // connection is an agent's all the same, and does not give way at a cap.
+            if let Some(seat) = req.extensions().get::<Arc<Seat>>() {
+                seat.authenticated();
+            }
             // The call's record names whom the agent acted for (never the token).
             if let Some(principal) = principal {
                 req.extensions_mut().insert(principal);

@@ -8,9 +8,10 @@
 //!
 //! A cap never locks out an agent that shares its address with a flood (issue 49: a NAT, or
 //! anonymous connections from the agent's own host): at the cap, a new connection displaces the
-//! oldest connection of its address on which no request has authenticated, and is itself served
-//! ([`Admission::Displace`]). Only when every connection of the address has authenticated is a
-//! new one refused. A flood thus only churns its own connections, and an agent's connection is
+//! oldest connection of its address that gives way ([`super::lineup`]: no request on it has
+//! authenticated, or its first was refused at its actor's cap), and is itself served
+//! ([`Admission::Displace`]). Only when none of the address's connections gives way is a new one
+//! refused. A flood thus only churns its own connections, and an agent's connection is
 //! given up only if the address opens `max_connections_per_address` more before its first
 //! request's headers arrive.
 

@@ -1,8 +1,14 @@
 //! Served connections in the order they were accepted, and which of them gives way at a cap:
-//! one whose request was refused at its actor's cap (`max_connections_per_actor`: it is being
-//! closed anyway), else the oldest on which no request has authenticated. A connection on which
-//! a request authenticated and was served is never taken. The listener keeps one lineup per
-//! source address ([`super::addresses`]) and one for the whole gateway ([`super::Gate`]).
+//! the oldest that has not authenticated, or whose first request was refused at its actor's cap
+//! (`max_connections_per_actor`: it is being closed anyway). A connection an actor has claimed
+//! (a request on it authenticated and was admitted) is never taken, and leaves the lineup for
+//! good. The listener keeps one lineup per source address ([`super::addresses`]) and one for
+//! the whole gateway ([`super::Gate`]).
+//!
+//! A cap's refusal costs O(1) on average: a connection met once as claimed, ended or given up
+//! is dropped, so a scan passes over each of those once; only connections that authenticated
+//! and are not yet claimed (an operator's, or one between its request's authentication and its
+//! admission) are met again.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -12,50 +18,58 @@ use super::seat::{Seat, Slots};
 #[derive(Default)]
 pub(super) struct Lineup {
     seats: VecDeque<Weak<Seat>>,
-    /// How many were open when ended ones were last dropped: they are dropped again when the
-    /// lineup has grown to twice that (so each push costs O(1) on average).
-    open_at_last_sweep: usize,
+    /// How many were left when the lineup was last swept: it is swept again when it has grown
+    /// to twice that (so each push costs O(1) on average).
+    left_at_last_sweep: usize,
 }
 
 impl Lineup {
-    /// Adds a served connection at the back; the seats met while dropping ended ones are put
-    /// in `met` (to be dropped outside the caller's lock: the last reference to a seat drops
-    /// its slots, which may take that lock).
+    /// Adds a served connection at the back; the seats met while dropping the ones that can
+    /// no longer give way are put in `met` (to be dropped outside the caller's lock: the last
+    /// reference to a seat drops its slots, which may take that lock).
     pub fn push(&mut self, seat: &Arc<Seat>, met: &mut Vec<Arc<Seat>>) {
         self.seats.push_back(Arc::downgrade(seat));
-        if self.seats.len() > 2 * self.open_at_last_sweep + 8 {
-            let _ = self.sweep(met);
+        if self.seats.len() > 2 * self.left_at_last_sweep + 8 {
+            self.seats.retain(|weak| match weak.upgrade() {
+                Some(seat) => {
+                    let keep = !seat.is_out_of_line();
+                    met.push(seat);
+                    keep
+                }
+                None => false,
+            });
+            self.left_at_last_sweep = self.seats.len();
         }
     }
 
-    /// Takes the slots of the connection that gives way first, ending it; `None` when every
-    /// open connection authenticated and was not refused.
+    /// Takes the slots of the oldest connection that gives way, ending it; `None` when none
+    /// does. Seats met are put in `met`, as for [`Lineup::push`].
     pub fn give_way(&mut self, met: &mut Vec<Arc<Seat>>) -> Option<Slots> {
-        loop {
-            let open = self.sweep(met);
-            let refused = open.iter().position(|s| s.is_refused());
-            let at = refused.or_else(|| open.iter().position(|s| !s.is_vouched()))?;
-            let slots = open[at].give_up();
-            self.seats.remove(at);
-            // None: given up to another lineup's newcomer since the sweep; look again.
-            if slots.is_some() {
-                return slots;
-            }
-        }
-    }
-
-    /// Drops the ended connections; the open ones are added to `met`, in order, and returned.
-    fn sweep<'m>(&mut self, met: &'m mut Vec<Arc<Seat>>) -> &'m [Arc<Seat>] {
-        let from = met.len();
-        self.seats.retain(|weak| match weak.upgrade() {
-            Some(seat) if !seat.is_given_up() => {
+        // Connections that may yet give way are passed over (`at` counts them) and kept.
+        let mut at = 0;
+        while let Some(weak) = self.seats.get(at) {
+            let Some(seat) = weak.upgrade() else {
+                self.seats.remove(at);
+                continue;
+            };
+            if seat.gives_way() {
+                self.seats.remove(at);
+                let slots = seat.give_up();
                 met.push(seat);
-                true
+                // None: given up to another lineup's newcomer meanwhile; look on.
+                if slots.is_some() {
+                    return slots;
+                }
+                continue;
             }
-            _ => false,
-        });
-        self.open_at_last_sweep = self.seats.len();
-        &met[from..]
+            if seat.is_out_of_line() {
+                self.seats.remove(at);
+            } else {
+                at += 1;
+            }
+            met.push(seat);
+        }
+        None
     }
 
     #[cfg(test)]
@@ -72,38 +86,55 @@ mod tests {
         super::super::seat::judged((), vouched)
     }
 
-    #[tokio::test]
-    async fn a_refused_connection_gives_way_first_then_the_oldest_anonymous_never_an_agents() {
-        let mut lineup = Lineup::default();
-        let mut met = Vec::new();
-        let (agent, first_anonymous, over_its_cap, second_anonymous) =
-            (seat(true), seat(false), seat(true), seat(false));
-        for s in [&agent, &first_anonymous, &over_its_cap, &second_anonymous] {
-            lineup.push(s, &mut met);
-        }
-        over_its_cap.refuse();
-        assert!(lineup.give_way(&mut met).is_some());
-        assert!(
-            over_its_cap.is_given_up(),
-            "refused at its actor's cap: first"
-        );
-        assert!(!first_anonymous.is_given_up());
-        assert!(lineup.give_way(&mut met).is_some());
-        assert!(
-            first_anonymous.is_given_up(),
-            "then the oldest anonymous one"
-        );
-        assert!(lineup.give_way(&mut met).is_some());
-        assert!(second_anonymous.is_given_up());
-        assert!(
-            lineup.give_way(&mut met).is_none(),
-            "an authenticated connection being served is never taken"
-        );
-        assert!(!agent.is_given_up());
+    fn given_up(seat: &Seat) -> bool {
+        seat.cut().is_cancelled()
     }
 
     #[tokio::test]
-    async fn ended_and_given_up_connections_are_forgotten() {
+    async fn the_oldest_that_gives_way_goes_never_an_admitted_one() {
+        let mut lineup = Lineup::default();
+        let mut met = Vec::new();
+        let operator = seat(true);
+        let claimed = seat(true);
+        let first_anonymous = seat(false);
+        let over_its_cap = seat(true);
+        let claimed_then_refused = seat(true);
+        let second_anonymous = seat(false);
+        for s in [
+            &operator,
+            &claimed,
+            &first_anonymous,
+            &over_its_cap,
+            &claimed_then_refused,
+            &second_anonymous,
+        ] {
+            lineup.push(s, &mut met);
+        }
+        assert!(claimed.claim("billing") && claimed_then_refused.claim("ops"));
+        over_its_cap.refuse();
+        // A refusal on a connection that served an admitted request (HTTP/2's second
+        // stream, a keep-alive's next request) only closes it after its requests in flight.
+        claimed_then_refused.refuse();
+        for next in [&first_anonymous, &over_its_cap, &second_anonymous] {
+            assert!(lineup.give_way(&mut met).is_some());
+            assert!(given_up(next));
+        }
+        assert!(lineup.give_way(&mut met).is_none());
+        for kept in [&operator, &claimed, &claimed_then_refused] {
+            assert!(
+                !given_up(kept),
+                "an authenticated connection is never taken"
+            );
+        }
+        assert_eq!(
+            lineup.len(),
+            1,
+            "only the operator's may yet give way (it is not claimed)"
+        );
+    }
+
+    #[tokio::test]
+    async fn ended_claimed_and_given_up_connections_leave_the_line() {
         let mut lineup = Lineup::default();
         let mut met = Vec::new();
         let agent = seat(true);
@@ -118,7 +149,8 @@ mod tests {
         let elsewhere = seat(false);
         lineup.push(&elsewhere, &mut met);
         assert!(elsewhere.give_up().is_some());
+        assert!(agent.claim("billing"));
         assert!(lineup.give_way(&mut met).is_none());
-        assert_eq!(lineup.len(), 1, "only the agent's is left");
+        assert_eq!(lineup.len(), 0);
     }
 }

@@ -16,11 +16,11 @@
 //! from the accept and bounds a client that trickles its headers). A quarter of
 //! `max_connections` is kept for connections whose first request authenticates
 //! ([`probation`]), so anonymous clients from many addresses cannot take every slot either.
-//! At its address's cap, and at the gateway's, a new connection displaces a connection that
-//! gives way ([`lineup`]: one refused at its actor's cap, else the oldest that has not
-//! authenticated): an agent behind the same NAT as a flood is still served, and neither a flood
-//! from many addresses nor an actor reopening connections over its own cap locks another agent
-//! out. Only when every connection is an authenticated one being served is a new one refused.
+//! At its address's cap, and at the gateway's, a new connection displaces the oldest connection
+//! that gives way ([`lineup`]: one on which no request has authenticated, or whose first was
+//! refused at its actor's cap): an agent behind the same NAT as a flood is still served, and
+//! neither a flood from many addresses nor an actor reopening connections over its own cap
+//! locks another agent out. When none gives way, a new connection is refused.
 //!
 //! Connections from `[gateway] trusted_proxies` start with a PROXY protocol header (v1 or v2,
 //! [`proxy`]): the client address it carries is the one counted, logged and recorded; a PROXY
@@ -201,7 +201,9 @@ pub async fn serve<H: Handshake>(
         let Some((tcp, slots)) = gate.admit(tcp, peer.ip(), &handshake) else {
             continue;
         };
-        connections.spawn(accepted.serve(tcp, peer.ip(), slots));
+        // Seated before the next accept, so that at a cap the next one finds it in line.
+        let seat = accepted.seat(peer.ip(), slots);
+        connections.spawn(accepted.serve(tcp, peer.ip(), seat));
     }
     drop(listener);
     stopping.cancel();
@@ -232,22 +234,28 @@ impl<H: Handshake> Accepted<H> {
             }
         };
         if let Some((tcp, slots)) = self.gate.admit(tcp, client, &self.handshake) {
-            self.serve(tcp, client, slots).await;
+            let seat = self.seat(client, slots);
+            self.serve(tcp, client, seat).await;
         }
     }
 
-    /// Serves a connection counted under `client`'s address, until it closes or its seat is
-    /// given up to a newer connection of the address.
-    async fn serve(self, tcp: TcpStream, client: IpAddr, slots: Slots) {
-        let limits = &self.gate.limits;
+    /// The connection's seat, holding `slots`, in its address's lineup and the gateway's.
+    fn seat(&self, client: IpAddr, slots: Slots) -> Arc<Seat> {
+        let max_connections = self.gate.limits.max_connections;
         let seat = Seat::new(
             self.accepted_at,
             Some(slots),
             Some(self.vouch.clone()),
-            limits.max_connections,
+            max_connections,
         );
         self.gate.addresses.seated(client, &seat);
         self.gate.seated(&seat);
+        seat
+    }
+
+    /// Serves a connection counted under `client`'s address, until it closes or its seat is
+    /// given up to a newer connection.
+    async fn serve(self, tcp: TcpStream, client: IpAddr, seat: Arc<Seat>) {
         let cut = seat.cut().clone();
         tokio::select! {
             () = cut.cancelled() => {}
@@ -358,7 +366,7 @@ impl Gate {
     fn displaced(&self, peer: IpAddr) -> Option<(OwnedSemaphorePermit, bool)> {
         let mut met = Vec::new();
         let given_up = self.lineup().give_way(&mut met)?;
-        tracing::debug!(client = %peer, "at the gateway's cap, a new connection displaced one that had not authenticated or was refused at its actor's cap");
+        tracing::debug!(client = %peer, "at the gateway's cap, a new connection displaced the oldest that had not authenticated or was refused at its actor's cap");
         // Its address slot is dropped here, outside the lineup's lock.
         Some((given_up._gateway, given_up.kept))
     }

@@ -4,10 +4,10 @@
 //!
 //! Every request carries its connection's seat (an `Arc<Seat>` extension): the listener judges
 //! the request against it ([`Seat::judge`]) and the front claims the connection for its actor
-//! (`max_connections_per_actor`). A seat whose connection has not authenticated, or whose request
-//! was refused at its actor's cap, can be given up to a newer connection at its address's cap or
-//! the gateway's ([`Seat::give_up`], [`super::lineup`]); one that authenticated and was served
-//! is never taken, so a flood of anonymous connections (from an agent's own address: a NAT, a
+//! (`max_connections_per_actor`). A seat whose connection has not authenticated, or whose first
+//! request was refused at its actor's cap, can be given up to a newer connection at its address's
+//! cap or the gateway's ([`Seat::give_up`], [`super::lineup`]); one an actor claimed (a request on
+//! it was admitted) is never taken, so a flood of anonymous connections (from an agent's own address: a NAT, a
 //! load balancer without the PROXY protocol; or from many) and an actor reopening connections
 //! over its own cap do not lock another agent out.
 
@@ -120,21 +120,29 @@ impl Seat {
     }
 
     /// A request on it was refused at its actor's cap (`max_connections_per_actor`): it is
-    /// closed once the refusal is answered, and at a cap it gives way before any other
-    /// ([`super::lineup`]), its refusal's answer then lost with it.
+    /// closed once its requests in flight are answered, and, unless a request on it was
+    /// admitted (an actor claimed it), it gives way at a cap ([`super::lineup`]), its
+    /// refusal's answer then lost with it.
     pub fn refuse(&self) {
         self.refused.store(true, Ordering::Release);
         self.close();
     }
 
-    /// A request on it was refused at its actor's cap.
-    pub(super) fn is_refused(&self) -> bool {
-        self.refused.load(Ordering::Acquire)
+    /// A request on it authenticated in a way the listener's [`Vouch`] cannot tell at once
+    /// (an issuer's token verified by a round trip): the front says so.
+    pub fn authenticated(&self) {
+        self.vouched.store(true, Ordering::Release);
     }
 
-    /// It gave its slots up to a newer connection.
-    pub(super) fn is_given_up(&self) -> bool {
-        self.cut.is_cancelled()
+    /// At a cap it gives its slots up to a new connection: no request on it has
+    /// authenticated, or its first was refused at its actor's cap (and none was admitted).
+    pub(super) fn gives_way(&self) -> bool {
+        !self.is_vouched() || (self.refused.load(Ordering::Acquire) && self.owner().is_none())
+    }
+
+    /// It can no longer give way: an actor claimed it, or it gave its slots up.
+    pub(super) fn is_out_of_line(&self) -> bool {
+        self.owner().is_some() || self.cut.is_cancelled()
     }
 
     /// The gateway's `max_connections`.

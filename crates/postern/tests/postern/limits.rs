@@ -388,8 +388,8 @@ async fn at_the_gateways_cap_an_anonymous_connection_gives_way() {
                 .await
                 .unwrap(),
         );
-        // Seated in the order they were opened (each is seated by its own task).
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // In line in the order accepted (the listener seats each before its next accept).
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The cap is full: a new agent connection displaces the oldest anonymous one.
     let mut newcomer = connect_from([127, 0, 0, 25], served.addr()).await.unwrap();
