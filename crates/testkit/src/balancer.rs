@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::ports::free_port;
+
 const HAPROXY: &str = "/usr/sbin/haproxy";
 
 /// How requests are spread over the replicas.
@@ -23,13 +25,6 @@ pub struct Haproxy {
     pub addr: SocketAddr,
     child: Child,
     dir: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// The address [`Haproxy::start`] connects to the replicas from, each connection opened with a

@@ -15,6 +15,7 @@ pub mod browser;
 #[cfg(feature = "issuer")]
 pub mod issuer;
 pub mod leaks;
+pub mod ports;
 pub mod postgres;
 pub mod sshd;
 pub mod unprivileged;

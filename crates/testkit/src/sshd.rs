@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::ports::free_port;
+
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -101,14 +103,6 @@ impl Sshd {
 fn whoami() -> String {
     let out = Command::new("id").arg("-un").output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Drop for Sshd {

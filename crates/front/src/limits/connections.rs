@@ -14,16 +14,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
+use crate::listener::seat::IDLE_BEFORE_GIVING_WAY;
 use crate::listener::Seat;
 
 use super::{Limit, Refusal};
 
 type ByActor = Arc<Mutex<HashMap<String, ActorConnections>>>;
-
-/// How long a connection must have been idle before it is closed to make room at the cap.
-pub(crate) const IDLE_BEFORE_GIVING_WAY: Duration = Duration::from_secs(2);
 
 /// Connections and bodies in flight, per actor.
 pub(crate) struct ConnectionSlots {

@@ -8,12 +8,11 @@
 //!
 //! A cap never locks out an agent that shares its address with a flood (issue 49: a NAT, or
 //! anonymous connections from the agent's own host): at the cap, a new connection displaces the
-//! oldest connection of its address that gives way ([`super::lineup`]: no request on it has
-//! authenticated, or its first was refused at its actor's cap), and is itself served
+//! oldest connection of its address that gives way ([`super::lineup`]), and is itself served
 //! ([`Admission::Displace`]). Only when none of the address's connections gives way is a new one
-//! refused. A flood thus only churns its own connections, and an agent's connection is
-//! given up only if the address opens `max_connections_per_address` more before its first
-//! request's headers arrive.
+//! refused. A flood thus only churns its own connections; an agent's new connection can still
+//! be given up before its first request's headers arrive, once every connection in line before
+//! it has been (its client connects again).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -30,7 +29,7 @@ pub const REFUSALS_PER_ADDRESS: usize = 4;
 pub enum Admission {
     /// Under the cap: served, counted until the slot is dropped.
     Serve(AddressSlot),
-    /// At the cap: served on the slots of the address's oldest unauthenticated connection,
+    /// At the cap: served on the slots of the address's connection that gave way,
     /// which has been ended.
     Displace(Slots),
     /// Over the cap: answered `503`, counted (as a refusal) until the slot is dropped.

@@ -1,19 +1,21 @@
-//! Served connections in the order they were accepted, and which of them gives way at a cap:
-//! the oldest that has not authenticated, or whose first request was refused at its actor's cap
-//! (`max_connections_per_actor`: it is being closed anyway). A connection an actor has claimed
-//! (a request on it authenticated and was admitted) is never taken, and leaves the lineup for
-//! good. The listener keeps one lineup per source address ([`super::addresses`]) and one for
-//! the whole gateway ([`super::Gate`]).
+//! Served connections in the order they were accepted, and which of them gives way at a cap
+//! ([`Standing`]): the oldest on which no request has authenticated, or that was refused at its
+//! actor's cap (`max_connections_per_actor`) before any request on it was admitted (it is being
+//! closed anyway); when none is, the oldest that authenticated but was never claimed by an actor
+//! (a `/healthz` with a token, an operator's request) and has been idle for
+//! [`super::seat::IDLE_BEFORE_GIVING_WAY`], so that one token cannot hold the gateway with
+//! connections its actor's cap never counts. A connection an actor has claimed (a request on it
+//! was admitted) is never taken, and leaves the lineup for good. The listener keeps one lineup
+//! per source address ([`super::addresses`]) and one for the whole gateway ([`super::Gate`]).
 //!
-//! A cap's refusal costs O(1) on average: a connection met once as claimed, ended or given up
-//! is dropped, so a scan passes over each of those once; only connections that authenticated
-//! and are not yet claimed (an operator's, or one between its request's authentication and its
-//! admission) are met again.
+//! A connection met as claimed, ended or given up is dropped, so a scan passes over each of
+//! those once; connections that authenticated and were not claimed are met at every scan until
+//! they end, so a refusal at a cap costs up to one look at each of them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-use super::seat::{Seat, Slots};
+use super::seat::{Seat, Slots, Standing};
 
 #[derive(Default)]
 pub(super) struct Lineup {
@@ -32,7 +34,7 @@ impl Lineup {
         if self.seats.len() > 2 * self.left_at_last_sweep + 8 {
             self.seats.retain(|weak| match weak.upgrade() {
                 Some(seat) => {
-                    let keep = !seat.is_out_of_line();
+                    let keep = seat.standing() != Standing::Out;
                     met.push(seat);
                     keep
                 }
@@ -42,34 +44,43 @@ impl Lineup {
         }
     }
 
-    /// Takes the slots of the oldest connection that gives way, ending it; `None` when none
-    /// does. Seats met are put in `met`, as for [`Lineup::push`].
+    /// Takes the slots of the oldest connection that gives way ([`Standing::Yields`]), else of
+    /// the oldest idle one no actor claimed ([`Standing::YieldsWhenIdle`]), ending it; `None`
+    /// when none does. Seats met are put in `met`, as for [`Lineup::push`].
     pub fn give_way(&mut self, met: &mut Vec<Arc<Seat>>) -> Option<Slots> {
         // Connections that may yet give way are passed over (`at` counts them) and kept.
         let mut at = 0;
+        let mut idle = None;
         while let Some(weak) = self.seats.get(at) {
             let Some(seat) = weak.upgrade() else {
                 self.seats.remove(at);
                 continue;
             };
-            if seat.gives_way() {
-                self.seats.remove(at);
-                let slots = seat.give_up();
-                met.push(seat);
-                // None: given up to another lineup's newcomer meanwhile; look on.
-                if slots.is_some() {
-                    return slots;
+            let standing = seat.standing();
+            match standing {
+                Standing::Yields => {
+                    // None: claimed or given up elsewhere since its standing was read.
+                    if let Some(slots) = seat.give_up_standing(standing) {
+                        self.seats.remove(at);
+                        met.push(seat);
+                        return Some(slots);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if seat.is_out_of_line() {
-                self.seats.remove(at);
-            } else {
-                at += 1;
+                Standing::Out => {
+                    self.seats.remove(at);
+                }
+                Standing::YieldsWhenIdle | Standing::Stays => {
+                    if standing == Standing::YieldsWhenIdle && idle.is_none() {
+                        idle = Some(seat.clone());
+                    }
+                    at += 1;
+                }
             }
             met.push(seat);
         }
-        None
+        // Left in line, it is swept once it ends.
+        idle.and_then(|seat| seat.give_up_standing(Standing::YieldsWhenIdle))
     }
 
     #[cfg(test)]
@@ -119,18 +130,41 @@ mod tests {
             assert!(lineup.give_way(&mut met).is_some());
             assert!(given_up(next));
         }
-        assert!(lineup.give_way(&mut met).is_none());
+        assert!(
+            lineup.give_way(&mut met).is_none(),
+            "the operator's connection was just used"
+        );
         for kept in [&operator, &claimed, &claimed_then_refused] {
-            assert!(
-                !given_up(kept),
-                "an authenticated connection is never taken"
-            );
+            assert!(!given_up(kept), "an authenticated connection is not taken");
         }
         assert_eq!(
             lineup.len(),
             1,
             "only the operator's may yet give way (it is not claimed)"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unclaimed_authenticated_connection_gives_way_once_idle_and_after_anonymous_ones() {
+        use super::super::seat::IDLE_BEFORE_GIVING_WAY;
+        let mut lineup = Lineup::default();
+        let mut met = Vec::new();
+        // A token's `/healthz`: authenticated, never claimed by its actor's cap.
+        let healthz_with_token = seat(true);
+        let claimed = seat(true);
+        assert!(claimed.claim("billing"));
+        lineup.push(&healthz_with_token, &mut met);
+        lineup.push(&claimed, &mut met);
+        assert!(lineup.give_way(&mut met).is_none(), "not idle long enough");
+        tokio::time::advance(IDLE_BEFORE_GIVING_WAY).await;
+        let anonymous = seat(false);
+        lineup.push(&anonymous, &mut met);
+        assert!(lineup.give_way(&mut met).is_some());
+        assert!(given_up(&anonymous), "an anonymous one first, though newer");
+        assert!(lineup.give_way(&mut met).is_some());
+        assert!(given_up(&healthz_with_token), "then the idle unclaimed one");
+        assert!(lineup.give_way(&mut met).is_none());
+        assert!(!given_up(&claimed), "a claimed one never, however idle");
     }
 
     #[tokio::test]
@@ -145,12 +179,24 @@ mod tests {
             met.clear();
         }
         assert!(lineup.len() <= 11, "swept as it grows: {}", lineup.len());
-        // One given up elsewhere (its address's lineup) is passed over, not handed out twice.
+        // One given up elsewhere (its address's lineup) and one ended are passed over: the
+        // anonymous one behind them gives way.
         let elsewhere = seat(false);
-        lineup.push(&elsewhere, &mut met);
-        assert!(elsewhere.give_up().is_some());
+        let ended = seat(false);
+        let behind = seat(false);
+        for s in [&elsewhere, &ended, &behind] {
+            lineup.push(s, &mut met);
+        }
+        met.clear();
+        drop(ended);
+        assert!(elsewhere.give_up_standing(Standing::Yields).is_some());
         assert!(agent.claim("billing"));
-        assert!(lineup.give_way(&mut met).is_none());
-        assert_eq!(lineup.len(), 0);
+        assert!(lineup.give_way(&mut met).is_some());
+        assert!(given_up(&behind) && !given_up(&agent));
+        assert_eq!(
+            lineup.len(),
+            0,
+            "claimed, given up, ended: none left in line"
+        );
     }
 }

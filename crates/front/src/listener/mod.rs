@@ -17,8 +17,9 @@
 //! `max_connections` is kept for connections whose first request authenticates
 //! ([`probation`]), so anonymous clients from many addresses cannot take every slot either.
 //! At its address's cap, and at the gateway's, a new connection displaces the oldest connection
-//! that gives way ([`lineup`]: one on which no request has authenticated, or whose first was
-//! refused at its actor's cap): an agent behind the same NAT as a flood is still served, and
+//! that gives way ([`lineup`]: one on which no request has authenticated, or that was refused
+//! at its actor's cap before any request on it was admitted; failing those, one that
+//! authenticated, was never claimed by an actor and is idle): an agent behind the same NAT as a flood is still served, and
 //! neither a flood from many addresses nor an actor reopening connections over its own cap
 //! locks another agent out. When none gives way, a new connection is refused.
 //!
@@ -318,8 +319,8 @@ struct Gate {
 impl Gate {
     /// Counts an accepted connection against its source address and the gateway's cap: the
     /// slots to serve it with, or `None` when it was refused (answered `503` in the background,
-    /// or closed). At its address's cap it may take over the slots of the address's oldest
-    /// unauthenticated connection ([`addresses`]).
+    /// or closed). At its address's cap, or the gateway's, it may take over the slots of a
+    /// connection that gives way ([`lineup`]).
     fn admit<H: Handshake>(
         &self,
         tcp: TcpStream,
@@ -330,7 +331,7 @@ impl Gate {
         let address = match self.addresses.admit(peer, per_address) {
             Admission::Serve(slot) => slot,
             Admission::Displace(slots) => {
-                tracing::debug!(client = %peer, "at its address's cap, a new connection displaced the address's oldest unauthenticated one");
+                tracing::debug!(client = %peer, "at its address's cap, a new connection displaced one of the address's that gave way");
                 return Some((tcp, slots));
             }
             Admission::Refuse(slot) => {
@@ -366,7 +367,7 @@ impl Gate {
     fn displaced(&self, peer: IpAddr) -> Option<(OwnedSemaphorePermit, bool)> {
         let mut met = Vec::new();
         let given_up = self.lineup().give_way(&mut met)?;
-        tracing::debug!(client = %peer, "at the gateway's cap, a new connection displaced the oldest that had not authenticated or was refused at its actor's cap");
+        tracing::debug!(client = %peer, "at the gateway's cap, a new connection displaced one that gave way");
         // Its address slot is dropped here, outside the lineup's lock.
         Some((given_up._gateway, given_up.kept))
     }

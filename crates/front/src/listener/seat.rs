@@ -4,15 +4,16 @@
 //!
 //! Every request carries its connection's seat (an `Arc<Seat>` extension): the listener judges
 //! the request against it ([`Seat::judge`]) and the front claims the connection for its actor
-//! (`max_connections_per_actor`). A seat whose connection has not authenticated, or whose first
-//! request was refused at its actor's cap, can be given up to a newer connection at its address's
-//! cap or the gateway's ([`Seat::give_up`], [`super::lineup`]); one an actor claimed (a request on
-//! it was admitted) is never taken, so a flood of anonymous connections (from an agent's own address: a NAT, a
+//! (`max_connections_per_actor`). A seat whose connection has not authenticated, or was refused at
+//! its actor's cap before any request on it was admitted, can be given up to a newer connection at
+//! its address's cap or the gateway's ([`Standing`], [`super::lineup`]); one an actor claimed (a
+//! request on it was admitted) is never taken, so a flood of anonymous connections (from an agent's own address: a NAT, a
 //! load balancer without the PROXY protocol; or from many) and an actor reopening connections
 //! over its own cap do not lock another agent out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -21,6 +22,28 @@ use tokio_util::sync::CancellationToken;
 use super::activity::Activity;
 use super::probation::{Verdict, Vouch};
 use super::Peer;
+
+/// How long a connection must have had no request in flight before it is given up to make room
+/// at a cap, when it has authenticated (the per-actor cap's idlest, and at the address's or the
+/// gateway's cap one no actor claimed).
+pub const IDLE_BEFORE_GIVING_WAY: Duration = Duration::from_secs(2);
+
+/// Where a connection stands in its lineup ([`super::lineup`]) at a cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// It gives way to a new connection: no request on it has authenticated, or one was
+    /// refused at its actor's cap before any was admitted.
+    Yields,
+    /// It gives way only when nothing else does: it authenticated, no actor claimed it (a
+    /// `/healthz` or a refused request with a valid token, an operator's request) and it has
+    /// been idle for [`IDLE_BEFORE_GIVING_WAY`].
+    YieldsWhenIdle,
+    /// It stays for now (authenticated and busy or just used, not claimed).
+    Stays,
+    /// It never gives way any more: an actor claimed it (a request on it was admitted), or
+    /// it gave its slots up.
+    Out,
+}
 
 /// What a served connection holds until it closes, or gives up to a connection that displaces
 /// it: its source address's slot and one of the gateway's.
@@ -57,7 +80,8 @@ pub struct Seat {
     /// `None`: no authentication is asked of it (a connection served outside the listener).
     vouch: Option<Vouch>,
     vouched: AtomicBool,
-    /// A request on it was refused at its actor's cap: it closes, and gives way first.
+    /// A request on it was refused at its actor's cap: it closes, and gives way unless a
+    /// request on it was admitted.
     refused: AtomicBool,
     /// The gateway's `max_connections`, for the words of a refusal on a kept slot.
     max_connections: usize,
@@ -134,15 +158,20 @@ impl Seat {
         self.vouched.store(true, Ordering::Release);
     }
 
-    /// At a cap it gives its slots up to a new connection: no request on it has
-    /// authenticated, or its first was refused at its actor's cap (and none was admitted).
-    pub(super) fn gives_way(&self) -> bool {
-        !self.is_vouched() || (self.refused.load(Ordering::Acquire) && self.owner().is_none())
-    }
-
-    /// It can no longer give way: an actor claimed it, or it gave its slots up.
-    pub(super) fn is_out_of_line(&self) -> bool {
-        self.owner().is_some() || self.cut.is_cancelled()
+    /// Where it stands at a cap.
+    pub(super) fn standing(&self) -> Standing {
+        if self.owner().is_some() || self.cut.is_cancelled() {
+            Standing::Out
+        } else if !self.is_vouched() || self.refused.load(Ordering::Acquire) {
+            Standing::Yields
+        } else if self
+            .idle_since()
+            .is_some_and(|since| since.elapsed() >= IDLE_BEFORE_GIVING_WAY)
+        {
+            Standing::YieldsWhenIdle
+        } else {
+            Standing::Stays
+        }
     }
 
     /// The gateway's `max_connections`.
@@ -150,14 +179,19 @@ impl Seat {
         self.max_connections
     }
 
-    /// Hands its slots to a connection that displaces it, and ends it; `None` when it has
-    /// given them up already.
-    pub(super) fn give_up(&self) -> Option<Slots> {
-        let slots = self.lock().take();
-        if slots.is_some() {
+    /// Hands its slots to a connection that displaces it, and ends it, if it still stands as
+    /// `standing` (read under the lock a claim takes, so a request admitted meanwhile keeps its
+    /// connection); `None` when it no longer does, or has given them up already.
+    pub(super) fn give_up_standing(&self, standing: Standing) -> Option<Slots> {
+        let mut slots = self.lock();
+        if self.standing() != standing {
+            return None;
+        }
+        let taken = slots.take();
+        if taken.is_some() {
             self.cut.cancel();
         }
-        slots
+        taken
     }
 
     /// Cancelled when the connection is to end at once.
@@ -171,6 +205,8 @@ impl Seat {
 
     /// Makes the connection `actor`'s unless another actor's already: whether it is `actor`'s.
     pub fn claim(&self, actor: &str) -> bool {
+        // Under the slots' lock: a claim and a give-up at a cap do not interleave.
+        let _slots = self.lock();
         self.owner.get_or_init(|| actor.to_string()) == actor
     }
 

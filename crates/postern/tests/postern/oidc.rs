@@ -18,13 +18,7 @@ impl Drop for OidcProvider {
 }
 
 /// A free loopback port (the provider's, chosen before the gateway that names it starts).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use postern_testkit::ports::free_port;
 
 impl OidcProvider {
     /// On `port`, with the confidential client `client_id` (client credentials) issuing tokens
