@@ -339,12 +339,7 @@ async fn a_connection_over_the_cap_gets_503_until_one_closes() {
     assert!(served_as_agent(&mut first).await);
     assert!(served_as_agent(&mut second).await);
     let mut third = connect_from([127, 0, 0, 13], served.addr()).await.unwrap();
-    third.write_all(HEALTHZ).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut answer))
-        .await
-        .expect("answered and closed within 5 s")
-        .unwrap();
+    let answer = answered_then_closed(&mut third).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.to_lowercase().contains("retry-after: 1"), "{answer}");
     assert!(answer.contains("max_connections"), "{answer}");
@@ -403,6 +398,50 @@ async fn at_the_gateways_cap_an_anonymous_connection_gives_way() {
     for conn in [&mut agent, &mut newcomer, &mut third_agent] {
         assert!(served_as_agent(conn).await);
     }
+}
+
+/// One token cannot hold the gateway with connections its actor's cap never counts: four
+/// connections that sent a `/healthz` with an agent's token (authenticated, never claimed) hold
+/// every slot; while they were just used a new connection is refused, and once they have been
+/// idle for 2 s the oldest gives way to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_gateways_cap_an_idle_unclaimed_connection_gives_way() {
+    let dir = Dir::new("gateway-cap-idle-unclaimed");
+    let served = Served::start(
+        &dir.0,
+        &bounded("max_connections = 4\nmax_connections_per_address = 1"),
+    );
+    let mut held = Vec::new();
+    for from in [31, 32, 33, 34] {
+        let mut conn = connect_from([127, 0, 0, from], served.addr())
+            .await
+            .unwrap();
+        assert!(served_as_agent(&mut conn).await);
+        held.push(conn);
+    }
+    let mut refused = connect_from([127, 0, 0, 35], served.addr()).await.unwrap();
+    let answer = answered_then_closed(&mut refused).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "just used: {answer}");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut newcomer = connect_from([127, 0, 0, 36], served.addr()).await.unwrap();
+    assert!(served_as_agent(&mut newcomer).await);
+    closed_by_server(&mut held[0], Duration::from_secs(2)).await;
+    for conn in &mut held[1..] {
+        assert!(served_as_agent(conn).await, "only the oldest gave way");
+    }
+}
+
+/// Sends `GET /healthz` on `conn` and reads its answer to the end: the gateway answers and
+/// closes (a refusal).
+async fn answered_then_closed(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(HEALTHZ).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut answer))
+        .await
+        .expect("answered and closed within 5 s")
+        .unwrap();
+    answer
 }
 
 /// Opens a TCP connection to `to` from the loopback address `from` (all of 127/8 is loopback).
