@@ -19,9 +19,10 @@
 //! At its address's cap, and at the gateway's, a new connection displaces the oldest connection
 //! that gives way ([`lineup`]: one on which no request has authenticated, or that was refused
 //! at its actor's cap before any request on it was admitted; failing those, one that
-//! authenticated, was never claimed by an actor and is idle): an agent behind the same NAT as a flood is still served, and
-//! neither a flood from many addresses nor an actor reopening connections over its own cap
-//! locks another agent out. When none gives way, a new connection is refused.
+//! authenticated, was never claimed by an actor and is idle): an agent behind the same NAT as
+//! a flood is still served, and neither a flood from many addresses nor an actor reopening
+//! connections over its own cap locks another agent out. When none gives way, a new
+//! connection is refused.
 //!
 //! Connections from `[gateway] trusted_proxies` start with a PROXY protocol header (v1 or v2,
 //! [`proxy`]): the client address it carries is the one counted, logged and recorded; a PROXY
